@@ -1,0 +1,52 @@
+// Package envs holds the multi-agent, turn-based text environments that the
+// training algorithms run on (planpath, sudoku4, sokoban, arith).
+//
+// Every environment has a fixed cast of roles that act in turn order; each
+// role sees a short text observation and answers with a short text action.
+// Observations and actions are kept small on purpose: the agents are tiny
+// byte-level GPTs with a context of 64 to 128 tokens.
+package envs
+
+// Env is one episode of a multi-agent, turn-based text environment.
+//
+// Implementations are deterministic given their seed, never panic on any
+// action text (an unparseable action is an invalid move and is penalised),
+// and are cheap to Clone, because tree sampling steps a copy of the
+// environment for every candidate action.
+type Env interface {
+	// Name is the environment's registry name, e.g. "planpath".
+	Name() string
+	// Roles lists the roles in turn order, e.g. ["planner", "verifier"].
+	Roles() []string
+	// Observe returns the text prompt the role sees now: its view of the
+	// state plus whatever the other roles said that it may see.
+	Observe(role string) string
+	// Step applies role's action text and returns its rewards. Calling Step
+	// for a role out of turn or after Done is an invalid move, not a panic.
+	Step(role, action string) Step
+	// Turn is the number of completed rounds (every role acted once).
+	Turn() int
+	// Done reports whether the episode has ended (success, failure or turn
+	// budget exhausted).
+	Done() bool
+	// Success reports whether the team solved the task.
+	Success() bool
+	// Clone returns an independent deep copy of the episode.
+	Clone() Env
+}
+
+// Step is the outcome of one action.
+type Step struct {
+	Valid bool    // the action parsed and was legal
+	Team  float64 // team reward earned by this action (shared by all roles)
+	Local float64 // the acting role's own reward for this action
+	Done  bool    // the episode ended with this action
+	Info  string  // a short human-readable note ("invalid: cell blocked")
+}
+
+// Expert produces correct actions for warm-start transcripts: the supervised
+// step that lets tiny policies start above zero reward.
+type Expert interface {
+	// ExpertAction is a correct (ideally optimal) action for role now.
+	ExpertAction(role string) string
+}
