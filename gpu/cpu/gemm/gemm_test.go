@@ -1,0 +1,146 @@
+package gemm
+
+import (
+	"errors"
+	"math"
+	"math/rand"
+	"testing"
+)
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = r.Float32()*2 - 1
+	}
+	return x
+}
+
+// checkClose compares got against want with a tolerance that grows with k,
+// since float32 rounding error of a length-k dot product grows with k.
+func checkClose(t *testing.T, name string, got, want []float32, k int) {
+	t.Helper()
+	tol := 1e-4 * float64(max(k, 1))
+	for i := range want {
+		d := math.Abs(float64(got[i] - want[i]))
+		if d > tol*math.Max(1, math.Abs(float64(want[i]))) || math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
+			t.Fatalf("%s: element %d: got %v want %v (tol %g)", name, i, got[i], want[i], tol)
+		}
+	}
+}
+
+type gemmCase struct {
+	ta, tb      bool
+	m, n, k     int
+	alpha, beta float32
+	pad         int // extra stride beyond the stored columns
+}
+
+func runCase(t *testing.T, r *rand.Rand, tc gemmCase) {
+	t.Helper()
+	ar, ac := tc.m, tc.k
+	if tc.ta {
+		ar, ac = tc.k, tc.m
+	}
+	br, bc := tc.k, tc.n
+	if tc.tb {
+		br, bc = tc.n, tc.k
+	}
+	lda, ldb, ldc := ac+tc.pad, bc+tc.pad, tc.n+tc.pad
+	a := randSlice(r, max(ar*lda, 1))
+	b := randSlice(r, max(br*ldb, 1))
+	c := randSlice(r, max(tc.m*ldc, 1))
+	if tc.beta == 0 {
+		for i := range c {
+			c[i] = float32(math.NaN()) // beta == 0 must not read C
+		}
+	}
+	want := append([]float32(nil), c...)
+	if err := Check(tc.ta, tc.tb, tc.m, tc.n, tc.k, a, lda, b, ldb, c, ldc); err != nil {
+		t.Fatalf("%+v: Check: %v", tc, err)
+	}
+	Reference(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
+	Sgemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	// Padding between rows must be untouched (still NaN or the random value).
+	for i := range c {
+		if tc.m > 0 && i%ldc >= tc.n || i >= tc.m*ldc {
+			if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%+v: padding element %d changed", tc, i)
+			}
+			c[i], want[i] = 0, 0
+		}
+	}
+	checkClose(t, "Sgemm", c, want, tc.k)
+}
+
+var oddSizes = []int{1, 2, 3, 7, 8, 16, 17, 24, 33, 65, 129}
+
+func TestSgemmMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for _, threads := range []int{1, 2} {
+		old := Threads()
+		SetThreads(threads)
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for i := 0; i < 40; i++ {
+					tc := gemmCase{
+						ta: ta, tb: tb,
+						m:     oddSizes[r.Intn(len(oddSizes))],
+						n:     oddSizes[r.Intn(len(oddSizes))],
+						k:     oddSizes[r.Intn(len(oddSizes))],
+						alpha: []float32{1, -0.5, 2, 0}[r.Intn(4)],
+						beta:  []float32{0, 1, 0.25, -1}[r.Intn(4)],
+						pad:   []int{0, 0, 3, 17}[r.Intn(4)],
+					}
+					runCase(t, r, tc)
+				}
+			}
+		}
+		SetThreads(old)
+	}
+}
+
+func TestSgemmLargerShapes(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	for _, threads := range []int{1, 2} {
+		old := Threads()
+		SetThreads(threads)
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+			}
+		}
+		SetThreads(old)
+	}
+}
+
+func TestSgemmEmpty(t *testing.T) {
+	c := []float32{5}
+	Sgemm(false, false, 1, 1, 0, 1, nil, 1, nil, 1, 2, c, 1)
+	if c[0] != 10 {
+		t.Fatalf("k=0 beta=2: got %v want 10", c[0])
+	}
+	Sgemm(false, false, 0, 0, 5, 1, nil, 5, nil, 1, 2, nil, 1)
+}
+
+func TestCheck(t *testing.T) {
+	a, b, c := make([]float32, 6), make([]float32, 12), make([]float32, 8)
+	if err := Check(false, false, 2, 4, 3, a, 3, b, 4, c, 4); err != nil {
+		t.Fatalf("valid args rejected: %v", err)
+	}
+	bad := []struct {
+		name string
+		err  error
+	}{
+		{"negative", Check(false, false, -1, 4, 3, a, 3, b, 4, c, 4)},
+		{"short A", Check(false, false, 2, 4, 3, a[:5], 3, b, 4, c, 4)},
+		{"short B transposed", Check(false, true, 2, 4, 3, a, 3, b, 4, c, 4)},
+		{"small lda", Check(false, false, 2, 4, 3, a, 2, b, 4, c, 4)},
+		{"short C", Check(false, false, 2, 4, 3, a, 3, b, 4, c[:7], 4)},
+	}
+	for _, x := range bad {
+		if !errors.Is(x.err, ErrBadArgs) {
+			t.Errorf("%s: got %v, want ErrBadArgs", x.name, x.err)
+		}
+	}
+}
