@@ -74,7 +74,22 @@ func runCase(t *testing.T, r *rand.Rand, tc gemmCase) {
 
 var oddSizes = []int{1, 2, 3, 7, 8, 16, 17, 24, 33, 65, 129}
 
-func TestSgemmMatchesReference(t *testing.T) {
+// kernels runs f once with the default kernel and once with the pure-Go
+// fallback forced, so both paths are checked on this machine.
+func kernels(t *testing.T, f func(t *testing.T)) {
+	t.Run("default", f)
+	t.Run("purego", func(t *testing.T) {
+		old := useAsm
+		useAsm = false
+		defer func() { useAsm = old }()
+		f(t)
+	})
+}
+
+func TestSgemmMatchesReference(t *testing.T) { kernels(t, testMatchesReference) }
+func TestSgemmLargerShapes(t *testing.T)     { kernels(t, testLargerShapes) }
+
+func testMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	for _, threads := range []int{1, 2} {
 		old := Threads()
@@ -99,7 +114,7 @@ func TestSgemmMatchesReference(t *testing.T) {
 	}
 }
 
-func TestSgemmLargerShapes(t *testing.T) {
+func testLargerShapes(t *testing.T) {
 	r := rand.New(rand.NewSource(2))
 	for _, threads := range []int{1, 2} {
 		old := Threads()
@@ -108,10 +123,18 @@ func TestSgemmLargerShapes(t *testing.T) {
 			for _, tb := range []bool{false, true} {
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+				// More than one nc block (n > 2048), small m (direct B path
+				// for NN) and larger m (packed B).
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 30, n: 2065, k: 3, alpha: 0.5, beta: 0})
 			}
 		}
 		SetThreads(old)
 	}
+}
+
+func TestAsmAvailable(t *testing.T) {
+	t.Logf("assembly kernel available: %v", hasAsm)
 }
 
 func TestSgemmEmpty(t *testing.T) {

@@ -1,0 +1,306 @@
+package gemm
+
+import "sync"
+
+// Blocking follows the BLIS/GotoBLAS scheme: C is computed in mr×nr tiles by
+// a micro-kernel reading packed A (mc×kc block, sized for L2) and packed B
+// (kc×nc block; one kc×nr micro-panel stays in L1 across the ir loop).
+// Sizes are tuned for Zen3 (32 KiB L1d, 512 KiB L2): a kc×nr B panel is
+// 16 KiB, an mc×kc A block 144 KiB.
+const (
+	mr      = 6
+	nr      = 16
+	kcBlock = 256
+	mcBlock = 144
+	ncBlock = 2048
+
+	// directMaxM: with at most this many rows of C, an NN product reads B in
+	// place instead of packing it (packing B would cost as much as the
+	// multiply when few rows reuse it).
+	directMaxM = 4 * mr
+
+	// parMinWork: below this many multiply-adds one goroutine is faster than
+	// paying for a fork/join.
+	parMinWork = 1 << 18
+)
+
+// kernelFunc computes one mr×nr tile: C = A·B + beta*C (C not read when
+// beta is 0). a is a packed A micro-panel, b has row stride ldb.
+type kernelFunc func(k int, a, b []float32, ldb int, c []float32, ldc int, beta float32)
+
+// useAsm selects the assembly kernel; tests clear it to exercise the
+// pure-Go fallback.
+var useAsm = hasAsm
+
+func pickKernel() kernelFunc {
+	if useAsm {
+		return asmKernelSlices
+	}
+	return goKernel
+}
+
+func asmKernelSlices(k int, a, b []float32, ldb int, c []float32, ldc int, beta float32) {
+	// The driver guarantees the slices cover what the kernel touches;
+	// indexing here turns a driver bug into a bounds panic rather than a
+	// wild read.
+	_ = a[k*mr-1]
+	_ = b[(k-1)*ldb+nr-1]
+	_ = c[(mr-1)*ldc+nr-1]
+	asmKernel(k, &a[0], &b[0], ldb, &c[0], ldc, beta)
+}
+
+// workspace holds one goroutine's packing buffers; pooled so steady-state
+// calls do not allocate.
+type workspace struct {
+	ap  []float32
+	bp  []float32
+	tmp [mr * nr]float32
+}
+
+var wsPool = sync.Pool{New: func() any { return new(workspace) }}
+
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
+// sgemm handles the degenerate cases and splits the work across goroutines.
+func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	kern := pickKernel()
+	threads := Threads()
+	if threads > 1 && m*n*k >= parMinWork {
+		// Split the dimension with more tiles; each part repacks the other
+		// operand, so prefer duplicating the smaller one.
+		mt, nt := (m+mr-1)/mr, (n+nr-1)/nr
+		splitM := mt >= nt
+		if mt >= threads && nt >= threads {
+			splitM = n*k <= m*k // duplicate packing of B (k×n) when it is smaller
+		}
+		tiles := nt
+		if splitM {
+			tiles = mt
+		}
+		threads = min(threads, tiles)
+		if threads > 1 {
+			parallel(kern, threads, splitM, tiles, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+			return
+		}
+	}
+	ws := wsPool.Get().(*workspace)
+	block(kern, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	wsPool.Put(ws)
+}
+
+func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	var wg sync.WaitGroup
+	run := func(lo, hi int) {
+		ws := wsPool.Get().(*workspace)
+		if splitM {
+			i0, i1 := lo*mr, min(hi*mr, m)
+			var aa []float32
+			if transA {
+				aa = a[i0:]
+			} else {
+				aa = a[i0*lda:]
+			}
+			block(kern, ws, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
+		} else {
+			j0, j1 := lo*nr, min(hi*nr, n)
+			var bb []float32
+			if transB {
+				bb = b[j0*ldb:]
+			} else {
+				bb = b[j0:]
+			}
+			block(kern, ws, transA, transB, m, j1-j0, k, alpha, a, lda, bb, ldb, beta, c[j0:], ldc)
+		}
+		wsPool.Put(ws)
+	}
+	for t := 1; t < threads; t++ {
+		lo, hi := t*tiles/threads, (t+1)*tiles/threads
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(lo, hi)
+		}()
+	}
+	run(0, tiles/threads)
+	wg.Wait()
+}
+
+// block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr, ir).
+func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	direct := !transB && m <= directMaxM
+	for jc := 0; jc < n; jc += ncBlock {
+		nc := min(ncBlock, n-jc)
+		ncPad := (nc + nr - 1) / nr * nr
+		for pc := 0; pc < k; pc += kcBlock {
+			kc := min(kcBlock, k-pc)
+			betaEff := beta
+			if pc > 0 {
+				betaEff = 1 // later k blocks accumulate into the partial sums
+			}
+			if direct {
+				// Only a ragged last panel needs packing (zero padded).
+				if rem := nc % nr; rem != 0 {
+					ws.bp = grow(ws.bp, kc*nr)
+					packB(ws.bp, false, b, ldb, pc, jc+nc-rem, kc, rem)
+				}
+			} else {
+				ws.bp = grow(ws.bp, kc*ncPad)
+				packB(ws.bp, transB, b, ldb, pc, jc, kc, nc)
+			}
+			for ic := 0; ic < m; ic += mcBlock {
+				mc := min(mcBlock, m-ic)
+				mcPad := (mc + mr - 1) / mr * mr
+				ws.ap = grow(ws.ap, mcPad*kc)
+				packA(ws.ap, transA, a, lda, ic, pc, mc, kc, alpha)
+				for jr := 0; jr < nc; jr += nr {
+					cols := min(nr, nc-jr)
+					var bpan []float32
+					bld := nr
+					switch {
+					case !direct:
+						bpan = ws.bp[jr*kc : (jr+nr)*kc]
+					case cols == nr:
+						bpan = b[pc*ldb+jc+jr:]
+						bld = ldb
+					default:
+						bpan = ws.bp[:kc*nr]
+					}
+					for ir := 0; ir < mc; ir += mr {
+						rows := min(mr, mc-ir)
+						apan := ws.ap[ir*kc : (ir+mr)*kc]
+						coff := (ic+ir)*ldc + jc + jr
+						if rows == mr && cols == nr {
+							kern(kc, apan, bpan, bld, c[coff:], ldc, betaEff)
+							continue
+						}
+						// Edge tile: compute into a scratch tile, then merge
+						// only the valid part.
+						kern(kc, apan, bpan, bld, ws.tmp[:], nr, 0)
+						for i := 0; i < rows; i++ {
+							crow := c[coff+i*ldc : coff+i*ldc+cols]
+							trow := ws.tmp[i*nr : i*nr+cols]
+							if betaEff == 0 {
+								copy(crow, trow)
+								continue
+							}
+							for j, t := range trow {
+								crow[j] = t + betaEff*crow[j]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// scaleC sets C = beta*C (C = 0 when beta is 0, without reading C).
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// packA copies alpha*op(A)[i0:i0+mc, p0:p0+kc] into dst as mr-row
+// micro-panels: panel q holds element (i, p) at q*mr*kc + p*mr + i. Rows past
+// mc are zero so edge tiles can use the full kernel.
+func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int, alpha float32) {
+	for q := 0; q < mc; q += mr {
+		rows := min(mr, mc-q)
+		d := dst[q*kc : (q+mr)*kc]
+		switch {
+		case transA && rows == mr:
+			// op(A)(i, p) = a[p*lda+i]: each p is 6 contiguous values.
+			for p := 0; p < kc; p++ {
+				s := (*[mr]float32)(a[(p0+p)*lda+i0+q:])
+				dd := (*[mr]float32)(d[p*mr:])
+				dd[0], dd[1], dd[2] = alpha*s[0], alpha*s[1], alpha*s[2]
+				dd[3], dd[4], dd[5] = alpha*s[3], alpha*s[4], alpha*s[5]
+			}
+		case !transA && rows == mr:
+			base := (i0+q)*lda + p0
+			r0 := a[base : base+kc]
+			r1 := a[base+lda : base+lda+kc]
+			r2 := a[base+2*lda : base+2*lda+kc]
+			r3 := a[base+3*lda : base+3*lda+kc]
+			r4 := a[base+4*lda : base+4*lda+kc]
+			r5 := a[base+5*lda : base+5*lda+kc]
+			for p := range r0 {
+				dd := (*[mr]float32)(d[p*mr:])
+				dd[0], dd[1], dd[2] = alpha*r0[p], alpha*r1[p], alpha*r2[p]
+				dd[3], dd[4], dd[5] = alpha*r3[p], alpha*r4[p], alpha*r5[p]
+			}
+		default:
+			for p := 0; p < kc; p++ {
+				for i := 0; i < mr; i++ {
+					var v float32
+					if i < rows {
+						if transA {
+							v = alpha * a[(p0+p)*lda+i0+q+i]
+						} else {
+							v = alpha * a[(i0+q+i)*lda+p0+p]
+						}
+					}
+					d[p*mr+i] = v
+				}
+			}
+		}
+	}
+}
+
+// packB copies op(B)[p0:p0+kc, j0:j0+nc] into dst as nr-column
+// micro-panels: panel r holds element (p, j) at r*nr*kc + p*nr + j. Columns
+// past nc are zero.
+func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
+	for r := 0; r < nc; r += nr {
+		cols := min(nr, nc-r)
+		d := dst[r*kc : (r+nr)*kc]
+		switch {
+		case !transB && cols == nr:
+			for p := 0; p < kc; p++ {
+				*(*[nr]float32)(d[p*nr:]) = *(*[nr]float32)(b[(p0+p)*ldb+j0+r:])
+			}
+		case transB && cols == nr:
+			// op(B)(p, j) = b[j*ldb+p]: transpose 16 rows of B.
+			for j := 0; j < nr; j++ {
+				src := b[(j0+r+j)*ldb+p0 : (j0+r+j)*ldb+p0+kc]
+				for p, v := range src {
+					d[p*nr+j] = v
+				}
+			}
+		default:
+			for p := 0; p < kc; p++ {
+				for j := 0; j < nr; j++ {
+					var v float32
+					if j < cols {
+						if transB {
+							v = b[(j0+r+j)*ldb+p0+p]
+						} else {
+							v = b[(p0+p)*ldb+j0+r+j]
+						}
+					}
+					d[p*nr+j] = v
+				}
+			}
+		}
+	}
+}
