@@ -1,0 +1,298 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// InstanceHooks let a runtime follow an instance's life. Each may be nil.
+type InstanceHooks struct {
+	// Restarted is called after a crash, once the constructor has run again.
+	Restarted func(restarts int, cause string)
+	// Died is called once when the actor is dead for good.
+	Died func(err *ActorDiedError)
+}
+
+// Instance hosts one live actor inside a process: it runs the constructor,
+// queues invocations, runs them in arrival order (or up to MaxConcurrency at
+// once), turns method panics into *CallError, and restarts the actor after a
+// crash within its MaxRestarts. Runtimes create instances where the control
+// plane placed the actor.
+type Instance struct {
+	ti    *typeInfo
+	spec  Spec
+	info  *ActorInfo
+	hooks InstanceHooks
+	ctx   context.Context // cancelled when the actor dies
+	stop  context.CancelFunc
+
+	mu       sync.Mutex
+	obj      reflect.Value // *T
+	queue    []*Invocation // pending calls, FIFO
+	head     int
+	running  int // workers currently draining the queue
+	dead     *ActorDiedError
+	restarts int
+}
+
+// NewInstance constructs the actor described by spec. info carries the
+// actor's identity and placement (ID, node, GPUs); its Restarts field is the
+// number of restarts already used elsewhere. A constructor error or panic
+// fails the spawn.
+func NewInstance(ctx context.Context, spec Spec, info ActorInfo, hooks InstanceHooks) (*Instance, error) {
+	ti, err := lookupType(spec.Type)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	info.Type = spec.Type
+	if info.Name == "" {
+		info.Name = spec.Name
+	}
+	in := &Instance{ti: ti, spec: spec, info: &info, hooks: hooks, restarts: info.Restarts}
+	in.ctx, in.stop = context.WithCancel(WithSelf(context.Background(), in.info))
+	obj, err := in.construct(ctx)
+	if err != nil {
+		in.stop()
+		return nil, err
+	}
+	in.obj = obj
+	return in, nil
+}
+
+// construct runs the constructor with the spec's config.
+func (in *Instance) construct(ctx context.Context) (obj reflect.Value, err error) {
+	cfg := reflect.New(in.ti.cfgType)
+	if err := msgpack.Unmarshal(in.spec.Config, cfg.Interface()); err != nil {
+		return reflect.Value{}, fmt.Errorf("spawn %s: config as %v: %w: %v", in.label(), in.ti.cfgType, ErrDecode, err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("spawn %s: constructor panicked: %v\n%s", in.label(), r, debug.Stack())
+		}
+	}()
+	// The constructor sees the actor's identity and the caller's deadline.
+	cctx := WithSelf(ctx, in.info)
+	out := in.ti.ctor.Call([]reflect.Value{reflect.ValueOf(cctx), cfg.Elem()})
+	if e, _ := out[1].Interface().(error); e != nil {
+		return reflect.Value{}, fmt.Errorf("spawn %s: constructor: %w", in.label(), e)
+	}
+	if out[0].IsNil() {
+		return reflect.Value{}, fmt.Errorf("spawn %s: constructor returned a nil actor and no error", in.label())
+	}
+	return out[0], nil
+}
+
+func (in *Instance) label() string {
+	if in.info.Name != "" {
+		return in.spec.Type + "(" + in.info.Name + ")"
+	}
+	if in.info.ID != "" {
+		return in.spec.Type + "(" + in.info.ID + ")"
+	}
+	return in.spec.Type
+}
+
+// Info returns the actor's identity and placement.
+func (in *Instance) Info() ActorInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	i := *in.info
+	i.Restarts = in.restarts
+	return i
+}
+
+// Err returns the death of a dead actor and nil for a live one.
+func (in *Instance) Err() *ActorDiedError {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.dead
+}
+
+// Invoke queues a call; it never blocks on the call. Calls on a dead actor
+// fail at once with its *ActorDiedError.
+func (in *Instance) Invoke(inv *Invocation) {
+	in.mu.Lock()
+	if in.dead != nil {
+		d := in.dead
+		in.mu.Unlock()
+		inv.Reply.Resolve(nil, d)
+		return
+	}
+	in.queue = append(in.queue, inv)
+	start := in.running < max(1, in.spec.MaxConcurrency)
+	if start {
+		in.running++
+	}
+	in.mu.Unlock()
+	if start {
+		go in.drain()
+	}
+}
+
+// Kill ends the actor for good with cause; pending and later calls fail
+// with an *ActorDiedError.
+func (in *Instance) Kill(cause string) { in.die(cause, nil) }
+
+// drain runs queued calls until the queue is empty. Up to MaxConcurrency
+// drainers run at once; with one, calls run strictly in arrival order.
+func (in *Instance) drain() {
+	for {
+		in.mu.Lock()
+		if in.head == len(in.queue) || in.dead != nil {
+			in.queue, in.head = in.queue[:0], 0
+			in.running--
+			in.mu.Unlock()
+			return
+		}
+		inv := in.queue[in.head]
+		in.queue[in.head] = nil
+		in.head++
+		if in.head >= 1024 && in.head*2 >= len(in.queue) {
+			// Under steady pipelining the queue never empties: drop the
+			// consumed prefix so it does not grow without bound.
+			n := copy(in.queue, in.queue[in.head:])
+			clear(in.queue[n:])
+			in.queue, in.head = in.queue[:n], 0
+		}
+		obj := in.obj
+		in.mu.Unlock()
+		in.run(obj, inv)
+	}
+}
+
+// run executes one call on obj.
+func (in *Instance) run(obj reflect.Value, inv *Invocation) {
+	mi := in.ti.methods[inv.Method]
+	if mi == nil {
+		inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w (methods: %v)", in.label(), inv.Method, ErrNoSuchMethod, in.ti.names))
+		return
+	}
+	ctx := in.ctx
+	if inv.Ctx != nil {
+		if err := inv.Ctx.Err(); err != nil {
+			inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: not run: %w", in.label(), mi.name, err))
+			return
+		}
+		if inv.Ctx.Done() != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			stop := context.AfterFunc(inv.Ctx, cancel)
+			defer func() { stop(); cancel() }()
+		}
+	}
+	data := inv.Arg
+	if inv.ArgRef != nil {
+		var err error
+		data, err = inv.ArgRef.Wait(ctx)
+		if err != nil {
+			inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: argument future: %w", in.label(), mi.name, err))
+			return
+		}
+	}
+	arg := reflect.New(mi.argType)
+	if err := msgpack.Unmarshal(data, arg.Interface()); err != nil {
+		inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: argument as %v: %w: %v", in.label(), mi.name, mi.argType, ErrDecode, err))
+		return
+	}
+	res, err, crash := in.invoke(ctx, obj, mi, arg.Elem())
+	if crash != nil {
+		in.crashed(inv, mi, crash)
+		return
+	}
+	if err != nil {
+		inv.Reply.Resolve(nil, err)
+		return
+	}
+	out, eerr := msgpack.Marshal(res.Interface())
+	if eerr != nil {
+		inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: result %v: %w: %v", in.label(), mi.name, mi.resType, ErrEncode, eerr))
+		return
+	}
+	inv.Reply.Resolve(out, nil)
+}
+
+// invoke calls the method, recovering panics. A *CrashError panic is
+// returned as crash; any other panic becomes a *CallError.
+func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInfo, arg reflect.Value) (res reflect.Value, err error, crash *CrashError) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if c, ok := r.(*CrashError); ok {
+			crash = c
+			return
+		}
+		err = &CallError{Actor: in.label(), Method: mi.name, Panic: fmt.Sprint(r), Stack: string(debug.Stack())}
+	}()
+	out := mi.fn.Call([]reflect.Value{obj, reflect.ValueOf(ctx), arg})
+	if e, _ := out[1].Interface().(error); e != nil {
+		return reflect.Value{}, e, nil
+	}
+	return out[0], nil, nil
+}
+
+// crashed handles an actor crash during inv: the call fails (at-most-once),
+// and the actor is restarted if it has restarts left, else it dies.
+func (in *Instance) crashed(inv *Invocation, mi *methodInfo, c *CrashError) {
+	in.mu.Lock()
+	restarts := in.restarts
+	in.mu.Unlock()
+	canRestart := in.spec.MaxRestarts < 0 || restarts < in.spec.MaxRestarts
+	if !canRestart {
+		d := in.die(c.Reason, c)
+		inv.Reply.Resolve(nil, d)
+		return
+	}
+	inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w: %s", in.label(), mi.name, ErrActorRestarted, c.Reason))
+	in.mu.Lock()
+	in.restarts++
+	in.info.Restarts = in.restarts
+	in.mu.Unlock()
+	obj, err := in.construct(in.ctx)
+	if err != nil {
+		in.die(fmt.Sprintf("crashed (%s) and the restart failed: %v", c.Reason, err), err)
+		return
+	}
+	in.mu.Lock()
+	in.obj = obj
+	n := in.restarts
+	in.mu.Unlock()
+	if in.hooks.Restarted != nil {
+		in.hooks.Restarted(n, c.Reason)
+	}
+}
+
+// die marks the actor dead (once) and fails every queued call.
+func (in *Instance) die(cause string, err error) *ActorDiedError {
+	in.mu.Lock()
+	if in.dead != nil {
+		d := in.dead
+		in.mu.Unlock()
+		return d
+	}
+	d := &ActorDiedError{Actor: in.label(), Node: in.info.Node, Cause: cause, Restarts: in.restarts, Err: err}
+	if err == nil {
+		d.Err = errDied
+	}
+	in.dead = d
+	pending := in.queue[in.head:]
+	in.queue, in.head = nil, 0
+	in.mu.Unlock()
+	in.stop()
+	for _, inv := range pending {
+		inv.Reply.Resolve(nil, d)
+	}
+	if in.hooks.Died != nil {
+		in.hooks.Died(d)
+	}
+	return d
+}
+
+var errDied = errors.New("actor is dead")
