@@ -1,0 +1,450 @@
+package cpu
+
+import (
+	"math"
+
+	"troupe/gpu"
+	"troupe/gpu/cpu/gemm"
+)
+
+// Fast kernels: every matmul (including the ones inside attention) goes
+// through gemm.Sgemm; the rest are float32 loops parallel over rows or heads
+// through the shared pool, with per-chunk scratch reused across calls.
+
+// Grain sizes: below these, one goroutine is faster than a fork/join.
+const (
+	grainElems = 1 << 15 // pointwise ops, elements per chunk
+	grainRows  = 16      // row ops, rows per chunk
+)
+
+// scratchFor returns per-chunk scratch slices of at least n floats.
+func (b *Backend) scratchFor(n int) [][]float32 {
+	w := workers()
+	if len(b.scratch) != w {
+		b.scratch = make([][]float32, w)
+	}
+	for i := range b.scratch {
+		if cap(b.scratch[i]) < n {
+			b.scratch[i] = make([]float32, n)
+		}
+		b.scratch[i] = b.scratch[i][:n]
+	}
+	return b.scratch
+}
+
+func (b *Backend) partials() []float64 {
+	if w := workers(); len(b.partial) != w {
+		b.partial = make([]float64, w)
+	}
+	clear(b.partial)
+	return b.partial
+}
+
+// expf is a float32 exp (Cephes expf: range reduction to [-ln2/2, ln2/2] and
+// a degree-6 polynomial), relative error ~2e-7, about 5x cheaper than
+// float32(math.Exp(float64(x))).
+func expf(x float32) float32 {
+	if x < -87 {
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	if x > 88 {
+		return float32(math.Inf(1))
+	}
+	t := x * 1.4426950408889634
+	var n int32
+	if t >= 0 {
+		n = int32(t + 0.5)
+	} else {
+		n = int32(t - 0.5)
+	}
+	fn := float32(n)
+	r := x - fn*0.693359375 + fn*2.12194440e-4
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	y := p*r*r + r + 1
+	return y * math.Float32frombits(uint32(n+127)<<23)
+}
+
+// tanhf is tanh through expf; absolute error ~1e-7, which is what GELU needs
+// (it uses 1+tanh).
+func tanhf(x float32) float32 {
+	if x > 9 {
+		return 1
+	}
+	if x < -9 {
+		return -1
+	}
+	e := expf(2 * x)
+	return (e - 1) / (e + 1)
+}
+
+func (b *Backend) encoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
+	parallelFor(&b.wg, B*T, grainRows*4, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			t := r % T
+			o := out[r*C : r*C+C]
+			w := wte[int(inp[r])*C:][:C]
+			p := wpe[t*C:][:C]
+			for i := range o {
+				o[i] = w[i] + p[i]
+			}
+		}
+	})
+}
+
+func (b *Backend) layerNormForward(out, mean, rstd, inp, weight, bias []float32, N, C int) {
+	weight, bias = weight[:C], bias[:C]
+	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
+		for n := lo; n < hi; n++ {
+			x := inp[n*C : n*C+C]
+			var m float32
+			for _, v := range x {
+				m += v
+			}
+			m /= float32(C)
+			var vr float32
+			for _, v := range x {
+				d := v - m
+				vr += d * d
+			}
+			vr /= float32(C)
+			s := float32(1 / math.Sqrt(float64(vr)+1e-5))
+			o := out[n*C : n*C+C]
+			for i, v := range x {
+				o[i] = (v-m)*s*weight[i] + bias[i]
+			}
+			mean[n], rstd[n] = m, s
+		}
+	})
+}
+
+func (b *Backend) layerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd []float32, N, C int) {
+	weight = weight[:C]
+	sc := b.scratchFor(2 * C)
+	for _, s := range sc {
+		clear(s)
+	}
+	parallelFor(&b.wg, N, grainRows, func(chunk, lo, hi int) {
+		dw, db := sc[chunk][:C], sc[chunk][C:2*C]
+		for n := lo; n < hi; n++ {
+			x, d, di := inp[n*C:n*C+C], dout[n*C:n*C+C], dinp[n*C:n*C+C]
+			m, s := mean[n], rstd[n]
+			var dm, dnm float32
+			for i := range x {
+				norm := (x[i] - m) * s
+				dn := weight[i] * d[i]
+				dm += dn
+				dnm += dn * norm
+			}
+			dm /= float32(C)
+			dnm /= float32(C)
+			for i := range x {
+				norm := (x[i] - m) * s
+				dn := weight[i] * d[i]
+				db[i] += d[i]
+				dw[i] += norm * d[i]
+				di[i] += (dn - dm - norm*dnm) * s
+			}
+		}
+	})
+	for _, s := range sc {
+		for i := 0; i < C; i++ {
+			dweight[i] += s[i]
+			dbias[i] += s[C+i]
+		}
+	}
+}
+
+func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
+	beta := float32(0)
+	if bias != nil {
+		beta = 1
+		parallelFor(&b.wg, N, grainRows*4, func(_, lo, hi int) {
+			for n := lo; n < hi; n++ {
+				copy(out[n*OC:n*OC+OC], bias)
+			}
+		})
+	}
+	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, beta, out, OC)
+}
+
+func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int) {
+	if dinp != nil {
+		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, 1, dinp, C)
+	}
+	if dweight != nil {
+		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C)
+	}
+	if dbias != nil {
+		parallelFor(&b.wg, OC, 64, func(_, lo, hi int) {
+			db := dbias[lo:hi]
+			for n := 0; n < N; n++ {
+				d := dout[n*OC+lo : n*OC+hi]
+				for i := range db {
+					db[i] += d[i]
+				}
+			}
+		})
+	}
+}
+
+// softmaxRowsCausal turns row t of the T×T block a (raw scores) into softmax
+// over columns 0..t and zeroes columns > t.
+func softmaxRowsCausal(a []float32, T int) {
+	for t := 0; t < T; t++ {
+		row := a[t*T : t*T+T]
+		maxv := row[0]
+		for _, v := range row[1 : t+1] {
+			maxv = max(maxv, v)
+		}
+		var sum float32
+		for s := 0; s <= t; s++ {
+			e := expf(row[s] - maxv)
+			row[s] = e
+			sum += e
+		}
+		inv := 1 / sum
+		for s := 0; s <= t; s++ {
+			row[s] *= inv
+		}
+		clear(row[t+1:])
+	}
+}
+
+func (b *Backend) attentionForward(out, att, qkv []float32, B, T, C, NH int) {
+	hs := C / NH
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	C3 := 3 * C
+	parallelFor(&b.wg, B*NH, 1, func(_, lo, hi int) {
+		for bh := lo; bh < hi; bh++ {
+			bb, h := bh/NH, bh%NH
+			base := bb * T * C3
+			q := qkv[base+h*hs:]
+			k := qkv[base+C+h*hs:]
+			v := qkv[base+2*C+h*hs:]
+			a := att[bh*T*T : (bh+1)*T*T]
+			// Full T×T scores via gemm (the masked upper half costs less than
+			// a ragged loop would lose), then the causal softmax.
+			gemm.Sgemm(false, true, T, T, hs, scale, q, C3, k, C3, 0, a, T)
+			softmaxRowsCausal(a, T)
+			gemm.Sgemm(false, false, T, hs, T, 1, a, T, v, C3, 0, out[bb*T*C+h*hs:], C)
+		}
+	})
+}
+
+func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int) {
+	hs := C / NH
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	C3 := 3 * C
+	sc := b.scratchFor(T * T)
+	parallelFor(&b.wg, B*NH, 1, func(chunk, lo, hi int) {
+		d := sc[chunk]
+		for bh := lo; bh < hi; bh++ {
+			bb, h := bh/NH, bh%NH
+			base := bb * T * C3
+			q, k, v := qkv[base+h*hs:], qkv[base+C+h*hs:], qkv[base+2*C+h*hs:]
+			dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
+			do := dout[bb*T*C+h*hs:]
+			a := att[bh*T*T : (bh+1)*T*T]
+			// datt = dout · Vᵀ ; dV += attᵀ · dout
+			gemm.Sgemm(false, true, T, T, hs, 1, do, C, v, C3, 0, d, T)
+			gemm.Sgemm(true, false, T, hs, T, 1, a, T, do, C, 1, dv, C3)
+			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
+			for t := 0; t < T; t++ {
+				ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
+				var dot float32
+				for s, x := range ar {
+					dot += x * dr[s]
+				}
+				for s, x := range ar {
+					dr[s] = x * (dr[s] - dot) * scale
+				}
+				clear(dr[t+1:])
+			}
+			// dQ += dpre · K ; dK += dpreᵀ · Q
+			gemm.Sgemm(false, false, T, hs, T, 1, d, T, k, C3, 1, dq, C3)
+			gemm.Sgemm(true, false, T, hs, T, 1, d, T, q, C3, 1, dk, C3)
+		}
+	})
+}
+
+func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH int) {
+	hs := C / NH
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	for bb := 0; bb < B; bb++ {
+		copy(cache[(bb*maxT+pos)*2*C:][:2*C], qkv[bb*3*C+C:][:2*C])
+	}
+	sc := b.scratchFor(pos + 1)
+	parallelFor(&b.wg, B*NH, 4, func(chunk, lo, hi int) {
+		w := sc[chunk][:pos+1]
+		for bh := lo; bh < hi; bh++ {
+			bb, h := bh/NH, bh%NH
+			q := qkv[bb*3*C+h*hs:][:hs]
+			rows := cache[bb*maxT*2*C:]
+			maxv := float32(math.Inf(-1))
+			for s := range w {
+				k := rows[s*2*C+h*hs:][:hs]
+				var dot float32
+				for i, x := range q {
+					dot += x * k[i]
+				}
+				w[s] = dot * scale
+				maxv = max(maxv, w[s])
+			}
+			var sum float32
+			for s := range w {
+				w[s] = expf(w[s] - maxv)
+				sum += w[s]
+			}
+			o := out[bb*C+h*hs:][:hs]
+			clear(o)
+			inv := 1 / sum
+			for s, p := range w {
+				p *= inv
+				vv := rows[s*2*C+C+h*hs:][:hs]
+				for i := range o {
+					o[i] += p * vv[i]
+				}
+			}
+		}
+	})
+}
+
+func (b *Backend) geluForward(out, inp []float32, N int) {
+	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
+		o, in := out[lo:hi], inp[lo:hi]
+		for i, x := range in {
+			u := float32(geluScale) * (x + 0.044715*x*x*x)
+			o[i] = 0.5 * x * (1 + tanhf(u))
+		}
+	})
+}
+
+func (b *Backend) geluBackward(dinp, inp, dout []float32, N int) {
+	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
+		di, in, do := dinp[lo:hi], inp[lo:hi], dout[lo:hi]
+		for i, x := range in {
+			u := float32(geluScale) * (x + 0.044715*x*x*x)
+			th := tanhf(u)
+			g := 0.5*(1+th) + 0.5*x*(1-th*th)*float32(geluScale)*(1+3*0.044715*x*x)
+			di[i] += g * do[i]
+		}
+	})
+}
+
+func (b *Backend) residualForward(out, x, y []float32, N int) {
+	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
+		o, a, c := out[lo:hi], x[lo:hi], y[lo:hi]
+		for i := range o {
+			o[i] = a[i] + c[i]
+		}
+	})
+}
+
+func (b *Backend) residualBackward(da, db, dout []float32, N int) {
+	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
+		x, y, d := da[lo:hi], db[lo:hi], dout[lo:hi]
+		for i, v := range d {
+			x[i] += v
+			y[i] += v
+		}
+	})
+}
+
+// softmaxGather writes probs = softmax(logits) and per row either the
+// cross-entropy (ce) lse - logit[target] or the log-prob logit[target] - lse.
+func (b *Backend) softmaxGather(out, probs, logits []float32, targets []int32, N, V int, ce bool) {
+	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
+		for n := lo; n < hi; n++ {
+			l, p := logits[n*V:n*V+V], probs[n*V:n*V+V]
+			tgt := l[targets[n]]
+			maxv := l[0]
+			for _, v := range l[1:] {
+				maxv = max(maxv, v)
+			}
+			var sum float32
+			for i, v := range l {
+				e := expf(v - maxv)
+				p[i] = e
+				sum += e
+			}
+			inv := 1 / sum
+			for i := range p {
+				p[i] *= inv
+			}
+			lse := maxv + float32(math.Log(float64(sum)))
+			if ce {
+				out[n] = lse - tgt
+			} else {
+				out[n] = tgt - lse
+			}
+		}
+	})
+}
+
+// softmaxGatherBackward: dlogits += (probs - onehot) * d[n] * -sign, where
+// sign is -1 for cross-entropy and +1 for log-prob.
+func (b *Backend) softmaxGatherBackward(dlogits, probs, d []float32, targets []int32, N, V int, sign float32) {
+	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
+		for n := lo; n < hi; n++ {
+			f := -sign * d[n]
+			if f == 0 {
+				continue
+			}
+			dl, p := dlogits[n*V:n*V+V], probs[n*V:n*V+V]
+			for i, x := range p {
+				dl[i] += x * f
+			}
+			dl[targets[n]] -= f
+		}
+	})
+}
+
+func (b *Backend) adamW(params, grads, m, v []float32, N int, h gpu.AdamW, scale float32) {
+	b1, b2 := h.Beta1, h.Beta2
+	c1 := float32(1 - math.Pow(float64(b1), float64(h.Step)))
+	c2 := float32(1 - math.Pow(float64(b2), float64(h.Step)))
+	lr, eps, wd := h.LR, h.Eps, h.WeightDecay
+	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
+		p, g, ms, vs := params[lo:hi], grads[lo:hi], m[lo:hi], v[lo:hi]
+		for i := range p {
+			gi := g[i] * scale
+			mi := b1*ms[i] + (1-b1)*gi
+			vi := b2*vs[i] + (1-b2)*gi*gi
+			ms[i], vs[i] = mi, vi
+			den := float32(math.Sqrt(float64(vi/c2))) + eps
+			p[i] -= lr * ((mi/c1)/den + wd*p[i])
+		}
+	})
+}
+
+func (b *Backend) sumSquares(x []float32, N int) float64 {
+	part := b.partials()
+	parallelFor(&b.wg, N, grainElems, func(chunk, lo, hi int) {
+		var s float64
+		xs := x[lo:hi]
+		// float32 partial sums of 256 keep the float64 conversions rare.
+		for len(xs) > 0 {
+			k := min(256, len(xs))
+			var f float32
+			for _, v := range xs[:k] {
+				f += v * v
+			}
+			s += float64(f)
+			xs = xs[k:]
+		}
+		part[chunk] = s
+	})
+	var s float64
+	for _, p := range part {
+		s += p
+	}
+	return s
+}
