@@ -1,0 +1,312 @@
+package envs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+)
+
+// Sentinel errors returned by New and Transcripts.
+var (
+	// ErrUnknownEnv is returned for a name that is neither an environment
+	// nor a preset.
+	ErrUnknownEnv = errors.New("unknown environment")
+	// ErrBadConfig is returned when a Config field is out of range.
+	ErrBadConfig = errors.New("bad environment config")
+	// ErrGenerate is returned when no valid episode could be generated from
+	// the seed within the attempt limit (e.g. an obstacle rate so high that
+	// start and goal are never connected).
+	ErrGenerate = errors.New("cannot generate episode")
+)
+
+// Config parameterises an environment. Zero fields take the environment's
+// default, so Config{} is always valid; fields an environment does not use
+// are ignored.
+type Config struct {
+	// Width and Height of the grid (planpath: 5..10, default 6; sokoban: the
+	// room including its wall border, 5..8, default 6).
+	Width, Height int
+	// ObstacleRate is the probability that a cell is blocked (planpath,
+	// default 0.22; sokoban interior walls, default 0.1). A negative value
+	// means no obstacles at all; values above 0.6 are rejected.
+	ObstacleRate float64
+	// TurnBudget is the maximum number of rounds (every role acting once).
+	// Default: planpath max(W+H, 2×shortest path), sokoban
+	// max(W+H, 2×optimal pushes+moves), sudoku4 holes+4, arith steps+2.
+	TurnBudget int
+	// Moves is how many moves a single planpath/sokoban action may hold
+	// (1..4, default 1: one move per round).
+	Moves int
+	// Holes is the number of empty sudoku4 cells (1..11, default 8).
+	Holes int
+	// Steps is the number of arithmetic operations of an arith problem
+	// (1..4); 0 picks 2 or 3 at random per episode.
+	Steps int
+}
+
+// Preset is a named configuration of an environment, so scripts and the
+// evaluation command can say "planpath-10x10" instead of spelling fields.
+type Preset struct {
+	Env    string // environment name, e.g. "planpath"
+	Config Config // configuration (zero fields mean defaults)
+	Doc    string // one line of description
+}
+
+// constructor builds one episode of an environment.
+type constructor func(cfg Config, seed int64) (Env, error)
+
+var constructors = map[string]constructor{
+	"planpath": newPlanPath,
+	"sudoku4":  newSudoku4,
+	"sokoban":  newSokoban,
+	"arith":    newArith,
+}
+
+var presets = map[string]Preset{
+	"planpath-5x5":   {Env: "planpath", Config: Config{Width: 5, Height: 5}, Doc: "5x5 grid, 22% blocked"},
+	"planpath-6x6":   {Env: "planpath", Config: Config{Width: 6, Height: 6}, Doc: "6x6 grid, 22% blocked (the AT-GRPO table's size)"},
+	"planpath-8x8":   {Env: "planpath", Config: Config{Width: 8, Height: 8}, Doc: "8x8 grid, 22% blocked"},
+	"planpath-10x10": {Env: "planpath", Config: Config{Width: 10, Height: 10}, Doc: "10x10 grid, 22% blocked"},
+	"sudoku4-easy":   {Env: "sudoku4", Config: Config{Holes: 5}, Doc: "4x4 sudoku, 5 empty cells"},
+	"sudoku4-hard":   {Env: "sudoku4", Config: Config{Holes: 10}, Doc: "4x4 sudoku, 10 empty cells"},
+	"sokoban-6x6":    {Env: "sokoban", Config: Config{Width: 6, Height: 6}, Doc: "6x6 room, one box"},
+	"arith-2":        {Env: "arith", Config: Config{Steps: 2}, Doc: "two-step word problems"},
+	"arith-3":        {Env: "arith", Config: Config{Steps: 3}, Doc: "three-step word problems"},
+}
+
+// Names lists the environment names accepted by New, sorted.
+func Names() []string {
+	out := make([]string, 0, len(constructors))
+	for n := range constructors {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Presets lists the preset names accepted by New, sorted.
+func Presets() []string {
+	out := make([]string, 0, len(presets))
+	for n := range presets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LookupPreset returns the named preset.
+func LookupPreset(name string) (Preset, bool) {
+	p, ok := presets[name]
+	return p, ok
+}
+
+// Resolve maps an environment or preset name to the environment name and the
+// configuration New would use: cfg's non-zero fields override the preset's.
+func Resolve(name string, cfg Config) (string, Config, error) {
+	if _, ok := constructors[name]; ok {
+		return name, cfg, nil
+	}
+	p, ok := presets[name]
+	if !ok {
+		return "", Config{}, fmt.Errorf("%w %q (environments: %s; presets: %s)", ErrUnknownEnv, name,
+			strings.Join(Names(), ", "), strings.Join(Presets(), ", "))
+	}
+	return p.Env, merge(p.Config, cfg), nil
+}
+
+// merge returns base with every non-zero field of over applied.
+func merge(base, over Config) Config {
+	if over.Width != 0 {
+		base.Width = over.Width
+	}
+	if over.Height != 0 {
+		base.Height = over.Height
+	}
+	if over.ObstacleRate != 0 {
+		base.ObstacleRate = over.ObstacleRate
+	}
+	if over.TurnBudget != 0 {
+		base.TurnBudget = over.TurnBudget
+	}
+	if over.Moves != 0 {
+		base.Moves = over.Moves
+	}
+	if over.Holes != 0 {
+		base.Holes = over.Holes
+	}
+	if over.Steps != 0 {
+		base.Steps = over.Steps
+	}
+	return base
+}
+
+// New starts the episode of environment (or preset) name with the given
+// seed. The same name, cfg and seed always give the same episode.
+func New(name string, cfg Config, seed int64) (Env, error) {
+	envName, cfg, err := Resolve(name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TurnBudget < 0 {
+		return nil, fmt.Errorf("%w: %s turn budget %d < 0", ErrBadConfig, envName, cfg.TurnBudget)
+	}
+	e, err := constructors[envName](cfg, seed)
+	if err != nil {
+		return nil, fmt.Errorf("new %s (seed %d): %w", envName, seed, err)
+	}
+	return e, nil
+}
+
+// alphabet is every byte an observation or action of any environment may
+// contain (actions meaning the well-formed ones the experts produce).
+const alphabet = " #*+,-./0123456789:=?ABDGLRUabcdefghijklmnopqrstuvwxyz"
+
+// Alphabet lists, in byte order, every character any observation or
+// well-formed action of any environment can contain, so a character
+// tokenizer can be built from it. Observations never echo raw action text:
+// an unparseable action is shown as "?".
+func Alphabet() string { return alphabet }
+
+// MaxObsLen is an upper bound on the length in bytes of any observation of
+// environment (or preset) name under cfg.
+func MaxObsLen(name string, cfg Config) (int, error) {
+	envName, cfg, err := Resolve(name, cfg)
+	if err != nil {
+		return 0, err
+	}
+	switch envName {
+	case "planpath":
+		c, err := planPathConfig(cfg)
+		if err != nil {
+			return 0, err
+		}
+		// "t a14 g52 p:" + moves + " " + grid rows joined by '/'.
+		return 12 + c.moves + 1 + c.w*c.h + c.h - 1, nil
+	case "sokoban":
+		c, err := sokobanConfig(cfg)
+		if err != nil {
+			return 0, err
+		}
+		iw, ih := c.w-2, c.h-2
+		// "p a12 b22 g33 c:" + moves + " " + interior rows.
+		return 16 + c.moves + 1 + iw*ih + ih - 1, nil
+	case "sudoku4":
+		return 2 + 19 + 3 + 6, nil // "r " board " v:" fill
+	case "arith":
+		return arithMaxObs, nil
+	}
+	return 0, fmt.Errorf("%w %q", ErrUnknownEnv, name)
+}
+
+// MaxActionLen is the length in bytes of the longest well-formed action of
+// environment (or preset) name under cfg; a policy needs to generate no more.
+func MaxActionLen(name string, cfg Config) (int, error) {
+	envName, cfg, err := Resolve(name, cfg)
+	if err != nil {
+		return 0, err
+	}
+	switch envName {
+	case "planpath":
+		c, err := planPathConfig(cfg)
+		if err != nil {
+			return 0, err
+		}
+		return c.moves, nil
+	case "sokoban":
+		c, err := sokobanConfig(cfg)
+		if err != nil {
+			return 0, err
+		}
+		return max(2, c.moves), nil
+	case "sudoku4":
+		return 6, nil
+	case "arith":
+		return maxExprLen, nil
+	}
+	return 0, fmt.Errorf("%w %q", ErrUnknownEnv, name)
+}
+
+// newRand returns the deterministic generator for a seed; salt separates
+// independent streams drawn from one seed.
+func newRand(seed int64, salt uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15^salt))
+}
+
+// Reward scales shared by the grid environments (AT-GRPO's Plan-Path shaping).
+const (
+	// StepCost is charged for every executed move.
+	StepCost = -0.01
+	// InvalidPenalty is charged for an illegal or unparseable action.
+	InvalidPenalty = -0.1
+	// ShapingScale multiplies the potential difference φ(s')−φ(s) with
+	// φ = −Manhattan distance (γ = 1), so one step closer earns +0.1.
+	ShapingScale = 0.1
+	// GoalReward is earned when the task is solved.
+	GoalReward = 1.0
+	// ShortestBonus is added when planpath reaches the goal along a
+	// shortest path.
+	ShortestBonus = 0.5
+	// LocalGood is a role's local reward for a correct/optimal output,
+	// LocalBad for a wrong, illegal or unparseable one; a legal but
+	// suboptimal output earns 0.
+	LocalGood = 0.1
+	LocalBad  = -0.1
+	// FillReward is sudoku4's team reward for a correct fill and arith's
+	// for a correct intermediate step; a wrong one costs InvalidPenalty.
+	FillReward = 0.1
+)
+
+// turnState is the turn bookkeeping shared by every environment: two roles
+// acting in order, rounds counted, and a turn budget.
+type turnState struct {
+	roles   []string
+	next    int // index into roles of the role to act
+	rounds  int
+	budget  int
+	done    bool
+	success bool
+}
+
+// check returns a non-empty reason when role may not act now.
+func (t *turnState) check(role string) string {
+	if t.done {
+		return "invalid: episode over"
+	}
+	if role != t.roles[t.next] {
+		if !contains(t.roles, role) {
+			return "invalid: unknown role"
+		}
+		return "invalid: not your turn"
+	}
+	return ""
+}
+
+// advance moves the turn to the next role, closing the round (and the
+// episode, when the budget is spent) after the last role.
+func (t *turnState) advance() {
+	t.next++
+	if t.next == len(t.roles) {
+		t.next = 0
+		t.rounds++
+		if t.rounds >= t.budget {
+			t.done = true
+		}
+	}
+}
+
+// refuse is the Step for an out-of-turn, unknown-role or after-the-end call:
+// it changes nothing and costs the caller its local penalty.
+func (t *turnState) refuse(reason string) Step {
+	return Step{Valid: false, Local: LocalBad, Done: t.done, Info: reason}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
