@@ -1,0 +1,541 @@
+// Package atgrpo implements AT-GRPO (Agent- and Turn-wise GRPO, "Stronger
+// Together: On-Policy Reinforcement Learning for Collaborative LLMs", arXiv
+// 2510.11062): GRPO for teams of LLM agents acting in turn in a multi-turn
+// environment.
+//
+// # Tree sampling (the paper's §4 "AT-GRPO", Algorithm 1)
+//
+// Plain GRPO needs G completions of the same prompt to compare; in a
+// multi-agent, multi-turn episode every prompt is reached once, so groups
+// would have size one. AT-GRPO branches instead: for each environment
+// instance e, round t and agent i in turn order,
+//
+//  1. the agent's policy samples K candidate actions from the same
+//     observation o_{e,i,t};
+//  2. each candidate c is applied to its own Clone of the environment,
+//     giving reward r^c = α·team^c + local^c (α = 1 by default);
+//  3. the K candidates form one group with key (e, i, t) and GRPO
+//     advantages A^c = (r^c − mean r)/(std r + 1e-6) (grpo.Advantages),
+//     and go into the buffer of the policy that acts for role i;
+//  4. the episode continues from the best branch c* = argmax_c r^c (ties
+//     go to the earliest candidate), i.e. the clone that executed c*.
+//
+// Candidates for all E instances are requested in one Sampler call per
+// (turn, role), with a seed derived from (Config.Seed, step, turn, role).
+//
+// # Regimes (the paper's "Policy sharing" ablation)
+//
+// Shared: one policy acts for and is trained on every role; the role is
+// told apart by the prompt. This package does not rewrite prompts: the
+// project's environments (algorithms/envs) already name the acting role in
+// Env.Observe. Per-role: a map role → policy; each policy is updated only
+// on its own role's buffer, and the updates run concurrently (goroutines
+// here; separate policy actors in the actor-graph version).
+//
+// # Evaluation
+//
+// Evaluate runs independent (non-tree) episodes: one sample per action on
+// the real environment, reporting success rate and mean returns, as the
+// paper evaluates.
+package atgrpo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig reports an invalid configuration.
+	ErrConfig = errors.New("atgrpo: invalid config")
+	// ErrPolicy reports a missing or misbehaving policy.
+	ErrPolicy = errors.New("atgrpo: policy")
+	// ErrEnv reports environments that cannot be driven together.
+	ErrEnv = errors.New("atgrpo: environment")
+)
+
+// GroupKey identifies one AT-GRPO group: environment instance, acting
+// role (agent) and turn (completed rounds before the action).
+type GroupKey struct {
+	Env  int
+	Role string
+	Turn int
+}
+
+// String renders the key as "env3/planner/t1" (the Sample.Group value).
+func (k GroupKey) String() string { return fmt.Sprintf("env%d/%s/t%d", k.Env, k.Role, k.Turn) }
+
+// Config configures tree sampling and training.
+type Config struct {
+	K         int                // candidates per (env, role, turn) group; ≥ 1
+	Alpha     float64            // weight of the team reward in r = α·team + local
+	Envs      int                // environment instances per training step
+	MaxTurns  int                // rounds after which an episode is cut off
+	Advantage grpo.AdvantageMode // GRPO (std-normalised) or Dr. GRPO (mean-centred)
+	Seed      int64              // base seed for all sampling
+}
+
+// DefaultConfig is K = 4, α = 1, 8 environments, at most 32 rounds, GRPO
+// advantages.
+func DefaultConfig() Config {
+	return Config{K: 4, Alpha: 1, Envs: 8, MaxTurns: 32, Advantage: grpo.StdNormalized}
+}
+
+// Validate reports whether c is usable.
+func (c Config) Validate() error {
+	switch {
+	case c.K < 1:
+		return fmt.Errorf("%w: K = %d, want >= 1", ErrConfig, c.K)
+	case c.Envs < 1:
+		return fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, c.Envs)
+	case c.MaxTurns < 1:
+		return fmt.Errorf("%w: MaxTurns = %d, want >= 1", ErrConfig, c.MaxTurns)
+	case c.Alpha != c.Alpha:
+		return fmt.Errorf("%w: Alpha is NaN", ErrConfig)
+	}
+	return nil
+}
+
+// EnvFactory makes environment instance i for a step, seeded.
+type EnvFactory func(instance int, seed int64) (envs.Env, error)
+
+// Policies routes roles to policies: one shared policy, or one per role.
+type Policies struct {
+	shared rl.Policy
+	byRole map[string]rl.Policy
+}
+
+// SharedName is the policy name used for the shared regime.
+const SharedName = "shared"
+
+// Shared is the shared regime: p acts for every role.
+func Shared(p rl.Policy) *Policies { return &Policies{shared: p} }
+
+// PerRole is the per-role regime: m[role] acts for role and is trained
+// only on that role's samples.
+func PerRole(m map[string]rl.Policy) *Policies {
+	c := make(map[string]rl.Policy, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return &Policies{byRole: c}
+}
+
+// For returns the name and policy acting for role.
+func (p *Policies) For(role string) (string, rl.Policy, error) {
+	if p == nil {
+		return "", nil, fmt.Errorf("%w: no policies", ErrPolicy)
+	}
+	if p.byRole == nil {
+		if p.shared == nil {
+			return "", nil, fmt.Errorf("%w: shared policy is nil", ErrPolicy)
+		}
+		return SharedName, p.shared, nil
+	}
+	pol, ok := p.byRole[role]
+	if !ok || pol == nil {
+		return "", nil, fmt.Errorf("%w: no policy for role %q", ErrPolicy, role)
+	}
+	return role, pol, nil
+}
+
+// Names lists the policy names, sorted.
+func (p *Policies) Names() []string {
+	if p.byRole == nil {
+		return []string{SharedName}
+	}
+	names := make([]string, 0, len(p.byRole))
+	for k := range p.byRole {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (p *Policies) byName(name string) rl.Policy {
+	if p.byRole == nil {
+		return p.shared
+	}
+	return p.byRole[name]
+}
+
+// Candidate is one branch of a group.
+type Candidate struct {
+	Completion rl.Completion
+	Step       envs.Step // what the cloned environment returned
+	Reward     float64   // α·Step.Team + Step.Local
+	Advantage  float64
+}
+
+// Node is one group: K candidates from the same observation.
+type Node struct {
+	Key        GroupKey
+	Policy     string // name of the policy that sampled it
+	Prompt     string
+	Candidates []Candidate
+	Chosen     int // index of the branch the episode continued from
+}
+
+// Rollout is one environment instance's tree-sampled episode.
+type Rollout struct {
+	Env        int
+	Nodes      []Node
+	TeamReturn float64 // Σ team reward along the chosen branches
+	Success    bool
+	Turns      int
+}
+
+// checkRoles verifies every env has the same non-empty cast.
+func checkRoles(es []envs.Env) ([]string, error) {
+	if len(es) == 0 {
+		return nil, fmt.Errorf("%w: no environments", ErrEnv)
+	}
+	roles := es[0].Roles()
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, es[0].Name())
+	}
+	for i, e := range es[1:] {
+		if !slices.Equal(e.Roles(), roles) {
+			return nil, fmt.Errorf("%w: instance %d has roles %v, instance 0 has %v", ErrEnv, i+1, e.Roles(), roles)
+		}
+	}
+	return roles, nil
+}
+
+// TreeRollouts runs AT-GRPO tree sampling on es (modified in place: each
+// ends in the state of its chosen branches) and returns the rollouts and the
+// per-policy buffers of samples with advantages. step distinguishes the
+// seeds of successive training steps.
+func TreeRollouts(ctx context.Context, cfg Config, pols *Policies, es []envs.Env, step int64) ([]Rollout, map[string][]rl.Sample, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	roles, err := checkRoles(es)
+	if err != nil {
+		return nil, nil, err
+	}
+	rolls := make([]Rollout, len(es))
+	for i := range rolls {
+		rolls[i].Env = i
+	}
+	buffers := map[string][]rl.Sample{}
+	for round := 0; round < cfg.MaxTurns; round++ {
+		active := 0
+		for ri, role := range roles {
+			name, pol, err := pols.For(role)
+			if err != nil {
+				return nil, nil, err
+			}
+			var idx []int
+			var prompts []string
+			for e, env := range es {
+				if !env.Done() {
+					idx = append(idx, e)
+					prompts = append(prompts, env.Observe(role))
+				}
+			}
+			if len(idx) == 0 {
+				break
+			}
+			active += len(idx)
+			out, err := pol.Sample(ctx, prompts, cfg.K, rl.DeriveSeed(cfg.Seed, step, int64(round), int64(ri)))
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %v", ErrPolicy, name, role, round, err)
+			}
+			if len(out) != len(prompts) {
+				return nil, nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
+			}
+			for j, e := range idx {
+				if len(out[j]) != cfg.K {
+					return nil, nil, fmt.Errorf("%w: %s returned %d candidates, want K = %d", ErrPolicy, name, len(out[j]), cfg.K)
+				}
+				node := Node{Key: GroupKey{Env: e, Role: role, Turn: es[e].Turn()}, Policy: name, Prompt: prompts[j]}
+				clones := make([]envs.Env, cfg.K)
+				rewards := make([]float64, cfg.K)
+				for c, comp := range out[j] {
+					clones[c] = es[e].Clone()
+					st := clones[c].Step(role, comp.Text)
+					rewards[c] = cfg.Alpha*st.Team + st.Local
+					node.Candidates = append(node.Candidates, Candidate{Completion: comp, Step: st, Reward: rewards[c]})
+				}
+				adv := grpo.Advantages(rewards, cfg.Advantage)
+				best := 0
+				for c := range node.Candidates {
+					node.Candidates[c].Advantage = adv[c]
+					if rewards[c] > rewards[best] {
+						best = c
+					}
+					buffers[name] = append(buffers[name], rl.Sample{
+						Prompt: node.Prompt, Completion: node.Candidates[c].Completion, Group: node.Key.String(),
+						Role: role, Reward: rewards[c], Advantage: adv[c],
+					})
+				}
+				node.Chosen = best
+				es[e] = clones[best]
+				rolls[e].TeamReturn += node.Candidates[best].Step.Team
+				rolls[e].Nodes = append(rolls[e].Nodes, node)
+			}
+		}
+		if active == 0 {
+			break
+		}
+	}
+	for e, env := range es {
+		rolls[e].Success = env.Success()
+		rolls[e].Turns = env.Turn()
+	}
+	return rolls, buffers, nil
+}
+
+// EvalStats summarises independent evaluation episodes.
+type EvalStats struct {
+	Episodes    int
+	SuccessRate float64
+	TeamReturn  float64            // mean Σ team reward per episode
+	RoleReward  map[string]float64 // mean Σ (α·team + local) per episode, by role
+	Turns       float64            // mean rounds per episode
+	Invalid     float64            // fraction of actions that were invalid
+}
+
+// Evaluate plays n independent episodes (one sampled action per turn, no
+// branching) and reports success rate and mean returns; alpha weighs the
+// team reward in RoleReward.
+func Evaluate(ctx context.Context, pols *Policies, newEnv EnvFactory, n, maxTurns int, alpha float64, seed int64) (EvalStats, error) {
+	if n < 1 || maxTurns < 1 {
+		return EvalStats{}, fmt.Errorf("%w: evaluate needs n >= 1 and maxTurns >= 1, got %d, %d", ErrConfig, n, maxTurns)
+	}
+	es := make([]envs.Env, n)
+	for i := range es {
+		e, err := newEnv(i, rl.DeriveSeed(seed, int64(i)))
+		if err != nil {
+			return EvalStats{}, fmt.Errorf("evaluate: make env %d: %w", i, err)
+		}
+		es[i] = e
+	}
+	roles, err := checkRoles(es)
+	if err != nil {
+		return EvalStats{}, err
+	}
+	st := EvalStats{Episodes: n, RoleReward: map[string]float64{}}
+	actions, invalid := 0, 0
+	for round := 0; round < maxTurns; round++ {
+		active := 0
+		for ri, role := range roles {
+			_, pol, err := pols.For(role)
+			if err != nil {
+				return EvalStats{}, err
+			}
+			var idx []int
+			var prompts []string
+			for e, env := range es {
+				if !env.Done() {
+					idx = append(idx, e)
+					prompts = append(prompts, env.Observe(role))
+				}
+			}
+			if len(idx) == 0 {
+				break
+			}
+			active += len(idx)
+			out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, -1, int64(round), int64(ri)))
+			if err != nil {
+				return EvalStats{}, fmt.Errorf("%w: evaluate sampling for role %s: %v", ErrPolicy, role, err)
+			}
+			if len(out) != len(prompts) {
+				return EvalStats{}, fmt.Errorf("%w: %d candidate lists for %d prompts", ErrPolicy, len(out), len(prompts))
+			}
+			for j, e := range idx {
+				if len(out[j]) < 1 {
+					return EvalStats{}, fmt.Errorf("%w: no completion for role %s", ErrPolicy, role)
+				}
+				s := es[e].Step(role, out[j][0].Text)
+				actions++
+				if !s.Valid {
+					invalid++
+				}
+				st.TeamReturn += s.Team
+				st.RoleReward[role] += alpha*s.Team + s.Local
+			}
+		}
+		if active == 0 {
+			break
+		}
+	}
+	for _, env := range es {
+		if env.Success() {
+			st.SuccessRate++
+		}
+		st.Turns += float64(env.Turn())
+	}
+	fn := float64(n)
+	st.SuccessRate /= fn
+	st.TeamReturn /= fn
+	st.Turns /= fn
+	for r := range st.RoleReward {
+		st.RoleReward[r] /= fn
+	}
+	if actions > 0 {
+		st.Invalid = float64(invalid) / float64(actions)
+	}
+	return st, nil
+}
+
+// Trainer runs AT-GRPO training steps.
+type Trainer struct {
+	Config   Config
+	Policies *Policies
+	NewEnv   EnvFactory
+	// Refs optionally maps a policy name to a frozen reference policy whose
+	// log-probs fill Sample.RefLogProbs (for the learner's KL term).
+	Refs map[string]rl.Scorer
+
+	step int64
+}
+
+// StepStats reports one training step.
+type StepStats struct {
+	Step         int64
+	Groups       int                       // number of (env, role, turn) groups
+	Samples      int                       // Σ group sizes = Groups·K
+	MeanReward   float64                   // mean reward over every branch
+	ChosenReward float64                   // mean reward of the chosen branches
+	TeamReturn   float64                   // mean team return along the tree path
+	SuccessRate  float64                   // of the tree path (optimistic: best-of-K at every turn)
+	Adv          grpo.AdvStats             // over all samples
+	Updates      map[string]rl.UpdateStats // by policy name
+}
+
+// Step runs one training step: Config.Envs fresh environments → tree
+// rollouts → per-policy buffers with group advantages → one Learner.Update
+// per policy (concurrently) → statistics.
+func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
+	cfg := t.Config
+	if err := cfg.Validate(); err != nil {
+		return StepStats{}, err
+	}
+	if t.NewEnv == nil {
+		return StepStats{}, fmt.Errorf("%w: trainer has no environment factory", ErrConfig)
+	}
+	step := t.step
+	es := make([]envs.Env, cfg.Envs)
+	for i := range es {
+		e, err := t.NewEnv(i, rl.DeriveSeed(cfg.Seed, step, int64(i), 1))
+		if err != nil {
+			return StepStats{}, fmt.Errorf("step %d: make env %d: %w", step, i, err)
+		}
+		es[i] = e
+	}
+	rolls, buffers, err := TreeRollouts(ctx, cfg, t.Policies, es, step)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("step %d: %w", step, err)
+	}
+	st := StepStats{Step: step, Updates: map[string]rl.UpdateStats{}}
+	var advs []float64
+	chosen := 0
+	for _, r := range rolls {
+		st.TeamReturn += r.TeamReturn
+		if r.Success {
+			st.SuccessRate++
+		}
+		for _, n := range r.Nodes {
+			st.Groups++
+			st.ChosenReward += n.Candidates[n.Chosen].Reward
+			chosen++
+			for _, c := range n.Candidates {
+				st.Samples++
+				st.MeanReward += c.Reward
+				advs = append(advs, c.Advantage)
+			}
+		}
+	}
+	st.TeamReturn /= float64(len(rolls))
+	st.SuccessRate /= float64(len(rolls))
+	if st.Samples > 0 {
+		st.MeanReward /= float64(st.Samples)
+		st.ChosenReward /= float64(chosen)
+	}
+	st.Adv = grpo.SummarizeAdvantages(advs)
+	if err := t.fillRefs(ctx, buffers); err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	upd, err := UpdateAll(ctx, t.Policies, buffers)
+	st.Updates = upd
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	t.step++
+	return st, nil
+}
+
+func (t *Trainer) fillRefs(ctx context.Context, buffers map[string][]rl.Sample) error {
+	for name, ref := range t.Refs {
+		buf := buffers[name]
+		if len(buf) == 0 || ref == nil {
+			continue
+		}
+		prompts := make([]string, len(buf))
+		comps := make([]rl.Completion, len(buf))
+		for i, s := range buf {
+			prompts[i], comps[i] = s.Prompt, s.Completion
+		}
+		lps, err := ref.LogProbs(ctx, prompts, comps)
+		if err != nil {
+			return fmt.Errorf("reference log-probs for %s: %w", name, err)
+		}
+		if len(lps) != len(buf) {
+			return fmt.Errorf("reference for %s returned %d rows for %d samples", name, len(lps), len(buf))
+		}
+		for i := range buf {
+			buf[i].RefLogProbs = lps[i]
+		}
+	}
+	return nil
+}
+
+// UpdateAll calls Update on every policy with a non-empty buffer, each in
+// its own goroutine, and waits for all. A policy is only ever given its own
+// buffer. Errors are joined, each naming its policy.
+func UpdateAll(ctx context.Context, pols *Policies, buffers map[string][]rl.Sample) (map[string]rl.UpdateStats, error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+		out  = map[string]rl.UpdateStats{}
+	)
+	for _, name := range pols.Names() {
+		buf := buffers[name]
+		if len(buf) == 0 {
+			continue
+		}
+		pol := pols.byName(name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := pol.Update(ctx, buf)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("update %s: %w", name, err))
+				return
+			}
+			out[name] = s
+		}()
+	}
+	wg.Wait()
+	for name := range buffers {
+		if pols.byName(name) == nil {
+			errs = append(errs, fmt.Errorf("%w: buffer for unknown policy %q", ErrPolicy, name))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return out, errors.Join(errs...)
+}
