@@ -44,9 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
-	"sync"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -57,8 +54,8 @@ import (
 var (
 	// ErrConfig reports an invalid configuration.
 	ErrConfig = errors.New("atgrpo: invalid config")
-	// ErrPolicy reports a missing or misbehaving policy.
-	ErrPolicy = errors.New("atgrpo: policy")
+	// ErrPolicy reports a missing or misbehaving policy (rl.ErrPolicy).
+	ErrPolicy = rl.ErrPolicy
 	// ErrEnv reports environments that cannot be driven together.
 	ErrEnv = errors.New("atgrpo: environment")
 )
@@ -108,65 +105,17 @@ func (c Config) Validate() error {
 // EnvFactory makes environment instance i for a step, seeded.
 type EnvFactory func(instance int, seed int64) (envs.Env, error)
 
-// Policies routes roles to policies: one shared policy, or one per role.
-type Policies struct {
-	shared rl.Policy
-	byRole map[string]rl.Policy
-}
+// Policies routes roles to policies (see rl.Policies).
+type Policies = rl.Policies
 
-// SharedName is the policy name used for the shared regime.
-const SharedName = "shared"
+// SharedName is the policy name of the shared regime.
+const SharedName = rl.SharedName
 
-// Shared is the shared regime: p acts for every role.
-func Shared(p rl.Policy) *Policies { return &Policies{shared: p} }
+// Shared is the shared regime: p acts for every role (rl.Shared).
+func Shared(p rl.Policy) *Policies { return rl.Shared(p) }
 
-// PerRole is the per-role regime: m[role] acts for role and is trained
-// only on that role's samples.
-func PerRole(m map[string]rl.Policy) *Policies {
-	c := make(map[string]rl.Policy, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return &Policies{byRole: c}
-}
-
-// For returns the name and policy acting for role.
-func (p *Policies) For(role string) (string, rl.Policy, error) {
-	if p == nil {
-		return "", nil, fmt.Errorf("%w: no policies", ErrPolicy)
-	}
-	if p.byRole == nil {
-		if p.shared == nil {
-			return "", nil, fmt.Errorf("%w: shared policy is nil", ErrPolicy)
-		}
-		return SharedName, p.shared, nil
-	}
-	pol, ok := p.byRole[role]
-	if !ok || pol == nil {
-		return "", nil, fmt.Errorf("%w: no policy for role %q", ErrPolicy, role)
-	}
-	return role, pol, nil
-}
-
-// Names lists the policy names, sorted.
-func (p *Policies) Names() []string {
-	if p.byRole == nil {
-		return []string{SharedName}
-	}
-	names := make([]string, 0, len(p.byRole))
-	for k := range p.byRole {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func (p *Policies) byName(name string) rl.Policy {
-	if p.byRole == nil {
-		return p.shared
-	}
-	return p.byRole[name]
-}
+// PerRole is the per-role regime (rl.PerRole).
+func PerRole(m map[string]rl.Policy) *Policies { return rl.PerRole(m) }
 
 // Candidate is one branch of a group.
 type Candidate struct {
@@ -467,7 +416,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	if err := t.fillRefs(ctx, buffers); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	upd, err := UpdateAll(ctx, t.Policies, buffers)
+	upd, err := rl.UpdateAll(ctx, t.Policies, buffers)
 	st.Updates = upd
 	if err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
@@ -499,43 +448,4 @@ func (t *Trainer) fillRefs(ctx context.Context, buffers map[string][]rl.Sample) 
 		}
 	}
 	return nil
-}
-
-// UpdateAll calls Update on every policy with a non-empty buffer, each in
-// its own goroutine, and waits for all. A policy is only ever given its own
-// buffer. Errors are joined, each naming its policy.
-func UpdateAll(ctx context.Context, pols *Policies, buffers map[string][]rl.Sample) (map[string]rl.UpdateStats, error) {
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-		out  = map[string]rl.UpdateStats{}
-	)
-	for _, name := range pols.Names() {
-		buf := buffers[name]
-		if len(buf) == 0 {
-			continue
-		}
-		pol := pols.byName(name)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := pol.Update(ctx, buf)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("update %s: %w", name, err))
-				return
-			}
-			out[name] = s
-		}()
-	}
-	wg.Wait()
-	for name := range buffers {
-		if pols.byName(name) == nil {
-			errs = append(errs, fmt.Errorf("%w: buffer for unknown policy %q", ErrPolicy, name))
-		}
-	}
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return out, errors.Join(errs...)
 }
