@@ -1,0 +1,65 @@
+// Command genptx regenerates the committed PTX of troupe's CUDA kernels
+// (gpu/cuda/ptx/<arch>/<file>.ptx) with NVRTC, and with -resources prints
+// the ptxas register / shared-memory / spill table for the README.
+//
+// Run from gpu/cuda (go generate does): go run ./internal/genptx [-resources]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"troupe/gpu/cuda"
+)
+
+func main() {
+	resources := flag.Bool("resources", false, "print the ptxas resource table instead of writing PTX")
+	flag.Parse()
+	if err := run(*resources); err != nil {
+		fmt.Fprintln(os.Stderr, "genptx:", err)
+		os.Exit(1)
+	}
+}
+
+func run(resources bool) error {
+	srcs, err := cuda.Sources()
+	if err != nil {
+		return err
+	}
+	if resources {
+		fmt.Println("| kernel | arch | registers | smem bytes/block | stack bytes | spill stores | spill loads |")
+		fmt.Println("|---|---|---:|---:|---:|---:|---:|")
+		for _, s := range srcs {
+			for _, arch := range cuda.Archs {
+				rs, err := cuda.Resources(s, arch)
+				if err != nil {
+					return err
+				}
+				for _, r := range rs {
+					fmt.Printf("| %s | %s | %d | %d | %d | %d | %d |\n", r.Kernel, r.Arch, r.Registers, r.SharedBytes, r.StackBytes, r.SpillStores, r.SpillLoads)
+				}
+			}
+		}
+		return nil
+	}
+	for _, arch := range cuda.Archs {
+		dir := filepath.Join("ptx", arch)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		for _, s := range srcs {
+			ptx, err := cuda.CompilePTX(s, arch)
+			if err != nil {
+				return err
+			}
+			p := filepath.Join(dir, s.Name+".ptx")
+			if err := os.WriteFile(p, ptx, 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", p, err)
+			}
+			fmt.Printf("wrote %s (%d bytes)\n", p, len(ptx))
+		}
+	}
+	return nil
+}
