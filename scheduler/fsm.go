@@ -1,0 +1,157 @@
+package scheduler
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// snapshotVersion is the first byte of an encoded state; bump it when the
+// layout changes incompatibly.
+const snapshotVersion = 1
+
+// MarshalBinary encodes the whole state as a version byte plus msgpack with
+// sorted map keys, so equal states encode to equal bytes.
+func (s *State) MarshalBinary() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(snapshotVersion)
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(&s.d); err != nil {
+		return nil, fmt.Errorf("encode state: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// UnmarshalBinary replaces s with a state encoded by MarshalBinary.
+func (s *State) UnmarshalBinary(b []byte) error {
+	if len(b) == 0 || b[0] != snapshotVersion {
+		return fmt.Errorf("decode state: %w: missing or unknown version byte", ErrMalformed)
+	}
+	var d stateData
+	r := bytes.NewReader(b[1:])
+	if err := msgpack.NewDecoder(r).Decode(&d); err != nil {
+		return fmt.Errorf("decode state: %w: %v", ErrMalformed, err)
+	}
+	if r.Len() != 0 {
+		return fmt.Errorf("decode state: %w: %d trailing bytes", ErrMalformed, r.Len())
+	}
+	d.init()
+	for id, n := range d.Nodes {
+		if n == nil || n.ID != id {
+			return fmt.Errorf("decode state: %w: node entry %q", ErrMalformed, id)
+		}
+	}
+	for id, a := range d.Actors {
+		if a == nil || a.Spec.ID != id {
+			return fmt.Errorf("decode state: %w: actor entry %q", ErrMalformed, id)
+		}
+	}
+	for id, g := range d.Groups {
+		if g == nil || g.Spec.ID != id {
+			return fmt.Errorf("decode state: %w: group entry %q", ErrMalformed, id)
+		}
+	}
+	for id, j := range d.Jobs {
+		if j == nil || j.Spec.ID != id {
+			return fmt.Errorf("decode state: %w: job entry %q", ErrMalformed, id)
+		}
+	}
+	*s = State{d: d}
+	s.idx.dirty = true
+	s.rebuildRelations()
+	return nil
+}
+
+// FSM is the raft finite state machine of the control plane: it applies
+// committed commands to a State, snapshots it and restores it. It is safe
+// for concurrent use: raft calls Apply while readers call Read.
+type FSM struct {
+	mu sync.RWMutex
+	st *State
+}
+
+// NewFSM returns an FSM over an empty state.
+func NewFSM() *FSM { return &FSM{st: NewState()} }
+
+// Response is what FSM.Apply returns (raft's ApplyFuture.Response()).
+type Response struct {
+	// Err is nil when the command was applied; for a Batch with refused
+	// entries it is a *BatchError.
+	Err error
+	// Index is the raft log index of the command.
+	Index uint64
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// Apply implements raft.FSM: it decodes and applies a LogCommand entry
+// and returns a *Response. Other entry types are ignored (nil response).
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	c, err := DecodeCommand(l.Data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st.d.Applied = l.Index
+	if err != nil {
+		return &Response{Err: err, Index: l.Index}
+	}
+	return &Response{Err: f.st.Apply(c), Index: l.Index}
+}
+
+// Read runs fn with the current state under a read lock. fn must not keep
+// or modify the state (clone it with State.Clone to keep it).
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.st)
+}
+
+// Snapshot implements raft.FSM: it encodes the whole state (under the read
+// lock, so it is a consistent point in the log) for Persist to write.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	b, err := f.st.MarshalBinary()
+	f.mu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return &fsmSnapshot{data: b}, nil
+}
+
+// Restore implements raft.FSM: it replaces the state with a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("restore: read snapshot: %w", err)
+	}
+	st := NewState()
+	if err := st.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot struct{ data []byte }
+
+// Persist writes the encoded state to the sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release does nothing: the snapshot holds its own copy.
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,298 @@
+package scheduler
+
+import "math/bits"
+
+// exactSearchLimit is the largest number of candidate sets searched
+// exhaustively (C(8,4) = 70, C(16,8) = 12,870); beyond it a greedy search
+// with local improvement is used.
+const exactSearchLimit = 20000
+
+// binomial returns C(n, k), capped at limit+1 so it never overflows.
+func binomial(n, k, limit int) int {
+	if k < 0 || k > n {
+		return 0
+	}
+	if k > n-k {
+		k = n - k
+	}
+	c := 1
+	for i := 1; i <= k; i++ {
+		c = c * (n - k + i) / i
+		if c > limit {
+			return limit + 1
+		}
+	}
+	return c
+}
+
+// setSearch finds the k GPUs of one node with the best total pairwise link
+// score. The score of a set is the sum of scores over its pairs plus the
+// scores from each member to the anchor GPUs (GPUs the same placement group
+// already holds on the node, so a group's bundles stay close together).
+// Ties go to the set least connected to the free GPUs left behind (so the
+// remaining GPUs stay well connected for the next request), then to the
+// lexicographically smallest set.
+type setSearch struct {
+	n        *Node
+	cands    []int // candidate slots, ascending
+	candMask uint64
+	k        int
+	minScore int
+	adj      []uint64 // adj[slot]: slots whose link to it scores ≥ minScore
+	anchorSc []int    // anchorSc[slot]: score from slot to the anchor set
+
+	cur       []int
+	best      []int
+	bestScore int
+	bestOut   int
+	found     bool
+}
+
+// bestGPUSet chooses k slots among cand (a bitmask) on n. Every chosen pair
+// must score at least minScore (0 means no constraint). It returns the slots
+// in ascending order, the set's score, and false when no such set exists.
+func bestGPUSet(n *Node, cand uint64, k int, minScore int, anchor uint64) ([]int, int, bool) {
+	m := bits.OnesCount64(cand)
+	if k <= 0 || k > m {
+		return nil, 0, k == 0
+	}
+	s := &setSearch{n: n, candMask: cand, k: k, minScore: minScore}
+	s.cands = make([]int, 0, m)
+	for c := cand; c != 0; c &= c - 1 {
+		s.cands = append(s.cands, bits.TrailingZeros64(c))
+	}
+	s.anchorSc = make([]int, len(n.GPUs))
+	if anchor != 0 && n.Topology != nil {
+		for _, c := range s.cands {
+			for a := anchor; a != 0; a &= a - 1 {
+				s.anchorSc[c] += n.Topology[c][bits.TrailingZeros64(a)]
+			}
+		}
+	}
+	if minScore > 0 {
+		s.adj = adjacency(n, cand, minScore)
+	}
+	if binomial(m, k, exactSearchLimit) <= exactSearchLimit {
+		s.cur = make([]int, 0, k)
+		s.exact(0, cand, 0)
+	} else {
+		s.greedy()
+	}
+	if !s.found {
+		return nil, 0, false
+	}
+	return s.best, s.bestScore, true
+}
+
+// adjacency returns, for each slot in cand, the mask of slots in cand whose
+// link to it scores at least minScore.
+func adjacency(n *Node, cand uint64, minScore int) []uint64 {
+	adj := make([]uint64, len(n.GPUs))
+	for a := cand; a != 0; a &= a - 1 {
+		i := bits.TrailingZeros64(a)
+		for b := cand; b != 0; b &= b - 1 {
+			j := bits.TrailingZeros64(b)
+			if i != j && n.score(i, j) >= minScore {
+				adj[i] |= 1 << uint(j)
+			}
+		}
+	}
+	return adj
+}
+
+// outside returns the total score from set to the candidates not in it.
+func (s *setSearch) outside(set []int) int {
+	if s.n.Topology == nil {
+		return 0
+	}
+	var in uint64
+	for _, c := range set {
+		in |= 1 << uint(c)
+	}
+	t := 0
+	for _, c := range set {
+		row := s.n.Topology[c]
+		for r := s.candMask &^ in; r != 0; r &= r - 1 {
+			t += row[bits.TrailingZeros64(r)]
+		}
+	}
+	return t
+}
+
+// consider records set if it beats the best so far.
+func (s *setSearch) consider(set []int, score int) {
+	if s.found && score < s.bestScore {
+		return
+	}
+	out := s.outside(set)
+	if s.found && score == s.bestScore && out >= s.bestOut {
+		return // equal or worse tie-break; enumeration order keeps the lexicographically smallest
+	}
+	s.found = true
+	s.bestScore, s.bestOut = score, out
+	s.best = append(s.best[:0], set...)
+}
+
+// exact enumerates every k-subset in lexicographic order. allowed is the mask
+// of slots compatible (minScore) with everything chosen so far.
+func (s *setSearch) exact(start int, allowed uint64, score int) {
+	if len(s.cur) == s.k {
+		s.consider(s.cur, score)
+		return
+	}
+	need := s.k - len(s.cur)
+	for i := start; i <= len(s.cands)-need; i++ {
+		c := s.cands[i]
+		if allowed&(1<<uint(c)) == 0 {
+			continue
+		}
+		inc := s.anchorSc[c]
+		for _, p := range s.cur {
+			inc += s.n.score(c, p)
+		}
+		next := allowed
+		if s.adj != nil {
+			next &= s.adj[c]
+		}
+		s.cur = append(s.cur, c)
+		s.exact(i+1, next, score+inc)
+		s.cur = s.cur[:len(s.cur)-1]
+	}
+}
+
+// greedy grows a set from every seed GPU by adding the GPU that adds the
+// most score, then improves each result by single swaps until none helps.
+func (s *setSearch) greedy() {
+	for _, seed := range s.cands {
+		set := []int{seed}
+		var in uint64 = 1 << uint(seed)
+		score := s.anchorSc[seed]
+		for len(set) < s.k {
+			bestC, bestInc := -1, -1
+			for _, c := range s.cands {
+				if in&(1<<uint(c)) != 0 || (s.adj != nil && s.adj[c]&in != in) {
+					continue
+				}
+				inc := s.anchorSc[c]
+				for _, p := range set {
+					inc += s.n.score(c, p)
+				}
+				if inc > bestInc {
+					bestC, bestInc = c, inc
+				}
+			}
+			if bestC < 0 {
+				break
+			}
+			set = append(set, bestC)
+			in |= 1 << uint(bestC)
+			score += bestInc
+		}
+		if len(set) < s.k {
+			continue
+		}
+		set, score = s.improve(set, in, score)
+		sortInts(set)
+		s.consider(set, score)
+	}
+}
+
+// improve applies the best single swap (member out, non-member in) while one
+// raises the score, at most 4k rounds.
+func (s *setSearch) improve(set []int, in uint64, score int) ([]int, int) {
+	contrib := func(c int, excl int) int {
+		v := s.anchorSc[c]
+		for _, p := range set {
+			if p != excl && p != c {
+				v += s.n.score(c, p)
+			}
+		}
+		return v
+	}
+	for round := 0; round < 4*s.k; round++ {
+		bestGain, bi, bc := 0, -1, -1
+		for i, out := range set {
+			outC := contrib(out, -1)
+			for _, c := range s.cands {
+				if in&(1<<uint(c)) != 0 {
+					continue
+				}
+				if s.adj != nil && s.adj[c]&(in&^(1<<uint(out))) != in&^(1<<uint(out)) {
+					continue
+				}
+				if g := contrib(c, out) - outC; g > bestGain {
+					bestGain, bi, bc = g, i, c
+				}
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		in = in&^(1<<uint(set[bi])) | 1<<uint(bc)
+		set[bi] = bc
+		score += bestGain
+	}
+	return set, score
+}
+
+// maxClique returns the size of the largest subset of cand whose every pair
+// scores at least minScore (Bron–Kerbosch with pivoting on bitmasks).
+func maxClique(n *Node, cand uint64, minScore int) int {
+	if minScore <= 0 || bits.OnesCount64(cand) <= 1 {
+		return bits.OnesCount64(cand)
+	}
+	adj := adjacency(n, cand, minScore)
+	best := 0
+	var bk func(r int, p, x uint64)
+	bk = func(r int, p, x uint64) {
+		if p == 0 && x == 0 {
+			if r > best {
+				best = r
+			}
+			return
+		}
+		if r+bits.OnesCount64(p) <= best {
+			return
+		}
+		pu := p | x
+		piv := bits.TrailingZeros64(pu)
+		for c := p &^ adj[piv]; c != 0; c &= c - 1 {
+			v := bits.TrailingZeros64(c)
+			bk(r+1, p&adj[v], x&adj[v])
+			p &^= 1 << uint(v)
+			x |= 1 << uint(v)
+		}
+	}
+	bk(0, cand, 0)
+	return best
+}
+
+// pickFraction chooses the GPU slot for a fractional request of frac: the
+// fitting GPU with the least free (best fit, so shared GPUs fill up before
+// whole ones are broken); among entirely free GPUs, the one least connected
+// to the others (keeping well-connected GPUs for multi-GPU requests).
+func pickFraction(n *Node, frac float64) (int, bool) {
+	best, bestFree := -1, 2.0
+	for i := range n.GPUs {
+		f := n.GPUs[i].Free
+		if f+1e-9 >= frac && f < 1 && f < bestFree {
+			best, bestFree = i, f
+		}
+	}
+	if best >= 0 {
+		return best, true
+	}
+	set, _, ok := bestGPUSet(n, n.wholeFreeMask(), 1, 0, 0)
+	if !ok || len(set) == 0 {
+		return -1, false
+	}
+	return set[0], true
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}

@@ -1,0 +1,254 @@
+package scheduler
+
+import (
+	"math/bits"
+	"sort"
+)
+
+// State is the replicated cluster state: nodes and their free resources,
+// actors, placement groups, named actors and jobs. It changes only through
+// Apply (commands committed through raft), is deterministic (no clocks, no
+// randomness, no map-order dependence), and is not safe for concurrent use
+// (FSM adds the locking).
+//
+// Accessors return pointers into the state for speed; callers must treat
+// them as read-only.
+type State struct {
+	d   stateData
+	idx index
+	rel relations
+}
+
+// stateData is the serialized part of State (the snapshot).
+type stateData struct {
+	Nodes  map[NodeID]*Node            `msgpack:"nodes"`
+	Actors map[ActorID]*Actor          `msgpack:"actors"`
+	Groups map[GroupID]*PlacementGroup `msgpack:"groups"`
+	Names  map[string]ActorID          `msgpack:"names"`
+	Jobs   map[JobID]*Job              `msgpack:"jobs"`
+	// Applied is the raft index of the last applied log entry.
+	Applied uint64 `msgpack:"applied"`
+}
+
+// NewState returns an empty cluster state.
+func NewState() *State {
+	s := &State{}
+	s.d.init()
+	s.idx.dirty = true
+	return s
+}
+
+func (d *stateData) init() {
+	if d.Nodes == nil {
+		d.Nodes = map[NodeID]*Node{}
+	}
+	if d.Actors == nil {
+		d.Actors = map[ActorID]*Actor{}
+	}
+	if d.Groups == nil {
+		d.Groups = map[GroupID]*PlacementGroup{}
+	}
+	if d.Names == nil {
+		d.Names = map[string]ActorID{}
+	}
+	if d.Jobs == nil {
+		d.Jobs = map[JobID]*Job{}
+	}
+}
+
+// AppliedIndex returns the raft log index of the last applied command (0
+// when commands were applied without raft).
+func (s *State) AppliedIndex() uint64 { return s.d.Applied }
+
+// Node returns the node with the given ID, or nil.
+func (s *State) Node(id NodeID) *Node { return s.d.Nodes[id] }
+
+// Nodes returns every node sorted by ID.
+func (s *State) Nodes() []*Node {
+	s.idx.ensure(s)
+	return append([]*Node(nil), s.idx.order...)
+}
+
+// Actor returns the actor with the given ID, or nil.
+func (s *State) Actor(id ActorID) *Actor { return s.d.Actors[id] }
+
+// Actors returns every actor sorted by ID.
+func (s *State) Actors() []*Actor {
+	out := make([]*Actor, 0, len(s.d.Actors))
+	for _, a := range s.d.Actors {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
+	return out
+}
+
+// ActorByName returns the live actor registered under namespace/name, or nil.
+func (s *State) ActorByName(namespace, name string) *Actor {
+	id, ok := s.d.Names[nameKey(namespace, name)]
+	if !ok {
+		return nil
+	}
+	return s.d.Actors[id]
+}
+
+// Group returns the placement group with the given ID, or nil.
+func (s *State) Group(id GroupID) *PlacementGroup { return s.d.Groups[id] }
+
+// Groups returns every placement group sorted by ID.
+func (s *State) Groups() []*PlacementGroup {
+	out := make([]*PlacementGroup, 0, len(s.d.Groups))
+	for _, g := range s.d.Groups {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
+	return out
+}
+
+// Job returns the job with the given ID, or nil.
+func (s *State) Job(id JobID) *Job { return s.d.Jobs[id] }
+
+// Jobs returns every job sorted by ID.
+func (s *State) Jobs() []*Job {
+	out := make([]*Job, 0, len(s.d.Jobs))
+	for _, j := range s.d.Jobs {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
+	return out
+}
+
+// Clone returns a deep copy of s (through its snapshot encoding, so it is
+// exactly what a follower restoring a snapshot would hold).
+func (s *State) Clone() *State {
+	b, err := s.MarshalBinary()
+	if err != nil {
+		panic("scheduler: state does not encode: " + err.Error()) // cannot happen: every field is encodable
+	}
+	c := NewState()
+	if err := c.UnmarshalBinary(b); err != nil {
+		panic("scheduler: state does not decode: " + err.Error())
+	}
+	return c
+}
+
+func nameKey(namespace, name string) string { return namespace + "/" + name }
+
+// index holds derived per-node lookups so a placement decision does not
+// scan every node: for each count k, the set of schedulable nodes with
+// exactly k entirely free GPUs, and the set of schedulable nodes with a
+// partly used GPU. Node ordinals follow node ID order, so the index is a
+// pure function of the state (rebuilt lazily after nodes come or go).
+type index struct {
+	dirty   bool
+	order   []*Node
+	ord     map[NodeID]int
+	buckets []bitset // buckets[k]: nodes with k whole free GPUs
+	partial bitset
+	key     []int // current bucket per ordinal, -1 when not schedulable
+	maxGPUs int
+}
+
+func (x *index) ensure(s *State) {
+	if !x.dirty {
+		return
+	}
+	x.dirty = false
+	x.order = x.order[:0]
+	for _, n := range s.d.Nodes {
+		x.order = append(x.order, n)
+	}
+	sort.Slice(x.order, func(i, j int) bool { return x.order[i].ID < x.order[j].ID })
+	x.ord = make(map[NodeID]int, len(x.order))
+	x.maxGPUs = 0
+	for i, n := range x.order {
+		x.ord[n.ID] = i
+		if len(n.GPUs) > x.maxGPUs {
+			x.maxGPUs = len(n.GPUs)
+		}
+	}
+	words := (len(x.order) + 63) / 64
+	x.buckets = make([]bitset, x.maxGPUs+1)
+	for k := range x.buckets {
+		x.buckets[k] = make(bitset, words)
+	}
+	x.partial = make(bitset, words)
+	x.key = make([]int, len(x.order))
+	for i, n := range x.order {
+		x.key[i] = -1
+		x.place(i, n)
+	}
+}
+
+// place files ordinal i under its current bucket (key must be -1 or stale
+// and already cleared).
+func (x *index) place(i int, n *Node) {
+	if !n.schedulable() {
+		x.key[i] = -1
+		x.partial.clear(i)
+		return
+	}
+	k := n.wholeFree()
+	x.key[i] = k
+	x.buckets[k].set(i)
+	if n.hasPartial() {
+		x.partial.set(i)
+	} else {
+		x.partial.clear(i)
+	}
+}
+
+// touch refreshes n's index entry after its free resources or state changed.
+func (s *State) touch(n *Node) {
+	x := &s.idx
+	if x.dirty {
+		return
+	}
+	i, ok := x.ord[n.ID]
+	if !ok {
+		x.dirty = true
+		return
+	}
+	if k := x.key[i]; k >= 0 {
+		x.buckets[k].clear(i)
+	}
+	x.place(i, n)
+}
+
+// bitset is a set of node ordinals.
+type bitset []uint64
+
+func (b bitset) set(i int)   { b[i>>6] |= 1 << uint(i&63) }
+func (b bitset) clear(i int) { b[i>>6] &^= 1 << uint(i&63) }
+
+// next returns the first member ≥ from, or -1.
+func (b bitset) next(from int) int {
+	w := from >> 6
+	if w >= len(b) {
+		return -1
+	}
+	if m := b[w] >> uint(from&63); m != 0 {
+		return from + bits.TrailingZeros64(m)
+	}
+	for w++; w < len(b); w++ {
+		if b[w] != 0 {
+			return w<<6 + bits.TrailingZeros64(b[w])
+		}
+	}
+	return -1
+}
+
+// each calls fn for every member starting at start and wrapping around,
+// until fn returns false.
+func (b bitset) each(start int, fn func(i int) bool) {
+	for i := b.next(start); i >= 0; i = b.next(i + 1) {
+		if !fn(i) {
+			return
+		}
+	}
+	end := start
+	for i := b.next(0); i >= 0 && i < end; i = b.next(i + 1) {
+		if !fn(i) {
+			return
+		}
+	}
+}
