@@ -191,7 +191,7 @@ func MaxObsLen(name string, cfg Config) (int, error) {
 		}
 		iw, ih := c.w-2, c.h-2
 		// "p a12 b22 g33 c:" + moves + " " + interior rows.
-		return 16 + c.moves + 1 + iw*ih + ih - 1, nil
+		return 16 + max(2, c.moves) + 1 + iw*ih + ih - 1, nil
 	case "sudoku4":
 		return 2 + 19 + 3 + 6, nil // "r " board " v:" fill
 	case "arith":
