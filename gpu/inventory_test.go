@@ -292,6 +292,10 @@ func TestSimulatedUtilizationFollowsBusyTime(t *testing.T) {
 	if s := inv.Sample()[2]; *s.SMUtil != 0 || *s.Processes[0].SMUtil != 0 {
 		t.Errorf("idle again = %d%%", *s.SMUtil)
 	}
+	if err := sim.SetProcessMemory(2, 200, 77<<30); !errors.Is(err, ErrSimulatedOOM) {
+		t.Errorf("80 GiB GPU accepted 4+77 GiB: %v", err)
+	}
+	must(t, sim.SetProcessMemory(2, 100, 80<<30)) // replaces pid 100's own 4 GiB
 	if err := sim.AddBusy(8, time.Second); !errors.Is(err, ErrNoDevice) {
 		t.Errorf("AddBusy(8) err = %v", err)
 	}

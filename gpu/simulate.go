@@ -412,14 +412,28 @@ func (s *Simulation) AddProcessBusy(index int, pid uint32, d time.Duration) erro
 	return nil
 }
 
+// ErrSimulatedOOM reports memory declared beyond a simulated GPU's total.
+var ErrSimulatedOOM = errors.New("gpu: simulated GPU out of memory")
+
 // SetProcessMemory declares the GPU memory process pid holds on GPU index
-// (0 releases it).
+// (0 releases it). Like a real allocation it fails when the GPU's memory
+// would be exceeded.
 func (s *Simulation) SetProcessMemory(index int, pid uint32, bytes uint64) error {
 	if err := s.check(index); err != nil {
 		return fmt.Errorf("set process memory: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var others uint64
+	for p, b := range s.devs[index].mem {
+		if p != pid {
+			others += b
+		}
+	}
+	if total := s.spec.gpu.MemoryMB << 20; others+bytes > total {
+		return fmt.Errorf("set memory of process %d on GPU %d to %d bytes: %w (%d of %d bytes held by others)",
+			pid, index, bytes, ErrSimulatedOOM, others, total)
+	}
 	if bytes == 0 {
 		delete(s.devs[index].mem, pid)
 	} else {

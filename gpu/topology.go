@@ -49,6 +49,17 @@ func (l LinkLevel) String() string {
 // MarshalText makes levels readable in JSON.
 func (l LinkLevel) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
+// UnmarshalText parses what MarshalText wrote; an unknown name is an error.
+func (l *LinkLevel) UnmarshalText(b []byte) error {
+	for i, n := range levelNames {
+		if n == string(b) {
+			*l = LinkLevel(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("gpu: unknown link level %q", b)
+}
+
 // levelFromNVML maps NVML's common-ancestor level to a LinkLevel.
 func levelFromNVML(t nvml.GpuTopologyLevel) LinkLevel {
 	switch t {
