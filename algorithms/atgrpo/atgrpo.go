@@ -413,7 +413,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 		st.ChosenReward /= float64(chosen)
 	}
 	st.Adv = grpo.SummarizeAdvantages(advs)
-	if err := t.fillRefs(ctx, buffers); err != nil {
+	if err := rl.FillRefs(ctx, t.Refs, buffers); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}
 	upd, err := rl.UpdateAll(ctx, t.Policies, buffers)
@@ -423,29 +423,4 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	}
 	t.step++
 	return st, nil
-}
-
-func (t *Trainer) fillRefs(ctx context.Context, buffers map[string][]rl.Sample) error {
-	for name, ref := range t.Refs {
-		buf := buffers[name]
-		if len(buf) == 0 || ref == nil {
-			continue
-		}
-		prompts := make([]string, len(buf))
-		comps := make([]rl.Completion, len(buf))
-		for i, s := range buf {
-			prompts[i], comps[i] = s.Prompt, s.Completion
-		}
-		lps, err := ref.LogProbs(ctx, prompts, comps)
-		if err != nil {
-			return fmt.Errorf("reference log-probs for %s: %w", name, err)
-		}
-		if len(lps) != len(buf) {
-			return fmt.Errorf("reference for %s returned %d rows for %d samples", name, len(lps), len(buf))
-		}
-		for i := range buf {
-			buf[i].RefLogProbs = lps[i]
-		}
-	}
-	return nil
 }

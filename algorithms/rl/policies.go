@@ -127,3 +127,31 @@ func UpdateAll(ctx context.Context, pols *Policies, buffers map[string][]Sample)
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return out, errors.Join(errs...)
 }
+
+// FillRefs sets RefLogProbs on every sample of buffers[name] from refs[name]
+// (a frozen reference policy per policy name), for the learners' KL term.
+// Policies without a reference are left alone.
+func FillRefs(ctx context.Context, refs map[string]Scorer, buffers map[string][]Sample) error {
+	for name, ref := range refs {
+		buf := buffers[name]
+		if len(buf) == 0 || ref == nil {
+			continue
+		}
+		prompts := make([]string, len(buf))
+		comps := make([]Completion, len(buf))
+		for i, s := range buf {
+			prompts[i], comps[i] = s.Prompt, s.Completion
+		}
+		lps, err := ref.LogProbs(ctx, prompts, comps)
+		if err != nil {
+			return fmt.Errorf("reference log-probs for %s: %w", name, err)
+		}
+		if len(lps) != len(buf) {
+			return fmt.Errorf("%w: reference for %s returned %d rows for %d samples", ErrPolicy, name, len(lps), len(buf))
+		}
+		for i := range buf {
+			buf[i].RefLogProbs = lps[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,569 @@
+// Package joyagents implements JoyAgents-R1 ("JoyAgents-R1: Joint
+// Evolution Dynamics for Versatile Multi-LLM Agents with Reinforcement
+// Learning", arXiv 2506.19846): GRPO for heterogeneous agents that act in
+// sequence, with three additions.
+//
+// # Node-wise Monte Carlo sampling (§3.2 "Node-wise Monte Carlo Sampling")
+//
+// Sampling G whole joint trajectories explores G of the G^L joint action
+// sequences of L agent steps and gives no per-agent groups. Instead one
+// trajectory is rolled through its nodes 1..L, a node being one (agent,
+// turn) step. At node l, with prefix state s_l, the node's agent samples G
+// alternatives from the same prompt; each alternative is applied to a Clone
+// of s_l and completed to the end with the current policies of all agents
+// (one sample per later node). The G final trajectory rewards form node l's
+// group and get GRPO advantages (grpo.Advantages) inside it. The backbone
+// trajectory continues with alternative 0, an ordinary on-policy sample, so
+// every prefix stays on-policy. Cost: L groups of G, i.e. L·G alternatives,
+// not G^L. All G completions of a node are batched into one Sample call per
+// later node.
+//
+// # Marginal-benefit selection (§3.3 "Marginal Benefit-Driven Selection")
+//
+// Groups are ranked by the unbiased variance of their rewards (a group
+// whose alternatives all score the same carries no gradient); only the top
+// K groups of the step are kept, and only the agents that own them are
+// updated, each on the samples of its selected groups. K = 0 keeps all.
+// Ties keep trajectory order (environment, then node).
+//
+// # Memory evolution (§3.4 "Adaptive Memory Evolution")
+//
+// Each agent has a Memory of (situation, answer, reward, time) entries.
+// GRPO groups are its free supervision: inside a group with memory rewards
+// (accuracy + format, no efficiency term) of mean μ and unbiased std σ,
+// answers above μ + 1.96σ are inserted (or replace the entry with the most
+// similar situation, if they score at least as well), and entries similar to
+// answers below μ − 1.96σ are removed. Entry score = α·(reward − μ) +
+// β·exp(−age/τ), α = β = 1. Before acting, the agent's observation is
+// extended with a short hint (the best similar entry's answer, a few bytes:
+// contexts are 64–128 tokens), and an exact-situation hit scoring at least
+// SkipScore answers directly without sampling. Similarity is character
+// trigram Jaccard (see Similarity).
+//
+// # Reward (§3.1)
+//
+// R = accuracy + format − efficiency per trajectory, computed from the
+// environment: accuracy = Σ team rewards, format = FormatWeight × share of
+// valid actions, efficiency = EfficiencyWeight × number of actions.
+// Memory uses accuracy + format only.
+//
+// # Dr. MAS option
+//
+// With Config.DrMAS, advantages are not normalised per group but per agent
+// (Dr. MAS, arXiv 2602.08847, "agent-wise advantage normalization"): A =
+// (R − μ_k)/(σ_k + 1e-6) with μ_k, σ_k the mean and unbiased std of all of
+// agent k's alternative rewards this step (r − μ_k under MeanCentered).
+package joyagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig reports an invalid configuration.
+	ErrConfig = errors.New("joyagents: invalid config")
+	// ErrEnv reports environments that cannot be driven.
+	ErrEnv = errors.New("joyagents: environment")
+	// ErrPolicy reports a missing or misbehaving policy (rl.ErrPolicy).
+	ErrPolicy = rl.ErrPolicy
+)
+
+// RewardConfig weighs the format and efficiency terms.
+type RewardConfig struct {
+	FormatWeight     float64 // × share of valid actions
+	EfficiencyWeight float64 // × number of actions
+}
+
+// DefaultRewardConfig: format weight 0.5, efficiency 0.05 per action.
+func DefaultRewardConfig() RewardConfig {
+	return RewardConfig{FormatWeight: 0.5, EfficiencyWeight: 0.05}
+}
+
+// Outcome accumulates what a trajectory did.
+type Outcome struct {
+	Team    float64 // Σ team reward
+	Actions int
+	Valid   int
+	Success bool
+}
+
+func (o *Outcome) add(st envs.Step) {
+	o.Team += st.Team
+	o.Actions++
+	if st.Valid {
+		o.Valid++
+	}
+}
+
+// Reward is a trajectory's reward decomposition.
+type Reward struct {
+	Accuracy, Format, Efficiency float64
+}
+
+// Total is R = accuracy + format − efficiency (the RL reward).
+func (r Reward) Total() float64 { return r.Accuracy + r.Format - r.Efficiency }
+
+// Memory is the memory reward accuracy + format.
+func (r Reward) Memory() float64 { return r.Accuracy + r.Format }
+
+// Of computes the reward of an outcome.
+func (c RewardConfig) Of(o Outcome) Reward {
+	r := Reward{Accuracy: o.Team, Efficiency: c.EfficiencyWeight * float64(o.Actions)}
+	if o.Actions > 0 {
+		r.Format = c.FormatWeight * float64(o.Valid) / float64(o.Actions)
+	}
+	return r
+}
+
+// Config configures a JoyAgents-R1 step.
+type Config struct {
+	G         int                // alternatives per node (group size)
+	Envs      int                // backbone trajectories per step
+	MaxTurns  int                // rounds after which an episode is cut off
+	TopK      int                // groups kept by marginal-benefit selection; 0 = all
+	Advantage grpo.AdvantageMode // GRPO or Dr. GRPO advantages
+	DrMAS     bool               // normalise per agent instead of per group
+	Reward    RewardConfig
+	UseMemory bool
+	Memory    MemoryConfig
+	Seed      int64
+}
+
+// DefaultConfig: G = 8, 4 trajectories, 32 rounds, all groups, GRPO
+// advantages, memory on with DefaultMemoryConfig.
+func DefaultConfig() Config {
+	return Config{G: 8, Envs: 4, MaxTurns: 32, Reward: DefaultRewardConfig(), UseMemory: true, Memory: DefaultMemoryConfig()}
+}
+
+// Validate reports whether c is usable.
+func (c Config) Validate() error {
+	switch {
+	case c.G < 1:
+		return fmt.Errorf("%w: G = %d, want >= 1", ErrConfig, c.G)
+	case c.Envs < 1:
+		return fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, c.Envs)
+	case c.MaxTurns < 1:
+		return fmt.Errorf("%w: MaxTurns = %d, want >= 1", ErrConfig, c.MaxTurns)
+	case c.TopK < 0:
+		return fmt.Errorf("%w: TopK = %d, want >= 0 (0 = all)", ErrConfig, c.TopK)
+	case c.UseMemory && c.Memory.Capacity < 1:
+		return fmt.Errorf("%w: memory capacity %d, want >= 1", ErrConfig, c.Memory.Capacity)
+	}
+	return nil
+}
+
+// Alternative is one of a node's G samples and where it led.
+type Alternative struct {
+	Completion rl.Completion
+	Outcome    Outcome // of the whole trajectory: prefix, this action, completion
+	Reward     Reward
+	Advantage  float64
+}
+
+// Group is one node's G alternatives.
+type Group struct {
+	Env       int    // environment instance
+	Node      int    // index of the node in the backbone trajectory
+	Role      string // the agent acting at the node
+	Policy    string // name of its policy
+	Turn      int    // env.Turn() at the node
+	Situation string // the raw observation (memory key)
+	Prompt    string // the observation plus memory hint (what was sampled from)
+	Alts      []Alternative
+	Variance  float64 // unbiased variance of the alternatives' total rewards
+}
+
+// Key renders the group key "env0/n3/planner".
+func (g *Group) Key() string { return fmt.Sprintf("env%d/n%d/%s", g.Env, g.Node, g.Role) }
+
+// Trajectory is one backbone trajectory and its node groups.
+type Trajectory struct {
+	Env     int
+	Nodes   int // L: agent steps on the backbone, sampled or answered from memory
+	Skipped int // nodes answered from memory (no group)
+	Outcome Outcome
+	Reward  Reward
+	Groups  []*Group
+}
+
+// Counts are sampling costs.
+type Counts struct {
+	NodeSamples       int // alternatives sampled at nodes (Σ L·G)
+	CompletionSamples int // single samples drawn to complete branches
+	SkippedActions    int // actions answered from memory (backbone and completions)
+}
+
+// Sampler runs node-wise Monte Carlo sampling.
+type Sampler struct {
+	Config   Config
+	Policies *rl.Policies
+	// Memories by role; consulted only with Config.UseMemory (nil or
+	// missing roles mean no memory for that role).
+	Memories map[string]*Memory
+	Now      int64 // the training step, for memory decay
+	Counts   Counts
+}
+
+func (s *Sampler) memory(role string) *Memory {
+	if !s.Config.UseMemory || s.Memories == nil {
+		return nil
+	}
+	return s.Memories[role]
+}
+
+// prompt returns the prompt for an observation and, when memory holds an
+// exact high-scoring answer, that answer.
+func (s *Sampler) prompt(role, obs string) (string, string, bool) {
+	m := s.memory(role)
+	if m == nil {
+		return obs, "", false
+	}
+	if a, ok := m.Skip(obs, s.Now); ok {
+		return obs, a, true
+	}
+	return obs + m.Hint(obs, s.Now), "", false
+}
+
+// Rollout runs node-wise sampling on env (advanced in place along the
+// backbone) as instance e of step step.
+func (s *Sampler) Rollout(ctx context.Context, env envs.Env, e int, step int64) (*Trajectory, error) {
+	cfg := s.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	roles := env.Roles()
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, env.Name())
+	}
+	tr := &Trajectory{Env: e}
+	ri := 0
+	// The cap guards against an environment whose turn never advances.
+	for it := 0; !env.Done() && env.Turn() < cfg.MaxTurns; it++ {
+		if it > (cfg.MaxTurns+1)*len(roles) {
+			return nil, fmt.Errorf("%w: %s did not finish %d rounds in %d steps", ErrEnv, env.Name(), cfg.MaxTurns, it)
+		}
+		role := roles[ri]
+		name, pol, err := s.Policies.For(role)
+		if err != nil {
+			return nil, err
+		}
+		obs := env.Observe(role)
+		prompt, answer, skip := s.prompt(role, obs)
+		tr.Nodes++
+		if skip {
+			tr.Outcome.add(env.Step(role, answer))
+			tr.Skipped++
+			s.Counts.SkippedActions++
+			ri = (ri + 1) % len(roles)
+			continue
+		}
+		node := tr.Nodes - 1
+		out, err := pol.Sample(ctx, []string{prompt}, cfg.G, rl.DeriveSeed(cfg.Seed, step, int64(e), int64(node), 0))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s sampling node %d: %v", ErrPolicy, name, node, err)
+		}
+		if len(out) != 1 || len(out[0]) != cfg.G {
+			return nil, fmt.Errorf("%w: %s returned a malformed batch for node %d (want 1×%d)", ErrPolicy, name, node, cfg.G)
+		}
+		s.Counts.NodeSamples += cfg.G
+		g := &Group{Env: e, Node: node, Role: role, Policy: name, Turn: env.Turn(), Situation: obs, Prompt: prompt}
+		branches := make([]envs.Env, cfg.G)
+		outs := make([]Outcome, cfg.G)
+		for j, c := range out[0] {
+			branches[j] = env.Clone()
+			outs[j] = tr.Outcome
+			outs[j].add(branches[j].Step(role, c.Text))
+		}
+		if err := s.playout(ctx, roles, branches, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(e), int64(node), 1)); err != nil {
+			return nil, err
+		}
+		totals := make([]float64, cfg.G)
+		for j, c := range out[0] {
+			outs[j].Success = branches[j].Success()
+			r := cfg.Reward.Of(outs[j])
+			g.Alts = append(g.Alts, Alternative{Completion: c, Outcome: outs[j], Reward: r})
+			totals[j] = r.Total()
+		}
+		_, std := grpo.MeanStd(totals)
+		g.Variance = std * std
+		tr.Groups = append(tr.Groups, g)
+		tr.Outcome.add(env.Step(role, out[0][0].Text))
+		ri = (ri + 1) % len(roles)
+	}
+	tr.Outcome.Success = env.Success()
+	tr.Reward = cfg.Reward.Of(tr.Outcome)
+	return tr, nil
+}
+
+// playout completes every branch to the end with one sample per node from
+// the acting agent's policy (or its memory), all branches batched per node.
+// Branches stay aligned: each starts at role index ri and every Step
+// consumes one turn slot.
+func (s *Sampler) playout(ctx context.Context, roles []string, branches []envs.Env, outs []Outcome, ri int, seed int64) error {
+	for pos := 0; ; pos++ {
+		role := roles[ri]
+		var idx []int
+		var prompts []string
+		for j, b := range branches {
+			if b.Done() || b.Turn() >= s.Config.MaxTurns {
+				continue
+			}
+			obs := b.Observe(role)
+			prompt, answer, skip := s.prompt(role, obs)
+			if skip {
+				outs[j].add(b.Step(role, answer))
+				s.Counts.SkippedActions++
+				continue
+			}
+			idx = append(idx, j)
+			prompts = append(prompts, prompt)
+		}
+		if len(idx) > 0 {
+			name, pol, err := s.Policies.For(role)
+			if err != nil {
+				return err
+			}
+			out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, int64(pos)))
+			if err != nil {
+				return fmt.Errorf("%w: %s completing branches: %v", ErrPolicy, name, err)
+			}
+			if len(out) != len(prompts) {
+				return fmt.Errorf("%w: %s returned %d completions for %d prompts", ErrPolicy, name, len(out), len(prompts))
+			}
+			for k, j := range idx {
+				if len(out[k]) < 1 {
+					return fmt.Errorf("%w: %s returned no completion", ErrPolicy, name)
+				}
+				outs[j].add(branches[j].Step(role, out[k][0].Text))
+			}
+			s.Counts.CompletionSamples += len(idx)
+		}
+		active := false
+		for _, b := range branches {
+			if !b.Done() && b.Turn() < s.Config.MaxTurns {
+				active = true
+			}
+		}
+		if !active {
+			return nil
+		}
+		if pos > (s.Config.MaxTurns+1)*len(roles) {
+			return fmt.Errorf("%w: branches did not finish %d rounds in %d steps", ErrEnv, s.Config.MaxTurns, pos)
+		}
+		ri = (ri + 1) % len(roles)
+	}
+}
+
+// Assign sets every alternative's advantage: GRPO inside each group, or
+// with drMAS per agent (role) over all of that agent's alternatives.
+func Assign(groups []*Group, mode grpo.AdvantageMode, drMAS bool) {
+	if !drMAS {
+		for _, g := range groups {
+			adv := grpo.Advantages(totals(g), mode)
+			for j := range g.Alts {
+				g.Alts[j].Advantage = adv[j]
+			}
+		}
+		return
+	}
+	byRole := map[string][]float64{}
+	for _, g := range groups {
+		byRole[g.Role] = append(byRole[g.Role], totals(g)...)
+	}
+	for _, g := range groups {
+		r := byRole[g.Role]
+		mean, std := grpo.MeanStd(r)
+		if len(r) < 2 {
+			mean, std = totals(g)[0], 0
+		}
+		adv := grpo.NormalizeWith(totals(g), mean, std, mode)
+		for j := range g.Alts {
+			g.Alts[j].Advantage = adv[j]
+		}
+	}
+}
+
+func totals(g *Group) []float64 {
+	out := make([]float64, len(g.Alts))
+	for j, a := range g.Alts {
+		out[j] = a.Reward.Total()
+	}
+	return out
+}
+
+// SelectTopK returns the k groups with the largest reward variance (all
+// when k = 0 or k ≥ len), ordered by variance descending with ties kept in
+// input order, and the sorted names of the agents (roles) that own them.
+func SelectTopK(groups []*Group, k int) ([]*Group, []string) {
+	sel := slices.Clone(groups)
+	sort.SliceStable(sel, func(i, j int) bool { return sel[i].Variance > sel[j].Variance })
+	if k > 0 && k < len(sel) {
+		sel = sel[:k]
+	}
+	seen := map[string]bool{}
+	var agents []string
+	for _, g := range sel {
+		if !seen[g.Role] {
+			seen[g.Role] = true
+			agents = append(agents, g.Role)
+		}
+	}
+	sort.Strings(agents)
+	return sel, agents
+}
+
+// Buffers turns selected groups into per-policy sample buffers.
+func Buffers(groups []*Group) map[string][]rl.Sample {
+	out := map[string][]rl.Sample{}
+	for _, g := range groups {
+		for _, a := range g.Alts {
+			out[g.Policy] = append(out[g.Policy], rl.Sample{
+				Prompt: g.Prompt, Completion: a.Completion, Group: g.Key(), Role: g.Role,
+				Reward: a.Reward.Total(), Advantage: a.Advantage,
+			})
+		}
+	}
+	return out
+}
+
+// Trainer runs JoyAgents-R1 training steps.
+type Trainer struct {
+	Config   Config
+	Policies *rl.Policies
+	NewEnv   func(instance int, seed int64) (envs.Env, error)
+	// Refs optionally maps a policy name to a frozen reference policy (KL).
+	Refs map[string]rl.Scorer
+	// Memories by role; created on first use when Config.UseMemory.
+	Memories map[string]*Memory
+
+	step int64
+}
+
+// StepStats reports one training step.
+type StepStats struct {
+	Step        int64
+	Nodes       int      // Σ L over backbones
+	Groups      int      // groups formed (nodes not answered from memory)
+	Selected    int      // groups kept by top-K
+	Agents      []string // agents updated this step
+	Counts      Counts
+	Reward      float64 // mean backbone total reward R
+	Accuracy    float64 // mean backbone accuracy
+	SuccessRate float64 // of the backbones
+	BranchMean  float64 // mean total reward over all alternatives
+	Memory      GroupUpdate
+	MemorySize  map[string]int
+	Adv         grpo.AdvStats // over the selected samples
+	Updates     map[string]rl.UpdateStats
+}
+
+// Step runs one training step: Config.Envs backbones with node-wise
+// sampling → advantages → top-K selection → parallel updates of the owning
+// agents → memory evolution on every group.
+func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
+	cfg := t.Config
+	if err := cfg.Validate(); err != nil {
+		return StepStats{}, err
+	}
+	if t.NewEnv == nil {
+		return StepStats{}, fmt.Errorf("%w: trainer has no environment factory", ErrConfig)
+	}
+	step := t.step
+	if cfg.UseMemory && t.Memories == nil {
+		t.Memories = map[string]*Memory{}
+	}
+	smp := &Sampler{Config: cfg, Policies: t.Policies, Memories: t.Memories, Now: step}
+	st := StepStats{Step: step, MemorySize: map[string]int{}}
+	var groups []*Group
+	var branchSum float64
+	var branches int
+	for e := range cfg.Envs {
+		env, err := t.NewEnv(e, rl.DeriveSeed(cfg.Seed, step, int64(e), 2))
+		if err != nil {
+			return st, fmt.Errorf("step %d: make env %d: %w", step, e, err)
+		}
+		if cfg.UseMemory {
+			for _, r := range env.Roles() {
+				if t.Memories[r] == nil {
+					t.Memories[r] = NewMemory(cfg.Memory)
+				}
+			}
+		}
+		tr, err := smp.Rollout(ctx, env, e, step)
+		if err != nil {
+			return st, fmt.Errorf("step %d env %d: %w", step, e, err)
+		}
+		st.Nodes += tr.Nodes
+		st.Reward += tr.Reward.Total()
+		st.Accuracy += tr.Reward.Accuracy
+		if tr.Outcome.Success {
+			st.SuccessRate++
+		}
+		for _, g := range tr.Groups {
+			for _, a := range g.Alts {
+				branchSum += a.Reward.Total()
+				branches++
+			}
+		}
+		groups = append(groups, tr.Groups...)
+	}
+	n := float64(cfg.Envs)
+	st.Reward /= n
+	st.Accuracy /= n
+	st.SuccessRate /= n
+	if branches > 0 {
+		st.BranchMean = branchSum / float64(branches)
+	}
+	st.Groups = len(groups)
+	st.Counts = smp.Counts
+	Assign(groups, cfg.Advantage, cfg.DrMAS)
+	sel, agents := SelectTopK(groups, cfg.TopK)
+	st.Selected, st.Agents = len(sel), agents
+	bufs := Buffers(sel)
+	var advs []float64
+	for _, b := range bufs {
+		for _, s := range b {
+			advs = append(advs, s.Advantage)
+		}
+	}
+	st.Adv = grpo.SummarizeAdvantages(advs)
+	if err := rl.FillRefs(ctx, t.Refs, bufs); err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	upd, err := rl.UpdateAll(ctx, t.Policies, bufs)
+	st.Updates = upd
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	if cfg.UseMemory {
+		for _, g := range groups {
+			m := t.Memories[g.Role]
+			if m == nil {
+				continue
+			}
+			answers := make([]string, len(g.Alts))
+			mrew := make([]float64, len(g.Alts))
+			for j, a := range g.Alts {
+				answers[j], mrew[j] = a.Completion.Text, a.Reward.Memory()
+			}
+			u := m.Observe(g.Situation, answers, mrew, step)
+			st.Memory.Inserted += u.Inserted
+			st.Memory.Replaced += u.Replaced
+			st.Memory.Removed += u.Removed
+		}
+		for r, m := range t.Memories {
+			st.MemorySize[r] = m.Len()
+		}
+	}
+	t.step++
+	return st, nil
+}

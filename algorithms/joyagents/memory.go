@@ -1,0 +1,275 @@
+package joyagents
+
+import (
+	"math"
+	"sort"
+	"sync"
+
+	"troupe/algorithms/grpo"
+)
+
+// Entry is one remembered (situation, answer) pair.
+type Entry struct {
+	Situation string  // the raw observation the answer was given to
+	Answer    string  // the action text
+	Reward    float64 // the memory reward (accuracy + format) it earned
+	Diff      float64 // Reward − its group's mean memory reward at insertion
+	Time      int64   // training step it was inserted at
+}
+
+// MemoryConfig configures memory evolution (the paper's §3.4 "Adaptive
+// Memory Evolution").
+type MemoryConfig struct {
+	Capacity     int     // entries per agent; the lowest-scoring entry is evicted
+	Z            float64 // outlier threshold in group stds (1.96)
+	Alpha, Beta  float64 // score weights of reward difference and time decay (1, 1)
+	Tau          float64 // decay time constant in training steps
+	SimThreshold float64 // similarity at or above which two texts are "similar"
+	SkipScore    float64 // an exact-situation hit scoring at least this skips sampling
+	HintMax      int     // maximum bytes of retrieved answer added to a prompt
+}
+
+// DefaultMemoryConfig: 64 entries, z = 1.96, α = β = 1, τ = 50 steps,
+// similarity 0.85, skip at score ≥ 1, hints of at most 16 bytes.
+func DefaultMemoryConfig() MemoryConfig {
+	return MemoryConfig{Capacity: 64, Z: 1.96, Alpha: 1, Beta: 1, Tau: 50, SimThreshold: 0.85, SkipScore: 1, HintMax: 16}
+}
+
+// Score is an entry's worth at time now:
+//
+//	score = α·Diff + β·exp(−(now − Time)/τ)
+//
+// Diff rewards answers that beat their group by a wide margin; the decay
+// term (1 when fresh, → 0 as the policy moves on) lets stale advice give way
+// to newer evidence. Entries from the future (now < Time) count as fresh.
+func (c MemoryConfig) Score(e Entry, now int64) float64 {
+	age := float64(now - e.Time)
+	if age < 0 {
+		age = 0
+	}
+	decay := 0.0
+	if c.Tau > 0 {
+		decay = math.Exp(-age / c.Tau)
+	}
+	return c.Alpha*e.Diff + c.Beta*decay
+}
+
+// Similarity is a cheap text similarity in [0,1]: the Jaccard index of the
+// two strings' character trigram sets, each string padded with one NUL on
+// both sides so that short texts ("p1") still have trigrams. Equal strings
+// score 1, strings with no trigram in common 0.
+func Similarity(a, b string) float64 {
+	if a == b {
+		return 1
+	}
+	ga, gb := trigrams(a), trigrams(b)
+	inter := 0
+	for g := range ga {
+		if gb[g] {
+			inter++
+		}
+	}
+	union := len(ga) + len(gb) - inter
+	if union == 0 {
+		return 1
+	}
+	return float64(inter) / float64(union)
+}
+
+func trigrams(s string) map[string]bool {
+	p := "\x00" + s + "\x00"
+	out := make(map[string]bool, len(p))
+	for i := 0; i+3 <= len(p); i++ {
+		out[p[i:i+3]] = true
+	}
+	if len(p) < 3 {
+		out[p] = true
+	}
+	return out
+}
+
+// Memory is one agent's memory. It is safe for concurrent use.
+type Memory struct {
+	cfg     MemoryConfig
+	mu      sync.Mutex
+	entries []Entry
+}
+
+// NewMemory returns an empty memory.
+func NewMemory(cfg MemoryConfig) *Memory { return &Memory{cfg: cfg} }
+
+// Entries returns a copy of the entries in insertion order.
+func (m *Memory) Entries() []Entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Entry(nil), m.entries...)
+}
+
+// Len is the number of entries.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+// Put adds e directly (no group statistics): into the slot of the most
+// similar situation when its similarity reaches the threshold and e scores
+// at least as well there, else into a free slot, else over the lowest
+// scorer when e beats it. It reports what happened: "inserted",
+// "replaced" or "" (kept out).
+func (m *Memory) Put(e Entry, now int64) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.put(e, now)
+}
+
+func (m *Memory) put(e Entry, now int64) string {
+	newScore := m.cfg.Score(e, now)
+	best, bestSim := -1, -1.0
+	for i, x := range m.entries {
+		if s := Similarity(x.Situation, e.Situation); s >= m.cfg.SimThreshold && s > bestSim {
+			best, bestSim = i, s
+		}
+	}
+	if best >= 0 {
+		if newScore >= m.cfg.Score(m.entries[best], now) {
+			m.entries[best] = e
+			return "replaced"
+		}
+		return ""
+	}
+	if len(m.entries) < m.cfg.Capacity {
+		m.entries = append(m.entries, e)
+		return "inserted"
+	}
+	low := -1
+	for i, x := range m.entries {
+		if low < 0 || m.cfg.Score(x, now) < m.cfg.Score(m.entries[low], now) {
+			low = i
+		}
+	}
+	if low >= 0 && newScore > m.cfg.Score(m.entries[low], now) {
+		m.entries[low] = e
+		return "replaced"
+	}
+	return ""
+}
+
+// Remove deletes every entry whose situation is similar to situation and
+// whose answer is similar to answer (advice that just led to a bad
+// outcome), returning how many went.
+func (m *Memory) Remove(situation, answer string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.remove(situation, answer)
+}
+
+func (m *Memory) remove(situation, answer string) int {
+	kept := m.entries[:0]
+	n := 0
+	for _, x := range m.entries {
+		if Similarity(x.Situation, situation) >= m.cfg.SimThreshold && Similarity(x.Answer, answer) >= m.cfg.SimThreshold {
+			n++
+			continue
+		}
+		kept = append(kept, x)
+	}
+	m.entries = kept
+	return n
+}
+
+// GroupUpdate is the outcome of Observe.
+type GroupUpdate struct {
+	Inserted, Replaced, Removed int
+	Mean, Std                   float64
+}
+
+// Observe applies one GRPO group to the memory: with μ and σ the mean and
+// unbiased std of the group's memory rewards (accuracy + format),
+//
+//   - each answer with reward > μ + z·σ is Put with Diff = reward − μ;
+//   - for each answer with reward < μ − z·σ, entries similar to it (similar
+//     situation and similar answer) are removed.
+//
+// A group with σ = 0 changes nothing. Note that with the unbiased std no
+// sample of a group of G can lie more than (G−1)/√G stds from the mean, so
+// z = 1.96 needs G ≥ 6 to ever fire.
+func (m *Memory) Observe(situation string, answers []string, rewards []float64, now int64) GroupUpdate {
+	mean, std := grpo.MeanStd(rewards)
+	u := GroupUpdate{Mean: mean, Std: std}
+	if std == 0 || len(answers) != len(rewards) {
+		return u
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hi, lo := mean+m.cfg.Z*std, mean-m.cfg.Z*std
+	for i, r := range rewards {
+		switch {
+		case r > hi:
+			switch m.put(Entry{Situation: situation, Answer: answers[i], Reward: r, Diff: r - mean, Time: now}, now) {
+			case "inserted":
+				u.Inserted++
+			case "replaced":
+				u.Replaced++
+			}
+		case r < lo:
+			u.Removed += m.remove(situation, answers[i])
+		}
+	}
+	return u
+}
+
+// Hit is a retrieved entry with its similarity and score.
+type Hit struct {
+	Entry
+	Sim, Score float64
+}
+
+// Retrieve returns up to n entries whose situation is similar to
+// situation, most similar first, ties by higher score then insertion order.
+func (m *Memory) Retrieve(situation string, n int, now int64) []Hit {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var hits []Hit
+	for _, x := range m.entries {
+		if s := Similarity(x.Situation, situation); s >= m.cfg.SimThreshold {
+			hits = append(hits, Hit{Entry: x, Sim: s, Score: m.cfg.Score(x, now)})
+		}
+	}
+	sort.SliceStable(hits, func(i, j int) bool {
+		if hits[i].Sim != hits[j].Sim {
+			return hits[i].Sim > hits[j].Sim
+		}
+		return hits[i].Score > hits[j].Score
+	})
+	if len(hits) > n {
+		hits = hits[:n]
+	}
+	return hits
+}
+
+// Skip returns the remembered answer when an entry has exactly this
+// situation and scores at least SkipScore: the agent answers from memory
+// instead of sampling (the "repetitive reasoning" memory removes).
+func (m *Memory) Skip(situation string, now int64) (string, bool) {
+	hits := m.Retrieve(situation, 1, now)
+	if len(hits) == 1 && hits[0].Situation == situation && hits[0].Score >= m.cfg.SkipScore {
+		return hits[0].Answer, true
+	}
+	return "", false
+}
+
+// Hint returns the text appended to a prompt for situation: " hint:" and
+// the best similar entry's answer, cut to HintMax bytes; "" when nothing
+// is similar. Contexts are 64–128 tokens, so a hint is one short answer.
+func (m *Memory) Hint(situation string, now int64) string {
+	hits := m.Retrieve(situation, 1, now)
+	if len(hits) == 0 || m.cfg.HintMax <= 0 {
+		return ""
+	}
+	a := hits[0].Answer
+	if len(a) > m.cfg.HintMax {
+		a = a[:m.cfg.HintMax]
+	}
+	return " hint:" + a
+}
