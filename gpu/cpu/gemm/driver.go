@@ -24,9 +24,11 @@ const (
 	parMinWork = 1 << 18
 )
 
-// kernelFunc computes one mr×nr tile: C = A·B + beta*C (C not read when
-// beta is 0). a is a packed A micro-panel, b has row stride ldb.
-type kernelFunc func(k int, a, b []float32, ldb int, c []float32, ldc int, beta float32)
+// kernelFunc computes `tiles` vertically adjacent mr×nr tiles:
+// C = alpha*A·B + beta*C (C not read when beta is 0), where for tile t
+// A(i, p) = a[t*anext+i*ars+p*aps], B(p, j) = b[p*bps+j] and C starts at
+// row t*mr.
+type kernelFunc func(tiles, k int, a []float32, ars, aps, anext int, b []float32, bps int, c []float32, ldc int, alpha, beta float32)
 
 // useAsm selects the assembly kernel; tests clear it to exercise the
 // pure-Go fallback.
@@ -39,14 +41,14 @@ func pickKernel() kernelFunc {
 	return goKernel
 }
 
-func asmKernelSlices(k int, a, b []float32, ldb int, c []float32, ldc int, beta float32) {
+func asmKernelSlices(tiles, k int, a []float32, ars, aps, anext int, b []float32, bps int, c []float32, ldc int, alpha, beta float32) {
 	// The driver guarantees the slices cover what the kernel touches;
 	// indexing here turns a driver bug into a bounds panic rather than a
 	// wild read.
-	_ = a[k*mr-1]
-	_ = b[(k-1)*ldb+nr-1]
-	_ = c[(mr-1)*ldc+nr-1]
-	asmKernel(k, &a[0], &b[0], ldb, &c[0], ldc, beta)
+	_ = a[(tiles-1)*anext+(mr-1)*ars+(k-1)*aps]
+	_ = b[(k-1)*bps+nr-1]
+	_ = c[(tiles*mr-1)*ldc+nr-1]
+	asmKernel(tiles, k, &a[0], ars, aps, anext, &b[0], bps, &c[0], ldc, alpha, beta)
 }
 
 // workspace holds one goroutine's packing buffers; pooled so steady-state
@@ -134,57 +136,100 @@ func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, tran
 	wg.Wait()
 }
 
+// Packing choices. A is read in place by the kernel when it is not
+// transposed (six row streams) and, if packTransA is false, when it is;
+// B is read in place for NN products with few rows (or always, with
+// packNN false). Ragged edge panels are always packed (zero padded) so the
+// kernel never reads outside the matrices.
+var (
+	packTransA = true
+	packNN     = true
+)
+
 // block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr, ir).
 func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	direct := !transB && m <= directMaxM
+	aDirect := !transA || !packTransA
+	bDirect := !transB && (m <= directMaxM || !packNN)
 	for jc := 0; jc < n; jc += ncBlock {
 		nc := min(ncBlock, n-jc)
 		ncPad := (nc + nr - 1) / nr * nr
+		ncFull := nc / nr * nr
 		for pc := 0; pc < k; pc += kcBlock {
 			kc := min(kcBlock, k-pc)
 			betaEff := beta
 			if pc > 0 {
 				betaEff = 1 // later k blocks accumulate into the partial sums
 			}
-			if direct {
-				// Only a ragged last panel needs packing (zero padded).
-				if rem := nc % nr; rem != 0 {
-					ws.bp = grow(ws.bp, kc*nr)
-					packB(ws.bp, false, b, ldb, pc, jc+nc-rem, kc, rem)
-				}
-			} else {
+			if !bDirect {
 				ws.bp = grow(ws.bp, kc*ncPad)
 				packB(ws.bp, transB, b, ldb, pc, jc, kc, nc)
+			} else if ncFull < nc {
+				// Only the ragged last panel needs packing.
+				ws.bp = grow(ws.bp, kc*nr)
+				packB(ws.bp, false, b, ldb, pc, jc+ncFull, kc, nc-ncFull)
 			}
 			for ic := 0; ic < m; ic += mcBlock {
 				mc := min(mcBlock, m-ic)
 				mcPad := (mc + mr - 1) / mr * mr
-				ws.ap = grow(ws.ap, mcPad*kc)
-				packA(ws.ap, transA, a, lda, ic, pc, mc, kc, alpha)
+				mcFull := mc / mr * mr
+				if !aDirect {
+					ws.ap = grow(ws.ap, mcPad*kc)
+					packA(ws.ap, transA, a, lda, ic, pc, mc, kc)
+				} else if mcFull < mc {
+					ws.ap = grow(ws.ap, mr*kc)
+					packA(ws.ap, transA, a, lda, ic+mcFull, pc, mc-mcFull, kc)
+				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					var bpan []float32
-					bld := nr
+					bps := nr
 					switch {
-					case !direct:
+					case !bDirect:
 						bpan = ws.bp[jr*kc : (jr+nr)*kc]
 					case cols == nr:
 						bpan = b[pc*ldb+jc+jr:]
-						bld = ldb
+						bps = ldb
 					default:
 						bpan = ws.bp[:kc*nr]
 					}
-					for ir := 0; ir < mc; ir += mr {
-						rows := min(mr, mc-ir)
-						apan := ws.ap[ir*kc : (ir+mr)*kc]
-						coff := (ic+ir)*ldc + jc + jr
-						if rows == mr && cols == nr {
-							kern(kc, apan, bpan, bld, c[coff:], ldc, betaEff)
-							continue
+					// Full row tiles of a full column panel: one call.
+					irStart := 0
+					if cols == nr && mcFull > 0 {
+						var apan []float32
+						ars, aps, anext := 1, mr, mr*kc
+						switch {
+						case !aDirect:
+							apan = ws.ap
+						case transA:
+							apan = a[pc*lda+ic:]
+							ars, aps, anext = 1, lda, mr
+						default:
+							apan = a[ic*lda+pc:]
+							ars, aps, anext = lda, 1, mr*lda
 						}
-						// Edge tile: compute into a scratch tile, then merge
-						// only the valid part.
-						kern(kc, apan, bpan, bld, ws.tmp[:], nr, 0)
+						kern(mcFull/mr, kc, apan, ars, aps, anext, bpan, bps, c[ic*ldc+jc+jr:], ldc, alpha, betaEff)
+						irStart = mcFull
+					}
+					// Edge tiles: compute into a scratch tile, then merge only
+					// the valid part.
+					for ir := irStart; ir < mc; ir += mr {
+						rows := min(mr, mc-ir)
+						var apan []float32
+						ars, aps := 1, mr
+						switch {
+						case !aDirect:
+							apan = ws.ap[ir*kc : (ir+mr)*kc]
+						case rows < mr:
+							apan = ws.ap[:mr*kc]
+						case transA:
+							apan = a[pc*lda+ic+ir:]
+							ars, aps = 1, lda
+						default:
+							apan = a[(ic+ir)*lda+pc:]
+							ars, aps = lda, 1
+						}
+						kern(1, kc, apan, ars, aps, 0, bpan, bps, ws.tmp[:], nr, alpha, 0)
+						coff := (ic+ir)*ldc + jc + jr
 						for i := 0; i < rows; i++ {
 							crow := c[coff+i*ldc : coff+i*ldc+cols]
 							trow := ws.tmp[i*nr : i*nr+cols]
@@ -220,22 +265,31 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// packA copies alpha*op(A)[i0:i0+mc, p0:p0+kc] into dst as mr-row
+// packA copies op(A)[i0:i0+mc, p0:p0+kc] into dst as mr-row
 // micro-panels: panel q holds element (i, p) at q*mr*kc + p*mr + i. Rows past
 // mc are zero so edge tiles can use the full kernel.
-func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int, alpha float32) {
+func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
+	full := mc / mr * mr // rows in complete panels
+	if transA && full > 0 {
+		// op(A)(i, p) = a[p*lda+i]: walk the stored rows of A contiguously
+		// and deal each 6-value run into its panel (row-by-row reads avoid
+		// large-stride cache conflicts).
+		for p := 0; p < kc; p++ {
+			src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+full]
+			for q := 0; q < full; q += mr {
+				s := (*[mr]float32)(src[q:])
+				dd := (*[mr]float32)(dst[q*kc+p*mr:])
+				dd[0], dd[1], dd[2] = s[0], s[1], s[2]
+				dd[3], dd[4], dd[5] = s[3], s[4], s[5]
+			}
+		}
+	}
 	for q := 0; q < mc; q += mr {
 		rows := min(mr, mc-q)
 		d := dst[q*kc : (q+mr)*kc]
 		switch {
 		case transA && rows == mr:
-			// op(A)(i, p) = a[p*lda+i]: each p is 6 contiguous values.
-			for p := 0; p < kc; p++ {
-				s := (*[mr]float32)(a[(p0+p)*lda+i0+q:])
-				dd := (*[mr]float32)(d[p*mr:])
-				dd[0], dd[1], dd[2] = alpha*s[0], alpha*s[1], alpha*s[2]
-				dd[3], dd[4], dd[5] = alpha*s[3], alpha*s[4], alpha*s[5]
-			}
+			// Done above.
 		case !transA && rows == mr:
 			base := (i0+q)*lda + p0
 			r0 := a[base : base+kc]
@@ -246,8 +300,8 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int, alp
 			r5 := a[base+5*lda : base+5*lda+kc]
 			for p := range r0 {
 				dd := (*[mr]float32)(d[p*mr:])
-				dd[0], dd[1], dd[2] = alpha*r0[p], alpha*r1[p], alpha*r2[p]
-				dd[3], dd[4], dd[5] = alpha*r3[p], alpha*r4[p], alpha*r5[p]
+				dd[0], dd[1], dd[2] = r0[p], r1[p], r2[p]
+				dd[3], dd[4], dd[5] = r3[p], r4[p], r5[p]
 			}
 		default:
 			for p := 0; p < kc; p++ {
@@ -255,9 +309,9 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int, alp
 					var v float32
 					if i < rows {
 						if transA {
-							v = alpha * a[(p0+p)*lda+i0+q+i]
+							v = a[(p0+p)*lda+i0+q+i]
 						} else {
-							v = alpha * a[(i0+q+i)*lda+p0+p]
+							v = a[(i0+q+i)*lda+p0+p]
 						}
 					}
 					d[p*mr+i] = v

@@ -84,6 +84,13 @@ func kernels(t *testing.T, f func(t *testing.T)) {
 		defer func() { useAsm = old }()
 		f(t)
 	})
+	// The in-place (unpacked) operand paths the tuning chose against.
+	t.Run("unpacked", func(t *testing.T) {
+		o1, o2 := packTransA, packNN
+		packTransA, packNN = false, false
+		defer func() { packTransA, packNN = o1, o2 }()
+		f(t)
+	})
 }
 
 func TestSgemmMatchesReference(t *testing.T) { kernels(t, testMatchesReference) }

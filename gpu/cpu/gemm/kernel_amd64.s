@@ -4,68 +4,86 @@
 
 // AVX2+FMA micro-kernel for a 6×16 tile of C.
 //
-//	acc[6][16] = sum over p < k of a[p*6+i] * b[p*ldb+j]
-//	C[i][j]    = acc[i][j]                 if beta == 0 (C is not read)
-//	C[i][j]    = acc[i][j] + beta*C[i][j]  otherwise
+//	acc[i][j] = sum over p < k of A(i, p) * B(p, j)
+//	C[i][j]   = alpha*acc[i][j]                 if beta == 0 (C is not read)
+//	C[i][j]   = alpha*acc[i][j] + beta*C[i][j]  otherwise
 //
-// a is a packed A micro-panel (6 values per p, alpha already applied).
-// b is either a packed B micro-panel (ldb = 16) or 16 columns of an
-// unpacked row-major B (ldb = its row stride). Strides are in elements.
+// A(i, p) is at a + i*ars + p*aps and B(p, j) at b + p*bps + j (strides in
+// elements), so the same kernel reads packed panels (ars=1, aps=6; bps=16)
+// or A and B in place: row-major A (ars=lda, aps=1), transposed A (ars=1,
+// aps=lda), row-major B (bps=ldb).
 //
-// Registers:
+// Registers in the loop:
 //	Y0..Y11  accumulators, row i in Y(2i) (cols 0-7) and Y(2i+1) (cols 8-15)
 //	Y12,Y13  current row of B
-//	Y14      broadcast element of A
-//	Y15      beta
-//	AX = a, BX = b, CX = k counter, R11 = ldb in bytes, DI/R10 = C rows
+//	Y14,Y15  broadcast elements of A (two, so consecutive rows overlap)
+//	AX       &A(0, p), R13 = &A(3, p), R12 = ars bytes, R9 = aps bytes
+//	BX       &B(p, 0), R11 = bps bytes
+//	CX       steps left
 
 // One step of p: load a B row, broadcast six A values, 12 FMAs.
 // VFMADD231PS x, y, z means z += y*x (Plan 9 puts the destination last).
-#define STEP(aoff) \
+#define STEP \
 	VMOVUPS      (BX), Y12;          \
 	VMOVUPS      32(BX), Y13;        \
 	ADDQ         R11, BX;            \
-	VBROADCASTSS (aoff+0)(AX), Y14;  \
+	VBROADCASTSS (AX), Y14;          \
+	VBROADCASTSS (AX)(R12*1), Y15;   \
 	VFMADD231PS  Y12, Y14, Y0;       \
 	VFMADD231PS  Y13, Y14, Y1;       \
-	VBROADCASTSS (aoff+4)(AX), Y14;  \
-	VFMADD231PS  Y12, Y14, Y2;       \
-	VFMADD231PS  Y13, Y14, Y3;       \
-	VBROADCASTSS (aoff+8)(AX), Y14;  \
+	VFMADD231PS  Y12, Y15, Y2;       \
+	VFMADD231PS  Y13, Y15, Y3;       \
+	VBROADCASTSS (AX)(R12*2), Y14;   \
+	VBROADCASTSS (R13), Y15;         \
 	VFMADD231PS  Y12, Y14, Y4;       \
 	VFMADD231PS  Y13, Y14, Y5;       \
-	VBROADCASTSS (aoff+12)(AX), Y14; \
-	VFMADD231PS  Y12, Y14, Y6;       \
-	VFMADD231PS  Y13, Y14, Y7;       \
-	VBROADCASTSS (aoff+16)(AX), Y14; \
+	VFMADD231PS  Y12, Y15, Y6;       \
+	VFMADD231PS  Y13, Y15, Y7;       \
+	VBROADCASTSS (R13)(R12*1), Y14;  \
+	VBROADCASTSS (R13)(R12*2), Y15;  \
 	VFMADD231PS  Y12, Y14, Y8;       \
 	VFMADD231PS  Y13, Y14, Y9;       \
-	VBROADCASTSS (aoff+20)(AX), Y14; \
-	VFMADD231PS  Y12, Y14, Y10;      \
-	VFMADD231PS  Y13, Y14, Y11
+	VFMADD231PS  Y12, Y15, Y10;      \
+	VFMADD231PS  Y13, Y15, Y11;      \
+	ADDQ         R9, AX;             \
+	ADDQ         R9, R13
 
-// Store one row pair of accumulators to C at address ptr.
-#define STORE(lo, hi, ptr) \
-	VMOVUPS lo, (ptr);     \
-	VMOVUPS hi, 32(ptr)
+// Store one row pair of accumulators to C (addresses of cols 0 and 8).
+#define STORE(lo, hi, alo, ahi) \
+	VMOVUPS lo, alo;            \
+	VMOVUPS hi, ahi
 
-// C row = acc + beta*C row.
-#define UPDATE(lo, hi, ptr)          \
-	VFMADD231PS (ptr), Y15, lo;      \
-	VFMADD231PS 32(ptr), Y15, hi;    \
-	VMOVUPS     lo, (ptr);           \
-	VMOVUPS     hi, 32(ptr)
+// C row = acc + beta*C row (beta in Y15).
+#define UPDATE(lo, hi, alo, ahi) \
+	VFMADD231PS alo, Y15, lo;    \
+	VFMADD231PS ahi, Y15, hi;    \
+	VMOVUPS     lo, alo;         \
+	VMOVUPS     hi, ahi
 
-// func kernel6x16(k int, a *float32, b *float32, ldb int, c *float32, ldc int, beta float32)
-TEXT ·kernel6x16(SB), NOSPLIT, $0-52
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
-	MOVQ ldb+24(FP), R11
+// func kernel6x16(tiles, k int, a *float32, ars, aps, anext int, b *float32, bps int, c *float32, ldc int, alpha, beta float32)
+//
+// Computes `tiles` vertically adjacent 6×16 tiles of C with the same B
+// panel (which stays in L1): tile t uses A from a + t*anext and C from
+// c + t*6*ldc. Looping here rather than in Go saves a call per tile.
+TEXT ·kernel6x16(SB), NOSPLIT, $0-88
+	MOVQ tiles+0(FP), DX
+	MOVQ a+16(FP), SI
+	MOVQ ars+24(FP), R12
+	SHLQ $2, R12
+	MOVQ aps+32(FP), R9
+	SHLQ $2, R9
+	MOVQ bps+56(FP), R11
 	SHLQ $2, R11
-	MOVQ c+32(FP), DI
-	MOVQ ldc+40(FP), R8
+	MOVQ c+64(FP), DI
+	MOVQ ldc+72(FP), R8
 	SHLQ $2, R8
+
+tile:
+	MOVQ SI, AX
+	LEAQ (R12)(R12*2), R13
+	ADDQ AX, R13
+	MOVQ b+48(FP), BX
+	MOVQ k+8(FP), CX
 
 	// Rows 3..5 of C are addressed from R10 = row 3.
 	LEAQ (R8)(R8*2), R10
@@ -97,11 +115,10 @@ TEXT ·kernel6x16(SB), NOSPLIT, $0-52
 	JLT  tail
 
 loop4:
-	STEP(0)
-	STEP(24)
-	STEP(48)
-	STEP(72)
-	ADDQ $96, AX
+	STEP
+	STEP
+	STEP
+	STEP
 	SUBQ $4, CX
 	CMPQ CX, $4
 	JGE  loop4
@@ -111,41 +128,55 @@ tail:
 	JZ    done
 
 loop1:
-	STEP(0)
-	ADDQ $24, AX
+	STEP
 	DECQ CX
 	JNZ  loop1
 
 done:
+	// acc *= alpha
+	VBROADCASTSS alpha+80(FP), Y15
+	VMULPS       Y15, Y0, Y0
+	VMULPS       Y15, Y1, Y1
+	VMULPS       Y15, Y2, Y2
+	VMULPS       Y15, Y3, Y3
+	VMULPS       Y15, Y4, Y4
+	VMULPS       Y15, Y5, Y5
+	VMULPS       Y15, Y6, Y6
+	VMULPS       Y15, Y7, Y7
+	VMULPS       Y15, Y8, Y8
+	VMULPS       Y15, Y9, Y9
+	VMULPS       Y15, Y10, Y10
+	VMULPS       Y15, Y11, Y11
+
 	// beta == +0 or -0: overwrite C without reading it.
-	MOVL beta+48(FP), DX
-	ANDL $0x7fffffff, DX
+	MOVL beta+84(FP), CX
+	ANDL $0x7fffffff, CX
 	JZ   store
 
-	VBROADCASTSS beta+48(FP), Y15
-	LEAQ         (DI)(R8*1), SI
-	UPDATE(Y0, Y1, DI)
-	UPDATE(Y2, Y3, SI)
-	LEAQ         (DI)(R8*2), SI
-	UPDATE(Y4, Y5, SI)
-	UPDATE(Y6, Y7, R10)
-	LEAQ         (R10)(R8*1), SI
-	UPDATE(Y8, Y9, SI)
-	LEAQ         (R10)(R8*2), SI
-	UPDATE(Y10, Y11, SI)
-	VZEROUPPER
-	RET
+	VBROADCASTSS beta+84(FP), Y15
+	UPDATE(Y0, Y1, (DI), 32(DI))
+	UPDATE(Y2, Y3, (DI)(R8*1), 32(DI)(R8*1))
+	UPDATE(Y4, Y5, (DI)(R8*2), 32(DI)(R8*2))
+	UPDATE(Y6, Y7, (R10), 32(R10))
+	UPDATE(Y8, Y9, (R10)(R8*1), 32(R10)(R8*1))
+	UPDATE(Y10, Y11, (R10)(R8*2), 32(R10)(R8*2))
+	JMP next
 
 store:
-	LEAQ (DI)(R8*1), SI
-	STORE(Y0, Y1, DI)
-	STORE(Y2, Y3, SI)
-	LEAQ (DI)(R8*2), SI
-	STORE(Y4, Y5, SI)
-	STORE(Y6, Y7, R10)
-	LEAQ (R10)(R8*1), SI
-	STORE(Y8, Y9, SI)
-	LEAQ (R10)(R8*2), SI
-	STORE(Y10, Y11, SI)
+	STORE(Y0, Y1, (DI), 32(DI))
+	STORE(Y2, Y3, (DI)(R8*1), 32(DI)(R8*1))
+	STORE(Y4, Y5, (DI)(R8*2), 32(DI)(R8*2))
+	STORE(Y6, Y7, (R10), 32(R10))
+	STORE(Y8, Y9, (R10)(R8*1), 32(R10)(R8*1))
+	STORE(Y10, Y11, (R10)(R8*2), 32(R10)(R8*2))
+
+next:
+	// Next tile: A by anext elements, C down six rows (R10 + 3*ldc).
+	MOVQ anext+40(FP), CX
+	LEAQ (SI)(CX*4), SI
+	LEAQ (R10)(R8*2), DI
+	ADDQ R8, DI
+	DECQ DX
+	JNZ  tile
 	VZEROUPPER
 	RET

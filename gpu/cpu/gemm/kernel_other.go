@@ -5,6 +5,6 @@ package gemm
 // hasAsm is false: this build has no assembly kernel.
 const hasAsm = false
 
-func asmKernel(k int, a *float32, b *float32, ldb int, c *float32, ldc int, beta float32) {
+func asmKernel(tiles, k int, a *float32, ars, aps, anext int, b *float32, bps int, c *float32, ldc int, alpha, beta float32) {
 	panic("gemm: assembly kernel not built") // unreachable: hasAsm is false
 }

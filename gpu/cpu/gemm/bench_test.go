@@ -1,0 +1,93 @@
+package gemm
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// benchShape is one product: C (m×n) = op(A)·op(B) with inner size k.
+type benchShape struct {
+	name    string
+	ta, tb  bool
+	m, n, k int
+}
+
+// gptShapes are the GPT's matmuls for a linear layer with R = B*T rows,
+// input width in and output width out: forward Y = X·W (NN: R×out, k=in),
+// input gradient dX = dY·Wᵀ (NT: R×in, k=out), weight gradient
+// dW = Xᵀ·dY (TN: in×out, k=R).
+func gptShapes() []benchShape {
+	var s []benchShape
+	for _, l := range []struct{ rows, in, out int }{
+		{512, 128, 384}, {512, 128, 512}, {512, 512, 128},
+		{1024, 256, 768}, {1024, 256, 1024}, {1024, 1024, 256},
+	} {
+		tag := fmt.Sprintf("%dx%dx%d", l.rows, l.in, l.out)
+		s = append(s,
+			benchShape{tag + "/NN", false, false, l.rows, l.out, l.in},
+			benchShape{tag + "/NT", false, true, l.rows, l.in, l.out},
+			benchShape{tag + "/TN", true, false, l.in, l.out, l.rows},
+		)
+	}
+	return s
+}
+
+func benchOne(b *testing.B, s benchShape, threads int, f func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+	old := Threads()
+	SetThreads(threads)
+	defer SetThreads(old)
+	r := rand.New(rand.NewSource(1))
+	lda, ldb := s.k, s.n
+	if s.ta {
+		lda = s.m
+	}
+	if s.tb {
+		ldb = s.k
+	}
+	a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
+	f(s.ta, s.tb, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n) // warm pools
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for b.Loop() {
+		f(s.ta, s.tb, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+	}
+	cpu := processCPU() - cpu0
+	flops := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	if cpu > 0 {
+		// Per busy core: insensitive to other processes taking the CPU.
+		b.ReportMetric(flops/cpu.Seconds()/1e9, "GFLOP/s-core")
+	}
+}
+
+// BenchmarkSgemm reports GFLOP/s for 512³ and the GPT's shapes, on one and
+// two goroutines. Run: go test -run '^$' -bench Sgemm -count 3 ./gpu/cpu/gemm
+func BenchmarkSgemm(b *testing.B) {
+	shapes := append([]benchShape{{"512x512x512/NN", false, false, 512, 512, 512}}, gptShapes()...)
+	shapes = append(shapes, benchShape{"64x128x128/NN", false, false, 64, 128, 128},
+		benchShape{"1x384x128/NN", false, false, 1, 384, 128},
+		benchShape{"32x384x128/NN", false, false, 32, 384, 128})
+	for _, th := range []int{1, 2} {
+		for _, s := range shapes {
+			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, th, Sgemm) })
+		}
+	}
+}
+
+// BenchmarkReference is the triple loop on 512³ and one GPT shape, the
+// baseline the fast path is compared with.
+func BenchmarkReference(b *testing.B) {
+	for _, s := range []benchShape{{"512x512x512/NN", false, false, 512, 512, 512}, {"512x128x384/NN", false, false, 512, 384, 128}} {
+		b.Run(s.name, func(b *testing.B) { benchOne(b, s, 1, Reference) })
+	}
+}
+
+// BenchmarkPureGo is the blocked driver with the pure-Go micro-kernel (the
+// fallback when AVX2/FMA is missing).
+func BenchmarkPureGo(b *testing.B) {
+	old := useAsm
+	useAsm = false
+	defer func() { useAsm = old }()
+	b.Run("t1/512x512x512/NN", func(b *testing.B) { benchOne(b, benchShape{"", false, false, 512, 512, 512}, 1, Sgemm) })
+}
