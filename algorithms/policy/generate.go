@@ -1,0 +1,343 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"troupe/gpu"
+)
+
+// GenerateOptions controls sampling.
+type GenerateOptions struct {
+	// MaxNewTokens caps each row's completion; a row also stops when its
+	// sequence fills the context.
+	MaxNewTokens int
+	// Temperature divides the logits; <= 0 means greedy (argmax).
+	Temperature float32
+	// TopK, if > 0, samples only among the K most likely tokens.
+	TopK int
+	// Seed seeds row b's sampler with (Seed, b): the same seed, prompts and
+	// weights give the same completions.
+	Seed uint64
+	// Stop lists token ids (e.g. the tokenizer's EOS) that end a row; the
+	// stop token is included in the row's completion.
+	Stop []int32
+	// VocabLimit, if > 0, samples only ids below it (a model whose Vocab is
+	// padded beyond its tokenizer's).
+	VocabLimit int
+}
+
+// sampler picks next tokens from logits.
+type sampler struct {
+	opt  GenerateOptions
+	rngs []*rand.Rand
+	idx  []int
+	p    []float64
+}
+
+func newSampler(opt GenerateOptions, B int) *sampler {
+	s := &sampler{opt: opt, rngs: make([]*rand.Rand, B)}
+	for b := range s.rngs {
+		s.rngs[b] = rand.New(rand.NewPCG(opt.Seed, uint64(b)))
+	}
+	return s
+}
+
+// sample draws row b's next token from logits (length V).
+func (s *sampler) sample(b int, logits []float32) int32 {
+	if s.opt.VocabLimit > 0 && s.opt.VocabLimit < len(logits) {
+		logits = logits[:s.opt.VocabLimit]
+	}
+	V := len(logits)
+	if s.opt.Temperature <= 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	s.idx = s.idx[:0]
+	for i := 0; i < V; i++ {
+		s.idx = append(s.idx, i)
+	}
+	// highest logit first; ties by id so the order is deterministic
+	slices.SortFunc(s.idx, func(x, y int) int {
+		if logits[x] != logits[y] {
+			if logits[x] > logits[y] {
+				return -1
+			}
+			return 1
+		}
+		return x - y
+	})
+	k := V
+	if s.opt.TopK > 0 && s.opt.TopK < V {
+		k = s.opt.TopK
+	}
+	s.p = s.p[:0]
+	top := float64(logits[s.idx[0]])
+	var sum float64
+	for _, i := range s.idx[:k] {
+		e := math.Exp((float64(logits[i]) - top) / float64(s.opt.Temperature))
+		s.p = append(s.p, e)
+		sum += e
+	}
+	u := s.rngs[b].Float64() * sum
+	for j, e := range s.p {
+		u -= e
+		if u < 0 {
+			return int32(s.idx[j])
+		}
+	}
+	return int32(s.idx[k-1])
+}
+
+func (m *Model) checkPrompts(prompts [][]int32, opt GenerateOptions) error {
+	if len(prompts) == 0 {
+		return fmt.Errorf("%w: no prompts", ErrBatch)
+	}
+	if opt.MaxNewTokens < 0 {
+		return fmt.Errorf("%w: MaxNewTokens=%d", ErrBatch, opt.MaxNewTokens)
+	}
+	for b, p := range prompts {
+		if len(p) == 0 || len(p) > m.cfg.Context {
+			return fmt.Errorf("%w: prompt %d has %d tokens, want 1..%d", ErrBatch, b, len(p), m.cfg.Context)
+		}
+		for i, id := range p {
+			if id < 0 || int(id) >= m.cfg.Vocab {
+				return fmt.Errorf("%w: prompt %d token %d is %d, vocab %d", ErrBatch, b, i, id, m.cfg.Vocab)
+			}
+		}
+	}
+	return nil
+}
+
+// rowState tracks one row of a batched generation.
+type rowState struct {
+	seq    []int32
+	prompt int
+	done   bool
+}
+
+func newRows(prompts [][]int32, opt GenerateOptions, ctx int) []rowState {
+	rows := make([]rowState, len(prompts))
+	for b, p := range prompts {
+		rows[b] = rowState{seq: append([]int32(nil), p...), prompt: len(p)}
+		rows[b].done = opt.MaxNewTokens == 0 || len(p) >= ctx
+	}
+	return rows
+}
+
+// accept appends a sampled token and decides whether the row is finished.
+func (r *rowState) accept(tok int32, opt GenerateOptions, ctx int) {
+	r.seq = append(r.seq, tok)
+	if slices.Contains(opt.Stop, tok) || len(r.seq)-r.prompt >= opt.MaxNewTokens || len(r.seq) >= ctx {
+		r.done = true
+	}
+}
+
+func completions(rows []rowState) [][]int32 {
+	out := make([][]int32, len(rows))
+	for b, r := range rows {
+		out[b] = r.seq[r.prompt:]
+	}
+	return out
+}
+
+// decodeState is the per-call state of KV-cache generation for B rows.
+type decodeState struct {
+	cache                  []gpu.Buffer // per layer (B, Context, 2C)
+	x, ln, atty, tmp       gpu.Buffer   // (B,C)
+	mean, rstd             gpu.Buffer   // (B)
+	qkv, fch, fchG, logits gpu.Buffer
+	tok                    gpu.IntBuffer
+	all                    []any
+	hostLogits             []float32
+	hostTok                []int32
+}
+
+func (m *Model) newDecodeState(B int) (*decodeState, error) {
+	C, V, L := m.cfg.Width, m.cfg.Vocab, m.cfg.Layers
+	d := &decodeState{}
+	var err error
+	f := func(n int) gpu.Buffer {
+		if err != nil {
+			return nil
+		}
+		var b gpu.Buffer
+		b, err = m.be.Alloc(n)
+		d.all = append(d.all, b)
+		return b
+	}
+	d.cache = make([]gpu.Buffer, L)
+	for l := range d.cache {
+		d.cache[l] = f(B * m.cfg.Context * 2 * C)
+	}
+	d.x, d.ln, d.atty, d.tmp = f(B*C), f(B*C), f(B*C), f(B*C)
+	d.mean, d.rstd = f(B), f(B)
+	d.qkv, d.fch, d.fchG, d.logits = f(B*3*C), f(B*4*C), f(B*4*C), f(B*V)
+	if err == nil {
+		d.tok, err = m.be.AllocInt(B)
+		d.all = append(d.all, d.tok)
+	}
+	d.hostLogits, d.hostTok = make([]float32, B*V), make([]int32, B)
+	if err != nil {
+		m.freeDecode(d)
+		return nil, fmt.Errorf("policy: allocate KV cache for %d rows: %w", B, err)
+	}
+	return d, nil
+}
+
+func (m *Model) freeDecode(d *decodeState) {
+	for _, b := range d.all {
+		if b != nil {
+			m.be.Free(b)
+		}
+	}
+}
+
+// decodeStep feeds one token per row at position pos and, if wantLogits,
+// leaves the next-token logits (B,V) in d.hostLogits.
+func (m *Model) decodeStep(d *decodeState, B, pos int, wantLogits bool) error {
+	be, p := m.be, &m.pv
+	C, NH, V := m.cfg.Width, m.cfg.Heads, m.cfg.Vocab
+	be.UploadInt(d.tok, d.hostTok[:B])
+	wpe, err := be.View(p.all[pWpe], pos*C, C)
+	if err != nil {
+		return fmt.Errorf("policy: position %d: %w", pos, err)
+	}
+	be.EncoderForward(d.x, d.tok, p.all[pWte], wpe, B, 1, C, V)
+	for l := range p.layers {
+		lp := &p.layers[l]
+		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, lp.ln1w, lp.ln1b, B, C)
+		be.MatmulForward(d.qkv, d.ln, lp.qkvw, lp.qkvb, B, C, 3*C)
+		be.AttentionDecode(d.atty, d.cache[l], d.qkv, B, m.cfg.Context, pos, C, NH)
+		be.MatmulForward(d.tmp, d.atty, lp.attprojw, lp.attprojb, B, C, C)
+		be.ResidualForward(d.x, d.x, d.tmp, B*C)
+		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, lp.ln2w, lp.ln2b, B, C)
+		be.MatmulForward(d.fch, d.ln, lp.fcw, lp.fcb, B, C, 4*C)
+		be.GeluForward(d.fchG, d.fch, B*4*C)
+		be.MatmulForward(d.tmp, d.fchG, lp.fcprojw, lp.fcprojb, B, 4*C, C)
+		be.ResidualForward(d.x, d.x, d.tmp, B*C)
+	}
+	if wantLogits {
+		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, p.all[pLnfw], p.all[pLnfb], B, C)
+		be.MatmulForward(d.logits, d.ln, p.all[pWte], nil, B, C, V)
+		be.Download(d.hostLogits[:B*V], d.logits)
+	}
+	if err := be.Sync(); err != nil {
+		return fmt.Errorf("policy: decode step at position %d: %w", pos, err)
+	}
+	return nil
+}
+
+// Generate samples a completion for every prompt, batched, with a KV cache:
+// each step feeds one token per row (the row's next prompt token while its
+// prompt lasts, then its last sampled token), so prompts may have different
+// lengths. It returns the completions (without the prompts).
+func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, error) {
+	if err := m.checkPrompts(prompts, opt); err != nil {
+		return nil, err
+	}
+	B, V, ctx := len(prompts), m.cfg.Vocab, m.cfg.Context
+	rows := newRows(prompts, opt, ctx)
+	d, err := m.newDecodeState(B)
+	if err != nil {
+		return nil, err
+	}
+	defer m.freeDecode(d)
+	s := newSampler(opt, B)
+	for pos := 0; pos < ctx-1; pos++ {
+		active, sampling := false, false
+		for b := range rows {
+			r := &rows[b]
+			if pos < len(r.seq) {
+				d.hostTok[b] = r.seq[pos]
+			} else {
+				d.hostTok[b] = 0 // finished row: fed filler, result ignored
+			}
+			if !r.done {
+				active = true
+				if pos == len(r.seq)-1 {
+					sampling = true
+				}
+			}
+		}
+		if !active {
+			break
+		}
+		if err := m.decodeStep(d, B, pos, sampling); err != nil {
+			return nil, err
+		}
+		if !sampling {
+			continue
+		}
+		for b := range rows {
+			r := &rows[b]
+			if !r.done && pos == len(r.seq)-1 {
+				r.accept(s.sample(b, d.hostLogits[b*V:(b+1)*V]), opt, ctx)
+			}
+		}
+	}
+	return completions(rows), nil
+}
+
+// generateNoCache is Generate without the KV cache: every step reruns the
+// full forward pass over each row's whole sequence. It is the reference the
+// cache is tested against.
+func (m *Model) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int32, error) {
+	if err := m.checkPrompts(prompts, opt); err != nil {
+		return nil, err
+	}
+	B, V, ctx := len(prompts), m.cfg.Vocab, m.cfg.Context
+	rows := newRows(prompts, opt, ctx)
+	s := newSampler(opt, B)
+	logits := make([]float32, V)
+	for {
+		// every row sampling at the shortest unfinished length moves first,
+		// matching the cache's position order
+		minLen := -1
+		for _, r := range rows {
+			if !r.done && (minLen < 0 || len(r.seq) < minLen) {
+				minLen = len(r.seq)
+			}
+		}
+		if minLen < 0 {
+			break
+		}
+		T := 0
+		for _, r := range rows {
+			T = max(T, len(r.seq))
+		}
+		if err := m.ensureActs(B, T); err != nil {
+			return nil, err
+		}
+		in := m.a.hostIn[:B*T]
+		clear(in)
+		for b, r := range rows {
+			copy(in[b*T:], r.seq)
+		}
+		m.be.UploadInt(m.a.inputs, in)
+		m.forward(B, T)
+		for b := range rows {
+			r := &rows[b]
+			if r.done || len(r.seq) != minLen {
+				continue
+			}
+			v, err := m.be.View(m.a.logits, (b*T+len(r.seq)-1)*V, V)
+			if err != nil {
+				return nil, err
+			}
+			m.be.Download(logits, v)
+			if err := m.be.Sync(); err != nil {
+				return nil, err
+			}
+			r.accept(s.sample(b, logits), opt, ctx)
+		}
+	}
+	return completions(rows), nil
+}
