@@ -113,9 +113,23 @@ func Call[T, A, R any](ctx context.Context, h Handle[T], m func(*T, context.Cont
 	if err != nil {
 		return failed[R](fmt.Errorf("call %s.%s: argument: %w: %v", h.ref.TypeName(), mi.name, ErrEncode, err))
 	}
-	p := NewPromise()
-	h.ref.Invoke(&Invocation{Method: mi.name, Arg: data, Ctx: ctx, Reply: p})
-	return &Future[R]{p: p}
+	c := newCall[R]()
+	c.inv = Invocation{Method: mi.name, Arg: data, Ctx: ctx, Reply: &c.p}
+	h.ref.Invoke(&c.inv)
+	return &c.f
+}
+
+// call holds a call's future, promise and invocation in one allocation.
+type call[R any] struct {
+	f   Future[R]
+	p   Promise
+	inv Invocation
+}
+
+func newCall[R any]() *call[R] {
+	c := &call[R]{p: Promise{done: make(chan struct{})}}
+	c.f.p = &c.p
+	return c
 }
 
 // CallRef is Call with the argument given as the future result of another
@@ -130,18 +144,40 @@ func CallRef[T, A, R any](ctx context.Context, h Handle[T], m func(*T, context.C
 	if arg == nil {
 		return failed[R](fmt.Errorf("call %s.%s: nil argument future", h.ref.TypeName(), mi.name))
 	}
-	p := NewPromise()
-	h.ref.Invoke(&Invocation{Method: mi.name, ArgRef: arg.p, Ctx: ctx, Reply: p})
-	return &Future[R]{p: p}
+	c := newCall[R]()
+	c.inv = Invocation{Method: mi.name, ArgRef: arg.p, Ctx: ctx, Reply: &c.p}
+	h.ref.Invoke(&c.inv)
+	return &c.f
 }
 
-func resolve[T any](h Handle[T], m any) (*methodInfo, error) {
+// resolve finds the method behind a method expression and, the first time,
+// installs a typed invoker for it so instances in this process call it
+// without reflection.
+func resolve[T, A, R any](h Handle[T], m func(*T, context.Context, A) (R, error)) (*methodInfo, error) {
 	if h.ref == nil {
 		return nil, fmt.Errorf("call: zero handle")
 	}
 	mi, ok := methodForFunc(m)
 	if !ok {
 		return nil, fmt.Errorf("call %s: %w: the function is not a method expression of a registered actor type, such as (*T).Method", h.ref.TypeName(), ErrNoSuchMethod)
+	}
+	if mi.typed.Load() == nil {
+		var inv invoker = func(ctx context.Context, obj any, data []byte) ([]byte, error, error) {
+			var arg A
+			if err := msgpack.Unmarshal(data, &arg); err != nil {
+				return nil, nil, fmt.Errorf("argument as %v: %w: %v", reflect.TypeFor[A](), ErrDecode, err)
+			}
+			res, err := m(obj.(*T), ctx, arg)
+			if err != nil {
+				return nil, err, nil
+			}
+			out, err := msgpack.Marshal(res)
+			if err != nil {
+				return nil, nil, fmt.Errorf("result %v: %w: %v", reflect.TypeFor[R](), ErrEncode, err)
+			}
+			return out, nil, nil
+		}
+		mi.typed.Store(&inv)
 	}
 	return mi, nil
 }

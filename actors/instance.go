@@ -195,31 +195,19 @@ func (in *Instance) run(obj reflect.Value, inv *Invocation) {
 			return
 		}
 	}
-	arg := reflect.New(mi.argType)
-	if err := msgpack.Unmarshal(data, arg.Interface()); err != nil {
-		inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: argument as %v: %w: %v", in.label(), mi.name, mi.argType, ErrDecode, err))
-		return
-	}
-	res, err, crash := in.invoke(ctx, obj, mi, arg.Elem())
+	out, err, crash := in.invoke(ctx, obj, mi, data)
 	if crash != nil {
 		in.crashed(inv, mi, crash)
 		return
 	}
-	if err != nil {
-		inv.Reply.Resolve(nil, err)
-		return
-	}
-	out, eerr := msgpack.Marshal(res.Interface())
-	if eerr != nil {
-		inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: result %v: %w: %v", in.label(), mi.name, mi.resType, ErrEncode, eerr))
-		return
-	}
-	inv.Reply.Resolve(out, nil)
+	inv.Reply.Resolve(out, err)
 }
 
-// invoke calls the method, recovering panics. A *CrashError panic is
-// returned as crash; any other panic becomes a *CallError.
-func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInfo, arg reflect.Value) (res reflect.Value, err error, crash *CrashError) {
+// invoke decodes the argument, calls the method and encodes the result,
+// recovering panics. A *CrashError panic is returned as crash; any other
+// panic becomes a *CallError. It uses the typed invoker when a Call in this
+// process installed one, reflection otherwise.
+func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInfo, data []byte) (out []byte, err error, crash *CrashError) {
 	defer func() {
 		r := recover()
 		if r == nil {
@@ -229,13 +217,36 @@ func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInf
 			crash = c
 			return
 		}
-		err = &CallError{Actor: in.label(), Method: mi.name, Panic: fmt.Sprint(r), Stack: string(debug.Stack())}
+		out, err = nil, &CallError{Actor: in.label(), Method: mi.name, Panic: fmt.Sprint(r), Stack: string(debug.Stack())}
 	}()
-	out := mi.fn.Call([]reflect.Value{obj, reflect.ValueOf(ctx), arg})
-	if e, _ := out[1].Interface().(error); e != nil {
-		return reflect.Value{}, e, nil
+	var wireErr error
+	if typed := mi.typed.Load(); typed != nil {
+		out, err, wireErr = (*typed)(ctx, obj.Interface(), data)
+	} else {
+		out, err, wireErr = reflectInvoke(ctx, obj, mi, data)
 	}
-	return out[0], nil, nil
+	if wireErr != nil {
+		return nil, fmt.Errorf("call %s.%s: %w", in.label(), mi.name, wireErr), nil
+	}
+	return out, err, nil
+}
+
+// reflectInvoke is the invoker for methods no Call in this process has
+// compiled: worker processes serving calls from elsewhere.
+func reflectInvoke(ctx context.Context, obj reflect.Value, mi *methodInfo, data []byte) ([]byte, error, error) {
+	arg := reflect.New(mi.argType)
+	if err := msgpack.Unmarshal(data, arg.Interface()); err != nil {
+		return nil, nil, fmt.Errorf("argument as %v: %w: %v", mi.argType, ErrDecode, err)
+	}
+	res := mi.fn.Call([]reflect.Value{obj, reflect.ValueOf(ctx), arg.Elem()})
+	if e, _ := res[1].Interface().(error); e != nil {
+		return nil, e, nil
+	}
+	out, err := msgpack.Marshal(res[0].Interface())
+	if err != nil {
+		return nil, nil, fmt.Errorf("result %v: %w: %v", mi.resType, ErrEncode, err)
+	}
+	return out, nil, nil
 }
 
 // crashed handles an actor crash during inv: the call fails (at-most-once),

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // typeInfo is what the registry knows of one actor type.
@@ -24,7 +25,16 @@ type methodInfo struct {
 	fn      reflect.Value // func(*T, context.Context, A) (R, error)
 	argType reflect.Type
 	resType reflect.Type
+	// typed is a compiled invoker installed by the first Call of this method
+	// in this process; it skips reflection. Nil until then (and in worker
+	// processes that never call the method themselves).
+	typed atomic.Pointer[invoker]
 }
+
+// invoker decodes the argument, calls the method on obj (a *T) and encodes
+// the result. err is the method's own error; wireErr an argument that did
+// not decode or a result that did not encode. A panic propagates.
+type invoker func(ctx context.Context, obj any, arg []byte) (res []byte, err error, wireErr error)
 
 var (
 	ctxType = reflect.TypeFor[context.Context]()

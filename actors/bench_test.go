@@ -1,0 +1,70 @@
+package actors_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"troupe/actors"
+)
+
+// BenchmarkCallSync measures one call's round trip on the embedded cluster:
+// encode, enqueue, run on the actor's goroutine, encode the result, wake the
+// caller, decode. It reports the median (p50-ns) and 99th percentile.
+func BenchmarkCallSync(b *testing.B) {
+	ctx := context.Background()
+	h := spawnAcc(b, newRT(b), AccConfig{})
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := actors.Call(ctx, h, (*Acc).Add, 1).Get(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkCallPipelined issues calls to one actor without waiting, in
+// windows of 1,000, and reports calls per second.
+func BenchmarkCallPipelined(b *testing.B) {
+	ctx := context.Background()
+	h := spawnAcc(b, newRT(b), AccConfig{})
+	const window = 1000
+	futs := make([]*actors.Future[int], 0, window)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		futs = append(futs, actors.Call(ctx, h, (*Acc).Add, 1))
+		if len(futs) == window || i == b.N-1 {
+			if _, err := futs[len(futs)-1].Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+			futs = futs[:0]
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// BenchmarkSpawn creates actors (constructor run, ready for calls) and
+// reports actors per second.
+func BenchmarkSpawn(b *testing.B) {
+	ctx := context.Background()
+	rt := newRT(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{Start: i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "actors/s")
+}
