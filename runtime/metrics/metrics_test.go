@@ -1,0 +1,183 @@
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"troupe/gpu"
+)
+
+// scrape fetches /metrics through HTTP and parses the text format.
+func scrape(t *testing.T, r *Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", r.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// find returns the metric of family name whose labels include want.
+func find(t *testing.T, fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	t.Helper()
+	f := fams[name]
+	if f == nil {
+		t.Fatalf("no metric family %s", name)
+	}
+next:
+	for _, m := range f.Metric {
+		have := map[string]string{}
+		for _, l := range m.Label {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		return m
+	}
+	t.Fatalf("no %s with labels %v", name, want)
+	return nil
+}
+
+func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
+	clk := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clk }
+	inv, err := gpu.Open(gpu.Options{Simulate: "dgx-h100", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	attr := gpu.NewAttribution()
+	if err := attr.Assign(2, gpu.Holder{Actor: "planner", Job: "j1", Fraction: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := attr.Assign(2, gpu.Holder{Actor: "coder", Job: "j1", Fraction: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	sampler := gpu.NewSampler(inv, gpu.SamplerConfig{Attribution: attr})
+	if err := inv.Simulation().AddProcessBusy(2, 7, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	clk = clk.Add(time.Second)
+	sampler.SampleOnce()
+
+	r := New("node-1")
+	if err := r.RegisterGPUs(sampler); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterGPUs(sampler); !errors.Is(err, ErrRegister) {
+		t.Errorf("second RegisterGPUs err = %v, want ErrRegister", err)
+	}
+	r.SetActorCounts(map[string]int{"alive": 3, "pending": 1})
+	r.SetActorCounts(map[string]int{"alive": 4}) // pending emptied
+	r.ObserveCall("Generate", 2*time.Millisecond, nil)
+	r.ObserveCall("Generate", 3*time.Millisecond, errors.New("boom"))
+	r.ObserveCall("Train", 2*time.Second, nil)
+	r.SetRaft(true, 3, 1234)
+
+	fams := scrape(t, r)
+	base := map[string]string{"node": "node-1", "gpu": "2", "uuid": inv.Devices()[2].UUID, "actor": "coder+planner", "simulated": "true"}
+	if v := find(t, fams, "troupe_gpu_sm_utilization_ratio", base).GetGauge().GetValue(); v != 0.6 {
+		t.Errorf("sm utilization = %v, want 0.6", v)
+	}
+	if v := find(t, fams, "troupe_gpu_memory_utilization_ratio", base).GetGauge().GetValue(); v != 0.3 {
+		t.Errorf("memory utilization = %v, want 0.3", v)
+	}
+	if v := find(t, fams, "troupe_gpu_power_watts", base).GetGauge().GetValue(); v != 448 {
+		t.Errorf("power = %v, want 448", v)
+	}
+	if v := find(t, fams, "troupe_gpu_temperature_celsius", base).GetGauge().GetValue(); v != 57 {
+		t.Errorf("temperature = %v, want 57", v)
+	}
+	if v := find(t, fams, "troupe_gpu_memory_total_bytes", base).GetGauge().GetValue(); v != 80<<30 {
+		t.Errorf("memory total = %v", v)
+	}
+	if v := find(t, fams, "troupe_gpu_actor_fraction", map[string]string{"gpu": "2", "actor": "planner", "job": "j1"}).GetGauge().GetValue(); v != 0.5 {
+		t.Errorf("planner fraction = %v", v)
+	}
+	if n := len(fams["troupe_gpu_sm_utilization_ratio"].Metric); n != 8 {
+		t.Errorf("%d GPU utilization series, want 8", n)
+	}
+	idle := find(t, fams, "troupe_gpu_sm_utilization_ratio", map[string]string{"gpu": "5", "actor": ""})
+	if idle.GetGauge().GetValue() != 0 {
+		t.Errorf("idle GPU 5 = %v", idle.GetGauge().GetValue())
+	}
+	find(t, fams, "troupe_gpu_info", map[string]string{"gpu": "7", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "0000:df:00.0"})
+
+	if v := find(t, fams, "troupe_actors", map[string]string{"node": "node-1", "state": "alive"}).GetGauge().GetValue(); v != 4 {
+		t.Errorf("alive actors = %v", v)
+	}
+	for _, m := range fams["troupe_actors"].Metric {
+		for _, l := range m.Label {
+			if l.GetValue() == "pending" {
+				t.Error("emptied state pending still exported")
+			}
+		}
+	}
+	if v := find(t, fams, "troupe_actor_calls_total", map[string]string{"method": "Generate", "outcome": "error"}).GetCounter().GetValue(); v != 1 {
+		t.Errorf("Generate errors = %v", v)
+	}
+	h := find(t, fams, "troupe_actor_call_duration_seconds", map[string]string{"method": "Generate"}).GetHistogram()
+	if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0049 || h.GetSampleSum() > 0.0051 {
+		t.Errorf("Generate latency histogram count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if v := find(t, fams, "troupe_raft_leader", nil).GetGauge().GetValue(); v != 1 {
+		t.Errorf("raft leader = %v", v)
+	}
+	if v := find(t, fams, "troupe_raft_commit_index", nil).GetGauge().GetValue(); v != 1234 {
+		t.Errorf("commit index = %v", v)
+	}
+	if fams["go_goroutines"] == nil {
+		t.Error("Go runtime collector missing")
+	}
+}
+
+// fakeGPUs is a GPUSource with a device whose queries failed.
+type fakeGPUs struct{}
+
+func (fakeGPUs) Devices() []gpu.DeviceInfo {
+	return []gpu.DeviceInfo{{Index: 0, UUID: "GPU-x", Name: "Broken", Errors: map[string]string{"memory": "Unknown Error"}}}
+}
+
+func (fakeGPUs) Latest() []gpu.Sample {
+	u := uint32(40)
+	return []gpu.Sample{{Index: 0, SMUtil: &u, Errors: map[string]string{"power": "Not Supported"}}, {Index: 9}}
+}
+
+func TestMissingFieldsAreOmitted(t *testing.T) {
+	r := New("n")
+	if err := r.RegisterGPUs(fakeGPUs{}); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, r)
+	if v := find(t, fams, "troupe_gpu_sm_utilization_ratio", map[string]string{"uuid": "GPU-x", "simulated": "false"}).GetGauge().GetValue(); v != 0.4 {
+		t.Errorf("utilization = %v", v)
+	}
+	for _, name := range []string{"troupe_gpu_power_watts", "troupe_gpu_memory_total_bytes", "troupe_gpu_temperature_celsius"} {
+		if fams[name] != nil {
+			t.Errorf("%s exported for a failed query", name)
+		}
+	}
+}
