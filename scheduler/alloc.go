@@ -12,6 +12,22 @@ func withoutGPUs(r Resources) Resources { r.GPUs = 0; return r }
 // reserveOnNode takes res with the given GPU shares from n's free
 // resources, or changes nothing and says what does not fit.
 func (s *State) reserveOnNode(n *Node, res Resources, gpus []GPUAlloc) error {
+	if err := nodeReserve(n, res, gpus); err != nil {
+		return err
+	}
+	s.touch(n)
+	return nil
+}
+
+// releaseOnNode gives back what reserveOnNode took.
+func (s *State) releaseOnNode(n *Node, res Resources, gpus []GPUAlloc) {
+	nodeRelease(n, res, gpus)
+	s.touch(n)
+}
+
+// nodeReserve is reserveOnNode without the index upkeep (also used on the
+// planner's scratch copies of nodes).
+func nodeReserve(n *Node, res Resources, gpus []GPUAlloc) error {
 	if short := n.Free.shortfall(withoutGPUs(res)); len(short) > 0 {
 		return fmt.Errorf("%w: node %s lacks %v", ErrConflict, n.ID, short)
 	}
@@ -31,12 +47,11 @@ func (s *State) reserveOnNode(n *Node, res Resources, gpus []GPUAlloc) error {
 		n.GPUs[sl].Free = q(n.GPUs[sl].Free - a.Fraction)
 		n.Free.GPUs = q(n.Free.GPUs - a.Fraction)
 	}
-	s.touch(n)
 	return nil
 }
 
-// releaseOnNode gives back what reserveOnNode took.
-func (s *State) releaseOnNode(n *Node, res Resources, gpus []GPUAlloc) {
+// nodeRelease gives back what nodeReserve took.
+func nodeRelease(n *Node, res Resources, gpus []GPUAlloc) {
 	n.Free.addInPlace(withoutGPUs(res), +1)
 	for _, a := range gpus {
 		if sl := n.slot(a.Index); sl >= 0 {
@@ -44,7 +59,6 @@ func (s *State) releaseOnNode(n *Node, res Resources, gpus []GPUAlloc) {
 			n.Free.GPUs = q(n.Free.GPUs + a.Fraction)
 		}
 	}
-	s.touch(n)
 }
 
 // bundleFree returns the free share of device idx within b.

@@ -1,0 +1,105 @@
+package scheduler
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Waiting is something PlanPending could not place yet, with the reason.
+type Waiting struct {
+	// Actor is set for a waiting actor.
+	Actor ActorID
+	// Group is set for a placement group with waiting bundles.
+	Group GroupID
+	// Err wraps ErrPending or ErrInfeasible with a reason a person can read.
+	Err error
+}
+
+// PlanPending decides placements for everything that waits: bundles of
+// pending or rescheduling placement groups first (oldest first), then
+// pending and restarting actors without a node (oldest first). Each
+// decision sees the ones before it (they are applied to a scratch copy of
+// the state), so the returned commands can be committed together, for
+// example as one Batch. What cannot be placed is listed in waiting.
+func (p Planner) PlanPending(s *State, at int64) (cmds []Command, waiting []Waiting) {
+	scratch := s.Clone()
+	return p.planPending(scratch, at)
+}
+
+func (p Planner) planPending(scratch *State, at int64) (cmds []Command, waiting []Waiting) {
+	scratch.idx.ensure(scratch)
+	groups := scratch.Groups()
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].CreatedAt < groups[j].CreatedAt })
+	for _, g := range groups {
+		if g.State == GroupCreated {
+			continue
+		}
+		var todo []int
+		fixed := map[int]BundlePlacement{}
+		for i := range g.Bundles {
+			b := &g.Bundles[i]
+			if b.Node == "" {
+				todo = append(todo, i)
+			} else {
+				fixed[i] = BundlePlacement{Index: i, Node: b.Node, GPUs: b.GPUs}
+			}
+		}
+		bps, err := p.planBundles(scratch, g.Spec, todo, fixed)
+		if err != nil {
+			waiting = append(waiting, Waiting{Group: g.Spec.ID, Err: err})
+			continue
+		}
+		c := &PlaceBundles{Group: g.Spec.ID, Bundles: bps, At: at}
+		if err := scratch.Apply(c); err != nil {
+			waiting = append(waiting, Waiting{Group: g.Spec.ID, Err: fmt.Errorf("planned bundles refused: %w", err)})
+			continue
+		}
+		cmds = append(cmds, c)
+	}
+	var actors []*Actor
+	for _, a := range scratch.d.Actors {
+		if a.needsPlacement() {
+			actors = append(actors, a)
+		}
+	}
+	sort.Slice(actors, func(i, j int) bool {
+		if actors[i].CreatedAt != actors[j].CreatedAt {
+			return actors[i].CreatedAt < actors[j].CreatedAt
+		}
+		return actors[i].Spec.ID < actors[j].Spec.ID
+	})
+	for _, a := range actors {
+		pl, err := p.Place(scratch, a.Spec.Request)
+		if err != nil {
+			waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: err})
+			continue
+		}
+		c := &PlaceActor{Actor: a.Spec.ID, Placement: pl, At: at}
+		if err := scratch.Apply(c); err != nil {
+			waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: fmt.Errorf("planned placement refused: %w", err)})
+			continue
+		}
+		cmds = append(cmds, c)
+	}
+	return cmds, waiting
+}
+
+// NodeDied returns the commands a leader commits when node id is found
+// dead: the UpdateNodeState that releases everything on it, then the
+// re-placement of its actors (within their MaxRestarts) and of its
+// placement-group bundles by the same policy as first placement, plus
+// anything else that was waiting. What cannot be re-placed now is listed in
+// waiting (it stays pending in the state and PlanPending retries it).
+func (p Planner) NodeDied(s *State, id NodeID, cause string, at int64) (cmds []Command, waiting []Waiting, err error) {
+	n := s.d.Nodes[id]
+	if n == nil {
+		return nil, nil, fmt.Errorf("node died %s: %w", id, ErrNotFound)
+	}
+	scratch := s.Clone()
+	mark := &UpdateNodeState{Node: id, State: NodeDead, Cause: cause, At: at}
+	if err := scratch.Apply(mark); err != nil {
+		return nil, nil, fmt.Errorf("node died %s: %w", id, err)
+	}
+	rest, waiting := p.planPending(scratch, at)
+	return append([]Command{mark}, rest...), waiting, nil
+}
