@@ -38,7 +38,10 @@
 // extended with a short hint (the best similar entry's answer, a few bytes:
 // contexts are 64–128 tokens), and an exact-situation hit scoring at least
 // SkipScore answers directly without sampling. Similarity is character
-// trigram Jaccard (see Similarity).
+// trigram Jaccard (see Similarity). Because a skipped node forms no group,
+// every trajectory that used a memory answer reports its memory reward back
+// (Memory.Feedback): falling short of the entry's recorded reward lowers
+// the entry's score, so wrong advice stops being used and is replaced.
 //
 // # Reward (§3.1)
 //
@@ -94,7 +97,12 @@ type Outcome struct {
 	Actions int
 	Valid   int
 	Success bool
+
+	used []memUse // nodes answered from memory, for Memory.Feedback
 }
+
+// memUse is one action answered from memory.
+type memUse struct{ role, situation, answer string }
 
 func (o *Outcome) add(st envs.Step) {
 	o.Team += st.Team
@@ -261,6 +269,7 @@ func (s *Sampler) Rollout(ctx context.Context, env envs.Env, e int, step int64) 
 		tr.Nodes++
 		if skip {
 			tr.Outcome.add(env.Step(role, answer))
+			tr.Outcome.used = append(tr.Outcome.used, memUse{role, obs, answer})
 			tr.Skipped++
 			s.Counts.SkippedActions++
 			ri = (ri + 1) % len(roles)
@@ -281,6 +290,7 @@ func (s *Sampler) Rollout(ctx context.Context, env envs.Env, e int, step int64) 
 		for j, c := range out[0] {
 			branches[j] = env.Clone()
 			outs[j] = tr.Outcome
+			outs[j].used = slices.Clip(outs[j].used) // appends must not share the backbone's array
 			outs[j].add(branches[j].Step(role, c.Text))
 		}
 		if err := s.playout(ctx, roles, branches, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(e), int64(node), 1)); err != nil {
@@ -321,6 +331,7 @@ func (s *Sampler) playout(ctx context.Context, roles []string, branches []envs.E
 			prompt, answer, skip := s.prompt(role, obs)
 			if skip {
 				outs[j].add(b.Step(role, answer))
+				outs[j].used = append(outs[j].used, memUse{role, obs, answer})
 				s.Counts.SkippedActions++
 				continue
 			}
@@ -484,6 +495,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	smp := &Sampler{Config: cfg, Policies: t.Policies, Memories: t.Memories, Now: step}
 	st := StepStats{Step: step, MemorySize: map[string]int{}}
 	var groups []*Group
+	var outcomes []Outcome // backbones and branches, for memory feedback
 	var branchSum float64
 	var branches int
 	for e := range cfg.Envs {
@@ -515,6 +527,12 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 			}
 		}
 		groups = append(groups, tr.Groups...)
+		outcomes = append(outcomes, tr.Outcome)
+		for _, g := range tr.Groups {
+			for _, a := range g.Alts {
+				outcomes = append(outcomes, a.Outcome)
+			}
+		}
 	}
 	n := float64(cfg.Envs)
 	st.Reward /= n
@@ -559,6 +577,14 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 			st.Memory.Inserted += u.Inserted
 			st.Memory.Replaced += u.Replaced
 			st.Memory.Removed += u.Removed
+		}
+		for _, o := range outcomes {
+			got := cfg.Reward.Of(o).Memory()
+			for _, u := range o.used {
+				if m := t.Memories[u.role]; m != nil && m.Feedback(u.situation, u.answer, got) {
+					st.Memory.Removed++
+				}
+			}
 		}
 		for r, m := range t.Memories {
 			st.MemorySize[r] = m.Len()

@@ -219,6 +219,35 @@ func (m *Memory) Observe(situation string, answers []string, rewards []float64, 
 	return u
 }
 
+// Feedback reports the memory reward a trajectory earned after the agent
+// answered situation with answer straight from memory (a skipped node).
+// Skipped nodes form no group, so without this a wrong entry would never
+// meet contrary evidence; here, when the outcome falls short of the entry's
+// recorded reward, the shortfall is taken off its reward difference:
+//
+//	Diff ← Diff − (Reward − got)    when got < Reward
+//
+// which lowers its score below SkipScore (the answer is sampled again and
+// can be replaced); an entry whose Diff drops to 0 or below is removed. It
+// reports whether the entry was removed. (The paper does not spell out how
+// memory answers are verified; this is the project's rule.)
+func (m *Memory) Feedback(situation, answer string, got float64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, x := range m.entries {
+		if x.Situation != situation || x.Answer != answer || got >= x.Reward {
+			continue
+		}
+		m.entries[i].Diff -= x.Reward - got
+		if m.entries[i].Diff <= 0 {
+			m.entries = append(m.entries[:i], m.entries[i+1:]...)
+			return true
+		}
+		return false
+	}
+	return false
+}
+
 // Hit is a retrieved entry with its similarity and score.
 type Hit struct {
 	Entry

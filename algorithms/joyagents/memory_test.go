@@ -168,3 +168,32 @@ func TestRetrieveHintSkip(t *testing.T) {
 		t.Error("skipped on a decayed hit")
 	}
 }
+
+func TestFeedback(t *testing.T) {
+	m := NewMemory(DefaultMemoryConfig())
+	m.entries = []Entry{{Situation: "s", Answer: "a", Reward: 1.5, Diff: 0.875}, {Situation: "s2", Answer: "b", Reward: 1.5, Diff: 0.875}}
+	cases := []struct {
+		sit, ans string
+		got      float64
+		removed  bool
+		diff     float64 // of entry "s"/"a" afterwards (if kept)
+	}{
+		{"s", "a", 1.5, false, 0.875}, // as good as recorded: unchanged
+		{"s", "a", 2, false, 0.875},   // better: unchanged
+		{"s", "x", 0, false, 0.875},   // other answer: not this entry
+		{"s", "a", 1.2, false, 0.575}, // short by 0.3
+		{"s", "a", 0.5, true, 0},      // short by 1.0: Diff −0.425 → removed
+	}
+	for i, c := range cases {
+		if got := m.Feedback(c.sit, c.ans, c.got); got != c.removed {
+			t.Fatalf("case %d: removed %v want %v", i, got, c.removed)
+		}
+		es := m.Entries()
+		if !c.removed && (es[0].Answer != "a" || math.Abs(es[0].Diff-c.diff) > 1e-12) {
+			t.Fatalf("case %d: entries %+v want diff %v", i, es, c.diff)
+		}
+	}
+	if es := m.Entries(); len(es) != 1 || es[0].Answer != "b" {
+		t.Errorf("left %+v", es)
+	}
+}
