@@ -274,7 +274,7 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
 		// op(A)(i, p) = a[p*lda+i]: walk the stored rows of A contiguously
 		// and deal each 6-value run into its panel (row-by-row reads avoid
 		// large-stride cache conflicts).
-		for p := 0; p < kc; p++ {
+		for p := packATAsm(dst, a[p0*lda+i0:], lda, kc, full/mr); p < kc; p++ {
 			src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+full]
 			for q := 0; q < full; q += mr {
 				s := (*[mr]float32)(src[q:])
@@ -335,10 +335,11 @@ func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
 			}
 		case transB && cols == nr:
 			// op(B)(p, j) = b[j*ldb+p]: transpose 16 rows of B.
+			done := packBTAsm(d, b[(j0+r)*ldb+p0:], ldb, kc)
 			for j := 0; j < nr; j++ {
-				src := b[(j0+r+j)*ldb+p0 : (j0+r+j)*ldb+p0+kc]
+				src := b[(j0+r+j)*ldb+p0+done : (j0+r+j)*ldb+p0+kc]
 				for p, v := range src {
-					d[p*nr+j] = v
+					d[(done+p)*nr+j] = v
 				}
 			}
 		default:

@@ -1,0 +1,127 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Packing helpers (AVX), see driver.go for the packed layouts.
+
+// Transpose one 8×8 block: Y0..Y3 hold columns p..p+3 and Y4..Y7 columns
+// p+4..p+7 of rows 0-3 (low 128 bits) and rows 4-7 (high 128 bits), as
+// Yr = [row r | row r+4] for r = 0..3 (and likewise for Y4..Y7). Stores
+// the eight 8-row columns to dst rows p..p+7 (64-byte pitch) at offset off.
+#define TRANSPOSE4(y0, y1, y2, y3, off) \
+	VUNPCKLPS y1, y0, Y8;              \
+	VUNPCKHPS y1, y0, Y9;              \
+	VUNPCKLPS y3, y2, Y10;             \
+	VUNPCKHPS y3, y2, Y11;             \
+	VSHUFPS   $0x44, Y10, Y8, Y12;     \
+	VSHUFPS   $0xEE, Y10, Y8, Y13;     \
+	VSHUFPS   $0x44, Y11, Y9, Y14;     \
+	VSHUFPS   $0xEE, Y11, Y9, Y15;     \
+	VMOVUPS   Y12, (off+0)(DI);        \
+	VMOVUPS   Y13, (off+64)(DI);       \
+	VMOVUPS   Y14, (off+128)(DI);      \
+	VMOVUPS   Y15, (off+192)(DI)
+
+// Load columns p..p+7 of rows base+0..7 (row stride R8, R9 = 3*R8) into
+// Y0..Y7 in the [row r | row r+4] arrangement TRANSPOSE4 expects.
+#define LOAD8(lo, hi) \
+	VMOVUPS     (lo), X0;                   \
+	VINSERTF128 $1, (hi), Y0, Y0;           \
+	VMOVUPS     (lo)(R8*1), X1;             \
+	VINSERTF128 $1, (hi)(R8*1), Y1, Y1;     \
+	VMOVUPS     (lo)(R8*2), X2;             \
+	VINSERTF128 $1, (hi)(R8*2), Y2, Y2;     \
+	VMOVUPS     (lo)(R9*1), X3;             \
+	VINSERTF128 $1, (hi)(R9*1), Y3, Y3;     \
+	VMOVUPS     16(lo), X4;                 \
+	VINSERTF128 $1, 16(hi), Y4, Y4;         \
+	VMOVUPS     16(lo)(R8*1), X5;           \
+	VINSERTF128 $1, 16(hi)(R8*1), Y5, Y5;   \
+	VMOVUPS     16(lo)(R8*2), X6;           \
+	VINSERTF128 $1, 16(hi)(R8*2), Y6, Y6;   \
+	VMOVUPS     16(lo)(R9*1), X7;           \
+	VINSERTF128 $1, 16(hi)(R9*1), Y7, Y7
+
+// func packBT16(blocks int, src *float32, ld int, dst *float32)
+//
+// dst[p*16+j] = src[j*ld+p] for j < 16, p < 8*blocks: packs a 16-column
+// B panel from 16 rows of a transposed B.
+TEXT ·packBT16(SB), NOSPLIT, $0-32
+	MOVQ blocks+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), R8
+	SHLQ $2, R8
+	MOVQ dst+24(FP), DI
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), R10  // row 4
+	LEAQ (R10)(R8*4), R11 // row 8
+	LEAQ (R11)(R8*4), R12 // row 12
+
+loop:
+	LOAD8(SI, R10)
+	TRANSPOSE4(Y0, Y1, Y2, Y3, 0)
+	TRANSPOSE4(Y4, Y5, Y6, Y7, 256)
+	LOAD8(R11, R12)
+	TRANSPOSE4(Y0, Y1, Y2, Y3, 32)
+	TRANSPOSE4(Y4, Y5, Y6, Y7, 288)
+	ADDQ $32, SI
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $32, R12
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
+
+// Copy 6 floats (24 bytes) from src (src16 = src+16 bytes) to off(BX).
+#define COPY6(src, src16, off) \
+	VMOVUPS src, X0;          \
+	MOVQ    src16, R10;       \
+	VMOVUPS X0, (off)(BX);    \
+	MOVQ    R10, (off+16)(BX)
+
+// func packAT6(blocks, panels int, src *float32, ld int, dst *float32, pitch int)
+//
+// For p < 8*blocks and q < panels:
+//	dst[q*pitch + p*6 + i] = src[p*ld + q*6 + i], i < 6
+// packs full 6-row A panels from a transposed A. Eight source rows are
+// walked together so each panel receives 192 contiguous bytes at a time
+// (walking one row across all panels thrashes L1 sets, since panel
+// starts are a multiple of 2 KiB apart).
+TEXT ·packAT6(SB), NOSPLIT, $0-48
+	MOVQ blocks+0(FP), CX
+	MOVQ src+16(FP), SI
+	MOVQ ld+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ dst+32(FP), DI
+	MOVQ pitch+40(FP), R12
+	SHLQ $2, R12
+
+block:
+	MOVQ panels+8(FP), DX
+	MOVQ SI, AX
+	LEAQ (SI)(R8*4), R11
+	MOVQ DI, BX
+
+panel:
+	COPY6((AX), 16(AX), 0)
+	COPY6((AX)(R8*1), 16(AX)(R8*1), 24)
+	COPY6((AX)(R8*2), 16(AX)(R8*2), 48)
+	COPY6((AX)(R9*1), 16(AX)(R9*1), 72)
+	COPY6((R11), 16(R11), 96)
+	COPY6((R11)(R8*1), 16(R11)(R8*1), 120)
+	COPY6((R11)(R8*2), 16(R11)(R8*2), 144)
+	COPY6((R11)(R9*1), 16(R11)(R9*1), 168)
+	ADDQ $24, AX
+	ADDQ $24, R11
+	ADDQ R12, BX
+	DECQ DX
+	JNZ  panel
+
+	LEAQ (SI)(R8*8), SI
+	ADDQ $192, DI
+	DECQ CX
+	JNZ  block
+	RET
