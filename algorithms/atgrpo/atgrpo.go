@@ -3,7 +3,7 @@
 // 2510.11062): GRPO for teams of LLM agents acting in turn in a multi-turn
 // environment.
 //
-// # Tree sampling (the paper's §4 "AT-GRPO", Algorithm 1)
+// # Tree sampling (the paper's AT-GRPO algorithm: agent- and turn-wise grouping)
 //
 // Plain GRPO needs G completions of the same prompt to compare; in a
 // multi-agent, multi-turn episode every prompt is reached once, so groups
@@ -23,7 +23,7 @@
 // Candidates for all E instances are requested in one Sampler call per
 // (turn, role), with a seed derived from (Config.Seed, step, turn, role).
 //
-// # Regimes (the paper's "Policy sharing" ablation)
+// # Regimes (the paper's role-sharing vs role-specific policies)
 //
 // Shared: one policy acts for and is trained on every role; the role is
 // told apart by the prompt. This package does not rewrite prompts: the

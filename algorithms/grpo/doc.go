@@ -1,7 +1,8 @@
 // Package grpo is the math of Group Relative Policy Optimization (GRPO,
-// DeepSeekMath, Shao et al. 2024, §4.1 "Group Relative Policy Optimization")
+// DeepSeekMath, Shao et al. 2024, section "Group Relative Policy Optimization")
 // and its Dr. GRPO variant (Liu et al. 2025, "Understanding R1-Zero-Like
-// Training", §3.2 "Dr. GRPO: Group Relative Policy Optimization Done Right"),
+// Training", the section introducing "Dr. GRPO: Group Relative Policy
+// Optimization Done Right"),
 // on plain data: rewards in, advantages out; per-token log-probabilities in,
 // loss and d loss / d logp out.
 //

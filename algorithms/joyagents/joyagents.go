@@ -3,7 +3,7 @@
 // Learning", arXiv 2506.19846): GRPO for heterogeneous agents that act in
 // sequence, with three additions.
 //
-// # Node-wise Monte Carlo sampling (§3.2 "Node-wise Monte Carlo Sampling")
+// # Node-wise Monte Carlo sampling (the paper's node-wise Monte Carlo sampling)
 //
 // Sampling G whole joint trajectories explores G of the G^L joint action
 // sequences of L agent steps and gives no per-agent groups. Instead one
@@ -18,7 +18,7 @@
 // not G^L. All G completions of a node are batched into one Sample call per
 // later node.
 //
-// # Marginal-benefit selection (§3.3 "Marginal Benefit-Driven Selection")
+// # Marginal-benefit selection (the paper's marginal benefit-driven selection)
 //
 // Groups are ranked by the unbiased variance of their rewards (a group
 // whose alternatives all score the same carries no gradient); only the top
@@ -26,7 +26,7 @@
 // updated, each on the samples of its selected groups. K = 0 keeps all.
 // Ties keep trajectory order (environment, then node).
 //
-// # Memory evolution (§3.4 "Adaptive Memory Evolution")
+// # Memory evolution (the paper's adaptive memory evolution)
 //
 // Each agent has a Memory of (situation, answer, reward, time) entries.
 // GRPO groups are its free supervision: inside a group with memory rewards
@@ -43,7 +43,7 @@
 // (Memory.Feedback): falling short of the entry's recorded reward lowers
 // the entry's score, so wrong advice stops being used and is replaced.
 //
-// # Reward (§3.1)
+// # Reward
 //
 // R = accuracy + format − efficiency per trajectory, computed from the
 // environment: accuracy = Σ team rewards, format = FormatWeight × share of

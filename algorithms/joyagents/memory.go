@@ -17,8 +17,8 @@ type Entry struct {
 	Time      int64   // training step it was inserted at
 }
 
-// MemoryConfig configures memory evolution (the paper's §3.4 "Adaptive
-// Memory Evolution").
+// MemoryConfig configures memory evolution (the paper's adaptive memory
+// evolution).
 type MemoryConfig struct {
 	Capacity     int     // entries per agent; the lowest-scoring entry is evicted
 	Z            float64 // outlier threshold in group stds (1.96)
