@@ -230,7 +230,10 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 			if tok.Clipped {
 				clipped++
 			}
-			if hasRef {
+			switch {
+			case hasRef && cfg.KLCoef > 0:
+				klSum += tok.KL
+			case hasRef: // not in the loss, still reported
 				klSum += K3(lp, ref)
 			}
 			entSum -= lp
