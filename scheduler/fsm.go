@@ -14,14 +14,20 @@ import (
 // layout changes incompatibly.
 const snapshotVersion = 1
 
-// MarshalBinary encodes the whole state as a version byte plus msgpack with
-// sorted map keys, so equal states encode to equal bytes.
+// MarshalBinary encodes the whole state as a version byte plus msgpack of
+// its nodes, actors, placement groups and jobs sorted by ID, so equal states
+// encode to equal bytes.
 func (s *State) MarshalBinary() ([]byte, error) {
+	snap := snapshot{Applied: s.d.Applied}
+	snap.Nodes = s.sortedNodes() // not the index: MarshalBinary runs under FSM's read lock
+	snap.Actors = s.Actors()
+	snap.Groups = s.Groups()
+	snap.Jobs = s.Jobs()
 	var buf bytes.Buffer
 	buf.WriteByte(snapshotVersion)
 	enc := msgpack.NewEncoder(&buf)
 	enc.SetSortMapKeys(true)
-	if err := enc.Encode(&s.d); err != nil {
+	if err := enc.Encode(&snap); err != nil {
 		return nil, fmt.Errorf("encode state: %w", err)
 	}
 	return buf.Bytes(), nil
@@ -32,34 +38,43 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if len(b) == 0 || b[0] != snapshotVersion {
 		return fmt.Errorf("decode state: %w: missing or unknown version byte", ErrMalformed)
 	}
-	var d stateData
+	var snap snapshot
 	r := bytes.NewReader(b[1:])
-	if err := msgpack.NewDecoder(r).Decode(&d); err != nil {
+	if err := msgpack.NewDecoder(r).Decode(&snap); err != nil {
 		return fmt.Errorf("decode state: %w: %v", ErrMalformed, err)
 	}
 	if r.Len() != 0 {
 		return fmt.Errorf("decode state: %w: %d trailing bytes", ErrMalformed, r.Len())
 	}
+	var d stateData
 	d.init()
-	for id, n := range d.Nodes {
-		if n == nil || n.ID != id {
-			return fmt.Errorf("decode state: %w: node entry %q", ErrMalformed, id)
+	d.Applied = snap.Applied
+	for _, n := range snap.Nodes {
+		if n == nil || n.ID == "" || d.Nodes[n.ID] != nil {
+			return fmt.Errorf("decode state: %w: missing or repeated node", ErrMalformed)
+		}
+		d.Nodes[n.ID] = n
+	}
+	for _, a := range snap.Actors {
+		if a == nil || a.Spec.ID == "" || d.Actors[a.Spec.ID] != nil {
+			return fmt.Errorf("decode state: %w: missing or repeated actor", ErrMalformed)
+		}
+		d.Actors[a.Spec.ID] = a
+		if a.Spec.Name != "" && a.State != ActorDead {
+			d.Names[nameKey(a.Spec.Namespace, a.Spec.Name)] = a.Spec.ID
 		}
 	}
-	for id, a := range d.Actors {
-		if a == nil || a.Spec.ID != id {
-			return fmt.Errorf("decode state: %w: actor entry %q", ErrMalformed, id)
+	for _, g := range snap.Groups {
+		if g == nil || g.Spec.ID == "" || d.Groups[g.Spec.ID] != nil {
+			return fmt.Errorf("decode state: %w: missing or repeated placement group", ErrMalformed)
 		}
+		d.Groups[g.Spec.ID] = g
 	}
-	for id, g := range d.Groups {
-		if g == nil || g.Spec.ID != id {
-			return fmt.Errorf("decode state: %w: group entry %q", ErrMalformed, id)
+	for _, j := range snap.Jobs {
+		if j == nil || j.Spec.ID == "" || d.Jobs[j.Spec.ID] != nil {
+			return fmt.Errorf("decode state: %w: missing or repeated job", ErrMalformed)
 		}
-	}
-	for id, j := range d.Jobs {
-		if j == nil || j.Spec.ID != id {
-			return fmt.Errorf("decode state: %w: job entry %q", ErrMalformed, id)
-		}
+		d.Jobs[j.Spec.ID] = j
 	}
 	*s = State{d: d}
 	s.idx.dirty = true
@@ -102,11 +117,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		return &Response{Err: err, Index: l.Index}
 	}
-	return &Response{Err: f.st.Apply(c), Index: l.Index}
+	err = f.st.Apply(c)
+	// Keep the derived index fresh under the write lock, so planners reading
+	// through Read never have to rebuild it concurrently.
+	f.st.idx.ensure(f.st)
+	return &Response{Err: err, Index: l.Index}
 }
 
-// Read runs fn with the current state under a read lock. fn must not keep
-// or modify the state (clone it with State.Clone to keep it).
+// Read runs fn with the current state under a read lock; the leader plans
+// inside it (Planner methods only read). fn must not keep or modify the
+// state (clone it with State.Clone to keep it).
 func (f *FSM) Read(fn func(*State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -136,6 +156,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := st.UnmarshalBinary(b); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	st.idx.ensure(st)
 	f.mu.Lock()
 	f.st = st
 	f.mu.Unlock()

@@ -26,16 +26,16 @@ func newStateWith(t testing.TB, nodes ...NodeInfo) *State {
 	return s
 }
 
-// occupy takes whole GPUs (by index) on a node, as some earlier actor would.
+// occupy takes whole GPUs (by index) on a node with a placed actor, as some
+// earlier request would.
 func occupy(t testing.TB, s *State, id NodeID, idx ...int) {
 	t.Helper()
 	var allocs []GPUAlloc
 	for _, i := range idx {
 		allocs = append(allocs, GPUAlloc{Index: i, Fraction: 1})
 	}
-	if err := s.reserveOnNode(s.Node(id), Resources{GPUs: float64(len(idx))}, allocs); err != nil {
-		t.Fatalf("occupy %s %v: %v", id, idx, err)
-	}
+	spec := ActorSpec{ID: ActorID(fmt.Sprintf("occupy-%s-%v", id, idx)), Request: Request{Resources: Resources{GPUs: float64(len(idx))}}}
+	mustApply(t, s, &CreateActor{Spec: spec, Placement: &Placement{Node: id, GPUs: allocs, Bundle: AnyBundle}})
 }
 
 func TestGPUSetsOnTopologies(t *testing.T) {

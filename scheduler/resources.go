@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // quantum is the granularity of fractional quantities (GPUs and custom
@@ -30,7 +32,45 @@ type Resources struct {
 	GPUs float64 `msgpack:"gpus,omitempty"`
 	// Custom holds user-defined resources by name (for example "tpu" or
 	// "license"), each a non-negative amount with 1e-4 granularity.
-	Custom map[string]float64 `msgpack:"custom,omitempty"`
+	Custom CustomResources `msgpack:"custom,omitempty"`
+}
+
+// CustomResources maps a custom resource name to an amount. It encodes
+// with sorted keys so equal states snapshot to equal bytes.
+type CustomResources map[string]float64
+
+// EncodeMsgpack implements msgpack.CustomEncoder with sorted keys.
+func (c CustomResources) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if c == nil {
+		return enc.EncodeNil()
+	}
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if err := enc.EncodeMapLen(len(keys)); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := enc.EncodeString(k); err != nil {
+			return err
+		}
+		if err := enc.EncodeFloat64(c[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (c *CustomResources) DecodeMsgpack(dec *msgpack.Decoder) error {
+	var m map[string]float64
+	if err := dec.Decode(&m); err != nil {
+		return err
+	}
+	*c = m
+	return nil
 }
 
 // CPUs returns the CPU amount in cores.
@@ -97,7 +137,7 @@ func (r Resources) fractionalGPU() bool { return r.GPUs > 0 && r.GPUs < 1 }
 func (r Resources) Clone() Resources {
 	c := r
 	if r.Custom != nil {
-		c.Custom = make(map[string]float64, len(r.Custom))
+		c.Custom = make(CustomResources, len(r.Custom))
 		for k, v := range r.Custom {
 			c.Custom[k] = v
 		}
@@ -112,8 +152,11 @@ func (r Resources) Add(o Resources) Resources {
 	c.MemoryBytes += o.MemoryBytes
 	c.GPUs = q(c.GPUs + o.GPUs)
 	for k, v := range o.Custom {
+		if v == 0 {
+			continue
+		}
 		if c.Custom == nil {
-			c.Custom = make(map[string]float64, len(o.Custom))
+			c.Custom = make(CustomResources, len(o.Custom))
 		}
 		c.Custom[k] = q(c.Custom[k] + v)
 	}
@@ -128,8 +171,11 @@ func (r Resources) Sub(o Resources) Resources {
 	c.MemoryBytes -= o.MemoryBytes
 	c.GPUs = q(c.GPUs - o.GPUs)
 	for k, v := range o.Custom {
+		if v == 0 {
+			continue
+		}
 		if c.Custom == nil {
-			c.Custom = make(map[string]float64, len(o.Custom))
+			c.Custom = make(CustomResources, len(o.Custom))
 		}
 		c.Custom[k] = q(c.Custom[k] - v)
 	}
@@ -143,8 +189,11 @@ func (r *Resources) addInPlace(o Resources, sign int64) {
 	r.MemoryBytes += sign * o.MemoryBytes
 	r.GPUs = q(r.GPUs + float64(sign)*o.GPUs)
 	for k, v := range o.Custom {
+		if v == 0 {
+			continue // a zero amount must not add a key the node lacks
+		}
 		if r.Custom == nil {
-			r.Custom = make(map[string]float64, len(o.Custom))
+			r.Custom = make(CustomResources, len(o.Custom))
 		}
 		r.Custom[k] = q(r.Custom[k] + float64(sign)*v)
 	}

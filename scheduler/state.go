@@ -19,15 +19,25 @@ type State struct {
 	rel relations
 }
 
-// stateData is the serialized part of State (the snapshot).
+// stateData is the state proper (everything but derived lookups).
 type stateData struct {
-	Nodes  map[NodeID]*Node            `msgpack:"nodes"`
-	Actors map[ActorID]*Actor          `msgpack:"actors"`
-	Groups map[GroupID]*PlacementGroup `msgpack:"groups"`
-	Names  map[string]ActorID          `msgpack:"names"`
-	Jobs   map[JobID]*Job              `msgpack:"jobs"`
+	Nodes  map[NodeID]*Node
+	Actors map[ActorID]*Actor
+	Groups map[GroupID]*PlacementGroup
+	Names  map[string]ActorID // derived from Actors on restore
+	Jobs   map[JobID]*Job
 	// Applied is the raft index of the last applied log entry.
-	Applied uint64 `msgpack:"applied"`
+	Applied uint64
+}
+
+// snapshot is the serialized form of stateData: maps become slices sorted
+// by ID so equal states encode to equal bytes.
+type snapshot struct {
+	Nodes   []*Node           `msgpack:"nodes"`
+	Actors  []*Actor          `msgpack:"actors"`
+	Groups  []*PlacementGroup `msgpack:"groups"`
+	Jobs    []*Job            `msgpack:"jobs"`
+	Applied uint64            `msgpack:"applied"`
 }
 
 // NewState returns an empty cluster state.
@@ -64,9 +74,18 @@ func (s *State) AppliedIndex() uint64 { return s.d.Applied }
 func (s *State) Node(id NodeID) *Node { return s.d.Nodes[id] }
 
 // Nodes returns every node sorted by ID.
-func (s *State) Nodes() []*Node {
-	s.idx.ensure(s)
-	return append([]*Node(nil), s.idx.order...)
+func (s *State) Nodes() []*Node { return s.sortedNodes() }
+
+func (s *State) sortedNodes() []*Node {
+	if !s.idx.dirty {
+		return append([]*Node(nil), s.idx.order...)
+	}
+	out := make([]*Node, 0, len(s.d.Nodes))
+	for _, n := range s.d.Nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // Actor returns the actor with the given ID, or nil.
