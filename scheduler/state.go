@@ -9,7 +9,8 @@ import (
 // actors, placement groups, named actors and jobs. It changes only through
 // Apply (commands committed through raft), is deterministic (no clocks, no
 // randomness, no map-order dependence), and is not safe for concurrent use
-// (FSM adds the locking).
+// on its own: FSM adds the locking and keeps the derived indexes fresh, so
+// readers inside FSM.Read (including Planner calls) never write.
 //
 // Accessors return pointers into the state for speed; callers must treat
 // them as read-only.
