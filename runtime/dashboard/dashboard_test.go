@@ -155,7 +155,9 @@ func TestStateAndAssets(t *testing.T) {
 
 type failingSource struct{}
 
-func (failingSource) State(context.Context) (State, error) { return State{}, errors.New("raft: no leader") }
+func (failingSource) State(context.Context) (State, error) {
+	return State{}, errors.New("raft: no leader")
+}
 
 func TestStateError(t *testing.T) {
 	srv := httptest.NewServer(New(failingSource{}, Options{}))
