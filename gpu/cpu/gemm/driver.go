@@ -17,7 +17,7 @@ const (
 	// directMaxM: with at most this many rows of C, an NN product reads B in
 	// place instead of packing it (packing B would cost as much as the
 	// multiply when few rows reuse it).
-	directMaxM = 4 * mr
+	directMaxM = 8 * mr
 
 	// parMinWork: below this many multiply-adds one goroutine is faster than
 	// paying for a fork/join.
@@ -74,8 +74,12 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	kern := pickKernel()
 	threads := Threads()
+	if m < mr && !transB {
+		rows(threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	kern := pickKernel()
 	if threads > 1 && m*n*k >= parMinWork {
 		// Split the dimension with more tiles; each part repacks the other
 		// operand, so prefer duplicating the smaller one.
@@ -145,6 +149,59 @@ var (
 	packTransA = true
 	packNN     = true
 )
+
+// rows computes products with fewer than mr rows and B not transposed one
+// C row at a time, reading B in place: packing B would cost as much as the
+// multiply. Large ones split the columns across goroutines.
+func rows(threads int, transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	const chunk = 64 // columns per wide step of the assembly
+	parts := min(threads, n/chunk)
+	if m*n*k < parMinWork || parts < 2 {
+		rowRange(transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	chunks := (n + chunk - 1) / chunk
+	var wg sync.WaitGroup
+	for t := 1; t < parts; t++ {
+		j0, j1 := t*chunks/parts*chunk, min((t+1)*chunks/parts*chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rowRange(transA, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		}()
+	}
+	rowRange(transA, m, 0, chunks/parts*chunk, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	wg.Wait()
+}
+
+// rowRange computes columns [j0, j1) of every C row for rows.
+func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	for i := 0; i < m; i++ {
+		var arow []float32
+		aps := 1
+		if transA {
+			arow, aps = a[i:], lda
+		} else {
+			arow = a[i*lda:]
+		}
+		crow := c[i*ldc+j0 : i*ldc+j1]
+		done := rowAsm(k, arow, aps, b[j0:], ldb, crow, j1-j0, alpha, beta)
+		// Remaining columns (all of them without the assembly): scale by
+		// beta, then add alpha*a[p]*B[p, :] row by row (contiguous reads).
+		rest := crow[done:]
+		if len(rest) == 0 {
+			continue
+		}
+		scaleC(1, len(rest), beta, rest, len(rest))
+		for p := 0; p < k; p++ {
+			av := alpha * arow[p*aps]
+			brow := b[p*ldb+j0+done : p*ldb+j1]
+			for j, bv := range brow {
+				rest[j] += av * bv
+			}
+		}
+	}
+}
 
 // block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr, ir).
 func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {

@@ -134,6 +134,10 @@ func testLargerShapes(t *testing.T) {
 				// for NN) and larger m (packed B).
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 30, n: 2065, k: 3, alpha: 0.5, beta: 0})
+				// Few-rows path: wide and narrow column steps, a scalar
+				// tail, and a column split across goroutines.
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 1, n: 1000, k: 300, alpha: 1, beta: 0, pad: 2})
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 5, n: 211, k: 1, alpha: -1, beta: 0.5})
 			}
 		}
 		SetThreads(old)

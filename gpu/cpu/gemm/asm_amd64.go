@@ -2,6 +2,9 @@
 
 package gemm
 
+// Declarations and bounds-checked wrappers for the packing and
+// few-rows assembly in pack_amd64.s and gemv_amd64.s.
+
 //go:noescape
 func packBT16(blocks int, src *float32, ld int, dst *float32)
 
@@ -32,4 +35,21 @@ func packATAsm(d, src []float32, ld, kc, panels int) int {
 	_ = d[(panels-1)*mr*kc+blocks*8*mr-1]
 	packAT6(blocks, panels, &src[0], ld, &d[0], mr*kc)
 	return blocks * 8
+}
+
+//go:noescape
+func gemvRow(k int, a *float32, aps int, b *float32, bps int, c *float32, n16 int, alpha, beta float32)
+
+// rowAsm computes c[j] = alpha*Σp a[p*aps]*b[p*bps+j] + beta*c[j] for
+// j < n rounded down to 16 and returns how many columns it did.
+func rowAsm(k int, a []float32, aps int, b []float32, bps int, c []float32, n int, alpha, beta float32) int {
+	n16 := n / nr
+	if !useAsm || n16 == 0 || k == 0 {
+		return 0
+	}
+	_ = a[(k-1)*aps]
+	_ = b[(k-1)*bps+n16*nr-1]
+	_ = c[n16*nr-1]
+	gemvRow(k, &a[0], aps, &b[0], bps, &c[0], n16, alpha, beta)
+	return n16 * nr
 }
