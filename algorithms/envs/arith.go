@@ -85,46 +85,19 @@ func newArith(cfg Config, seed int64) (Env, error) {
 	if budget == 0 {
 		budget = k + 2
 	}
-	v := 2 + rng.IntN(19)
-	start := v
-	ops := make([]arithOp, 0, k)
-	vals := make([]int, 0, k)
-	phrases := make([]string, 0, k)
-	for len(ops) < k {
-		var o arithOp
-		var phrase string
-		switch rng.IntN(4) {
-		case 0:
-			o = arithOp{'+', 1 + rng.IntN(12)}
-			if v+o.n > 60 {
-				continue
-			}
-			phrase = [...]string{"buys %d", "gets %d more", "finds %d"}[rng.IntN(3)]
-			phrase = fmt.Sprintf(phrase, o.n)
-		case 1:
-			if v < 2 {
-				continue
-			}
-			o = arithOp{'-', 1 + rng.IntN(min(v-1, 12))}
-			phrase = [...]string{"gives away %d", "loses %d", "sells %d"}[rng.IntN(3)]
-			phrase = fmt.Sprintf(phrase, o.n)
-		case 2:
-			o = arithOp{'*', 2 + rng.IntN(2)}
-			if v*o.n > 60 {
-				continue
-			}
-			phrase = map[int]string{2: "doubles them", 3: "triples them"}[o.n]
-		default:
-			o = arithOp{'/', 2 + rng.IntN(3)}
-			if v%o.n != 0 {
-				continue
-			}
-			phrase = map[int]string{2: "keeps half", 3: "keeps a third", 4: "keeps a quarter"}[o.n]
+	var (
+		start   int
+		ops     []arithOp
+		vals    []int
+		phrases []string
+	)
+	// Redraw problems whose start or an intermediate value equals the final
+	// answer: a team could "solve" them without doing every step.
+	for {
+		start, ops, vals, phrases = arithProblem(rng, k)
+		if arithDistinctAnswer(start, vals) {
+			break
 		}
-		v = o.apply(v)
-		ops = append(ops, o)
-		vals = append(vals, v)
-		phrases = append(phrases, phrase)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s has %d %s", arithNames[rng.IntN(len(arithNames))], start, arithItems[rng.IntN(len(arithItems))])
@@ -365,4 +338,68 @@ func parseExpr(action string) (string, int, bool) {
 		}
 	}
 	return s, v, true
+}
+
+// OptimalRounds is the number of steps: one operation per round.
+func (a *arith) OptimalRounds() int { return len(a.ops) }
+
+// arithProblem draws a start value and k operations with their phrases.
+func arithProblem(rng randSource, k int) (start int, ops []arithOp, vals []int, phrases []string) {
+	v := 2 + rng.IntN(19)
+	start = v
+	ops = make([]arithOp, 0, k)
+	vals = make([]int, 0, k)
+	phrases = make([]string, 0, k)
+	for len(ops) < k {
+		var o arithOp
+		var phrase string
+		switch rng.IntN(4) {
+		case 0:
+			o = arithOp{'+', 1 + rng.IntN(12)}
+			if v+o.n > 60 {
+				continue
+			}
+			phrase = [...]string{"buys %d", "gets %d more", "finds %d"}[rng.IntN(3)]
+			phrase = fmt.Sprintf(phrase, o.n)
+		case 1:
+			if v < 2 {
+				continue
+			}
+			o = arithOp{'-', 1 + rng.IntN(min(v-1, 12))}
+			phrase = [...]string{"gives away %d", "loses %d", "sells %d"}[rng.IntN(3)]
+			phrase = fmt.Sprintf(phrase, o.n)
+		case 2:
+			o = arithOp{'*', 2 + rng.IntN(2)}
+			if v*o.n > 60 {
+				continue
+			}
+			phrase = map[int]string{2: "doubles them", 3: "triples them"}[o.n]
+		default:
+			o = arithOp{'/', 2 + rng.IntN(3)}
+			if v%o.n != 0 {
+				continue
+			}
+			phrase = map[int]string{2: "keeps half", 3: "keeps a third", 4: "keeps a quarter"}[o.n]
+		}
+		v = o.apply(v)
+		ops = append(ops, o)
+		vals = append(vals, v)
+		phrases = append(phrases, phrase)
+	}
+	return start, ops, vals, phrases
+}
+
+// arithDistinctAnswer reports whether the final value differs from the start
+// and from every intermediate value.
+func arithDistinctAnswer(start int, vals []int) bool {
+	ans := vals[len(vals)-1]
+	if start == ans {
+		return false
+	}
+	for _, v := range vals[:len(vals)-1] {
+		if v == ans {
+			return false
+		}
+	}
+	return true
 }

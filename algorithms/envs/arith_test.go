@@ -88,6 +88,9 @@ func TestArithAnswersMatchText(t *testing.T) {
 			t.Fatalf("seed %d: %q answers %d, env says %d", seed, a.Text(), got, a.Answer())
 		}
 		steps[len(a.ops)]++
+		if !arithDistinctAnswer(a.start, a.vals) {
+			t.Fatalf("seed %d: the answer %d appears before the last step: start %d, %v", seed, a.Answer(), a.start, a.vals)
+		}
 		v := a.start
 		for i, o := range a.ops {
 			v = o.apply(v)

@@ -67,6 +67,12 @@ func playExpert(t *testing.T, name string, cfg Config, seed int64) Env {
 		t.Fatalf("New(%s, seed %d): %v", name, seed, err)
 	}
 	ex := e.(Expert)
+	opt := e.(OptimalRounder).OptimalRounds()
+	defer func() {
+		if e.Turn() != opt {
+			t.Fatalf("%s seed %d: expert took %d rounds, OptimalRounds says %d", name, seed, e.Turn(), opt)
+		}
+	}()
 	for guard := 0; !e.Done(); guard++ {
 		if guard > 200 {
 			t.Fatalf("%s seed %d: expert episode does not end", name, seed)
@@ -354,6 +360,29 @@ func TestTranscripts(t *testing.T) {
 	}
 	if _, _, err := Transcripts("planpath", Config{}, seeds, TranscriptOptions{Noise: 2}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("noise 2 error = %v", err)
+	}
+	if _, _, err := Transcripts("planpath", Config{}, seeds, TranscriptOptions{Noise: 0.1, NoiseRoles: []string{"pilot"}}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("unknown noise role error = %v", err)
+	}
+	// Noise on the proposer only: every noise example is the proposer's, and
+	// the checking role gets correction examples with correct labels.
+	for name, roles := range map[string][2]string{"sudoku4": {"reasoner", "verifier"}, "sokoban": {"planner", "checker"}} {
+		ex, _, err := Transcripts(name, Config{}, seeds, TranscriptOptions{Noise: 0.5, NoiseRoles: []string{roles[0]}, RecordNoise: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		corrections := 0
+		for _, x := range ex {
+			if !x.Expert && x.Role != roles[0] {
+				t.Fatalf("%s: noise on %s outside NoiseRoles", name, x.Role)
+			}
+			if x.Role == roles[1] && x.Action != "ok" {
+				corrections++
+			}
+		}
+		if corrections == 0 {
+			t.Fatalf("%s: no %s corrections in noisy-proposer transcripts", name, roles[1])
+		}
 	}
 }
 

@@ -328,3 +328,6 @@ func (p *planPath) randomAction(role string, r randSource) string {
 	}
 	return string(b)
 }
+
+// OptimalRounds is ⌈shortest path / Moves⌉.
+func (p *planPath) OptimalRounds() int { return ceilDiv(p.shortest, p.moves) }

@@ -310,3 +310,13 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// OptimalRounder is implemented by every environment in this package: the
+// fewest rounds a perfect team needs to solve the episode from its start,
+// for efficiency metrics (rounds used / optimal) and for choosing budgets.
+type OptimalRounder interface {
+	OptimalRounds() int
+}
+
+// ceilDiv is ⌈a/b⌉ for positive b.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -457,3 +457,6 @@ func (s *sokoban) randomAction(role string, r randSource) string {
 	}
 	return string(b)
 }
+
+// OptimalRounds is ⌈optimal moves / Moves⌉.
+func (s *sokoban) OptimalRounds() int { return ceilDiv(s.optimal, s.moves) }

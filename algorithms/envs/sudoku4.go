@@ -331,3 +331,6 @@ func (s *sudoku4) randomAction(role string, r randSource) string {
 	}
 	return fill{cell: r.IntN(16), val: byte(1 + r.IntN(4))}.String()
 }
+
+// OptimalRounds is the number of holes: one correct fill per round.
+func (s *sudoku4) OptimalRounds() int { return s.holes }

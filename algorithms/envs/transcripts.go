@@ -40,6 +40,11 @@ type TranscriptOptions struct {
 	// wrong). When false only expert actions are recorded and the noise
 	// only diversifies the states.
 	RecordNoise bool
+	// NoiseRoles limits the noise to these roles (empty: every role). Noise
+	// on the proposing role only (planner, reasoner) with RecordNoise false
+	// teaches the checking role to correct mistakes while every recorded
+	// label stays correct.
+	NoiseRoles []string
 	// NoiseSeed seeds the noise stream (mixed with each episode's seed).
 	NoiseSeed int64
 	// MaxRounds caps an episode's rounds (0: the environment's budget).
@@ -72,6 +77,11 @@ func Transcripts(name string, cfg Config, seeds []int64, opt TranscriptOptions) 
 		if !ok {
 			return nil, stats, fmt.Errorf("transcripts: %s has no Expert", env.Name())
 		}
+		for _, r := range opt.NoiseRoles {
+			if !contains(env.Roles(), r) {
+				return nil, stats, fmt.Errorf("%w: noise role %q is not a %s role %v", ErrBadConfig, r, env.Name(), env.Roles())
+			}
+		}
 		noisy, _ := env.(randomActor)
 		rng := newRand(seed^opt.NoiseSeed, 5)
 		roles := env.Roles()
@@ -83,7 +93,7 @@ func Transcripts(name string, cfg Config, seeds []int64, opt TranscriptOptions) 
 				}
 				obs := env.Observe(role)
 				act, expert := ex.ExpertAction(role), true
-				if opt.Noise > 0 && noisy != nil && rng.Float64() < opt.Noise {
+				if opt.Noise > 0 && noisy != nil && (len(opt.NoiseRoles) == 0 || contains(opt.NoiseRoles, role)) && rng.Float64() < opt.Noise {
 					act, expert = noisy.randomAction(role, rng), false
 				}
 				if expert || opt.RecordNoise {
