@@ -15,8 +15,8 @@ import (
 // Two roles act each round, in order:
 //
 //   - "reasoner" writes the expression for the next step, e.g. "7+5" then
-//     "12-3" (integers and + - * /, standard precedence, at most
-//     maxExprLen bytes; a bare number is allowed). It changes nothing.
+//     "12-3" (integers of 1..4 digits and + - * /, standard precedence,
+//     at most 12 bytes; a bare number is allowed). It changes nothing.
 //   - "tool" plays a calculator/verifier: it sees only the expression and
 //     answers its value ("12"), or "?" if the expression is malformed.
 //
@@ -41,10 +41,14 @@ import (
 // r2 = working on step 2; t: shows the last expression and the tool's
 // answer ("-" before the first round, "?" for unparseable parts).
 
-const (
-	maxExprLen  = 16  // longest accepted expression
-	arithMaxObs = 120 // bound on any arith observation (checked in tests)
-)
+// maxExprLen is the longest accepted expression; the expert's are at most
+// 5 bytes ("60-12"), the slack lets a reasoner fold steps together.
+const maxExprLen = 12
+
+// arithMaxObs bounds an arith observation for problems of k steps: "r1 " +
+// text (opening ≤ 17, each ", phrase" ≤ 17, "then " 5, ". how many?" 11) +
+// " t:" + expression + "=" + answer (≤ 5): 108 bytes for 3 steps, 125 for 4.
+func arithMaxObs(k int) int { return 3 + 17 + 17*k + 5 + 11 + 3 + maxExprLen + 1 + 5 }
 
 type arith struct {
 	turnState

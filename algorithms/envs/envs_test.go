@@ -123,7 +123,7 @@ func garbage(r *rand.Rand, e Env, role string) string {
 		}
 		return string(b)
 	default:
-		return []string{"", "ok", "no", "?", "UUUUUUUU", "r9c9=9", "1/0", "-", "\x00", "r1c1=1", "L", "9999*9999*9999*9"}[r.IntN(12)]
+		return []string{"", "ok", "no", "?", "UUUUUUUU", "r9c9=9", "1/0", "-", "\x00", "r1c1=1", "L", "9999*9999*99"}[r.IntN(12)]
 	}
 }
 
@@ -183,6 +183,40 @@ func TestObservationBoundsAndAlphabet(t *testing.T) {
 			}
 		}
 		t.Logf("%s: longest observation %d bytes (bound %d), longest action %d", name, longest, bound, maxAct)
+	}
+	// The largest configurations stay within their computed bounds.
+	extremes := []struct {
+		name string
+		cfg  Config
+	}{
+		{"arith", Config{Steps: 4}},
+		{"arith", Config{Steps: 1}},
+		{"planpath", Config{Width: 10, Height: 10, Moves: 4, ObstacleRate: 0.5}},
+		{"sokoban", Config{Width: 8, Height: 8, Moves: 4, ObstacleRate: -1}},
+		{"sudoku4", Config{Holes: 11}},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, x := range extremes {
+		bound, err := MaxObsLen(x.name, x.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxAct, _ := MaxActionLen(x.name, x.cfg)
+		for seed := int64(0); seed < 100; seed++ {
+			e, err := New(x.name, x.cfg, seed)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", x.name, x.cfg, err)
+			}
+			for guard := 0; !e.Done() && guard < 40; guard++ {
+				for _, role := range e.Roles() {
+					if a := e.(Expert).ExpertAction(role); len(a) > maxAct {
+						t.Fatalf("%s %+v: expert action %q longer than %d", x.name, x.cfg, a, maxAct)
+					}
+					e.Step(role, garbage(r, e, role))
+					checkObs(t, e, bound)
+				}
+			}
+		}
 	}
 	for _, c := range alphabet {
 		if c > 127 {

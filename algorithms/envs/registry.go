@@ -195,7 +195,11 @@ func MaxObsLen(name string, cfg Config) (int, error) {
 	case "sudoku4":
 		return 2 + 19 + 3 + 6, nil // "r " board " v:" fill
 	case "arith":
-		return arithMaxObs, nil
+		k := cfg.Steps
+		if k == 0 {
+			k = 3
+		}
+		return arithMaxObs(k), nil
 	}
 	return 0, fmt.Errorf("%w %q", ErrUnknownEnv, name)
 }
