@@ -15,8 +15,9 @@
 // group and get GRPO advantages (grpo.Advantages) inside it. The backbone
 // trajectory continues with alternative 0, an ordinary on-policy sample, so
 // every prefix stays on-policy. Cost: L groups of G, i.e. L·G alternatives,
-// not G^L. All G completions of a node are batched into one Sample call per
-// later node.
+// not G^L. The backbones of a step advance in lockstep, so one Sample call
+// serves a node of every backbone, and one call per later node completes all
+// of their branches.
 //
 // # Marginal-benefit selection (the paper's marginal benefit-driven selection)
 //
@@ -46,8 +47,9 @@
 // # Reward
 //
 // R = accuracy + format − efficiency per trajectory, computed from the
-// environment: accuracy = Σ team rewards, format = FormatWeight × share of
-// valid actions, efficiency = EfficiencyWeight × number of actions.
+// environment: accuracy = Σ team rewards (+ LocalWeight × Σ local rewards,
+// 0 by default), format = FormatWeight × share of valid actions, efficiency
+// = EfficiencyWeight × number of actions.
 // Memory uses accuracy + format only.
 //
 // # Dr. MAS option
@@ -80,10 +82,11 @@ var (
 	ErrPolicy = rl.ErrPolicy
 )
 
-// RewardConfig weighs the format and efficiency terms.
+// RewardConfig weighs the terms of R.
 type RewardConfig struct {
 	FormatWeight     float64 // × share of valid actions
 	EfficiencyWeight float64 // × number of actions
+	LocalWeight      float64 // × Σ the agents' local rewards, added to accuracy (0: team outcome only)
 }
 
 // DefaultRewardConfig: format weight 0.5, efficiency 0.05 per action.
@@ -94,6 +97,7 @@ func DefaultRewardConfig() RewardConfig {
 // Outcome accumulates what a trajectory did.
 type Outcome struct {
 	Team    float64 // Σ team reward
+	Local   float64 // Σ local rewards of every acting agent
 	Actions int
 	Valid   int
 	Success bool
@@ -106,6 +110,7 @@ type memUse struct{ role, situation, answer string }
 
 func (o *Outcome) add(st envs.Step) {
 	o.Team += st.Team
+	o.Local += st.Local
 	o.Actions++
 	if st.Valid {
 		o.Valid++
@@ -125,7 +130,7 @@ func (r Reward) Memory() float64 { return r.Accuracy + r.Format }
 
 // Of computes the reward of an outcome.
 func (c RewardConfig) Of(o Outcome) Reward {
-	r := Reward{Accuracy: o.Team, Efficiency: c.EfficiencyWeight * float64(o.Actions)}
+	r := Reward{Accuracy: o.Team + c.LocalWeight*o.Local, Efficiency: c.EfficiencyWeight * float64(o.Actions)}
 	if o.Actions > 0 {
 		r.Format = c.FormatWeight * float64(o.Valid) / float64(o.Actions)
 	}
@@ -241,77 +246,120 @@ func (s *Sampler) prompt(role, obs string) (string, string, bool) {
 	return obs + m.Hint(obs, s.Now), "", false
 }
 
-// Rollout runs node-wise sampling on env (advanced in place along the
-// backbone) as instance e of step step.
-func (s *Sampler) Rollout(ctx context.Context, env envs.Env, e int, step int64) (*Trajectory, error) {
+// Rollouts runs node-wise sampling on every env of es (each advanced in
+// place along its backbone; instance e's groups are keyed env e) for
+// training step step. The backbones advance in lockstep, one node each per
+// iteration, so one Sample call (k = G) serves a node of every backbone and
+// one call per later node completes all of their branches.
+func (s *Sampler) Rollouts(ctx context.Context, es []envs.Env, step int64) ([]*Trajectory, error) {
 	cfg := s.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	roles := env.Roles()
-	if len(roles) == 0 {
-		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, env.Name())
+	if len(es) == 0 {
+		return nil, fmt.Errorf("%w: no environments", ErrEnv)
 	}
-	tr := &Trajectory{Env: e}
-	ri := 0
-	// The cap guards against an environment whose turn never advances.
-	for it := 0; !env.Done() && env.Turn() < cfg.MaxTurns; it++ {
-		if it > (cfg.MaxTurns+1)*len(roles) {
-			return nil, fmt.Errorf("%w: %s did not finish %d rounds in %d steps", ErrEnv, env.Name(), cfg.MaxTurns, it)
+	roles := es[0].Roles()
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, es[0].Name())
+	}
+	for i, e := range es[1:] {
+		if !slices.Equal(e.Roles(), roles) {
+			return nil, fmt.Errorf("%w: instance %d has roles %v, instance 0 has %v", ErrEnv, i+1, e.Roles(), roles)
 		}
+	}
+	trs := make([]*Trajectory, len(es))
+	for i := range trs {
+		trs[i] = &Trajectory{Env: i}
+	}
+	live := func(e envs.Env) bool { return !e.Done() && e.Turn() < cfg.MaxTurns }
+	for p := 0; ; p++ {
+		if !slices.ContainsFunc(es, live) {
+			break
+		}
+		// The cap guards against an environment whose turn never advances.
+		if p > (cfg.MaxTurns+1)*len(roles) {
+			return nil, fmt.Errorf("%w: %s did not finish %d rounds in %d steps", ErrEnv, es[0].Name(), cfg.MaxTurns, p)
+		}
+		ri := p % len(roles)
 		role := roles[ri]
 		name, pol, err := s.Policies.For(role)
 		if err != nil {
 			return nil, err
 		}
-		obs := env.Observe(role)
-		prompt, answer, skip := s.prompt(role, obs)
-		tr.Nodes++
-		if skip {
-			tr.Outcome.add(env.Step(role, answer))
-			tr.Outcome.used = append(tr.Outcome.used, memUse{role, obs, answer})
-			tr.Skipped++
-			s.Counts.SkippedActions++
-			ri = (ri + 1) % len(roles)
+		var idx []int
+		var prompts, situations []string
+		for e, env := range es {
+			if !live(env) {
+				continue
+			}
+			obs := env.Observe(role)
+			prompt, answer, skip := s.prompt(role, obs)
+			trs[e].Nodes++
+			if skip {
+				trs[e].Outcome.add(env.Step(role, answer))
+				trs[e].Outcome.used = append(trs[e].Outcome.used, memUse{role, obs, answer})
+				trs[e].Skipped++
+				s.Counts.SkippedActions++
+				continue
+			}
+			idx = append(idx, e)
+			prompts = append(prompts, prompt)
+			situations = append(situations, obs)
+		}
+		if len(idx) == 0 {
 			continue
 		}
-		node := tr.Nodes - 1
-		out, err := pol.Sample(ctx, []string{prompt}, cfg.G, rl.DeriveSeed(cfg.Seed, step, int64(e), int64(node), 0))
+		out, err := pol.Sample(ctx, prompts, cfg.G, rl.DeriveSeed(cfg.Seed, step, int64(p), 0))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s sampling node %d: %v", ErrPolicy, name, node, err)
+			return nil, fmt.Errorf("%w: %s sampling nodes at position %d: %v", ErrPolicy, name, p, err)
 		}
-		if len(out) != 1 || len(out[0]) != cfg.G {
-			return nil, fmt.Errorf("%w: %s returned a malformed batch for node %d (want 1×%d)", ErrPolicy, name, node, cfg.G)
+		if len(out) != len(prompts) {
+			return nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
 		}
-		s.Counts.NodeSamples += cfg.G
-		g := &Group{Env: e, Node: node, Role: role, Policy: name, Turn: env.Turn(), Situation: obs, Prompt: prompt}
-		branches := make([]envs.Env, cfg.G)
-		outs := make([]Outcome, cfg.G)
-		for j, c := range out[0] {
-			branches[j] = env.Clone()
-			outs[j] = tr.Outcome
-			outs[j].used = slices.Clip(outs[j].used) // appends must not share the backbone's array
-			outs[j].add(branches[j].Step(role, c.Text))
+		s.Counts.NodeSamples += cfg.G * len(idx)
+		groups := make([]*Group, len(idx))
+		branches := make([]envs.Env, 0, len(idx)*cfg.G)
+		outs := make([]Outcome, 0, len(idx)*cfg.G)
+		for k, e := range idx {
+			if len(out[k]) != cfg.G {
+				return nil, fmt.Errorf("%w: %s returned %d alternatives, want G = %d", ErrPolicy, name, len(out[k]), cfg.G)
+			}
+			groups[k] = &Group{Env: e, Node: trs[e].Nodes - 1, Role: role, Policy: name, Turn: es[e].Turn(), Situation: situations[k], Prompt: prompts[k]}
+			for _, c := range out[k] {
+				b := es[e].Clone()
+				o := trs[e].Outcome
+				o.used = slices.Clip(o.used) // appends must not share the backbone's array
+				o.add(b.Step(role, c.Text))
+				branches = append(branches, b)
+				outs = append(outs, o)
+			}
 		}
-		if err := s.playout(ctx, roles, branches, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(e), int64(node), 1)); err != nil {
+		if err := s.playout(ctx, roles, branches, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(p), 1)); err != nil {
 			return nil, err
 		}
-		totals := make([]float64, cfg.G)
-		for j, c := range out[0] {
-			outs[j].Success = branches[j].Success()
-			r := cfg.Reward.Of(outs[j])
-			g.Alts = append(g.Alts, Alternative{Completion: c, Outcome: outs[j], Reward: r})
-			totals[j] = r.Total()
+		for k, e := range idx {
+			g := groups[k]
+			totals := make([]float64, cfg.G)
+			for j, c := range out[k] {
+				bi := k*cfg.G + j
+				outs[bi].Success = branches[bi].Success()
+				r := cfg.Reward.Of(outs[bi])
+				g.Alts = append(g.Alts, Alternative{Completion: c, Outcome: outs[bi], Reward: r})
+				totals[j] = r.Total()
+			}
+			_, std := grpo.MeanStd(totals)
+			g.Variance = std * std
+			trs[e].Groups = append(trs[e].Groups, g)
+			// The backbone continues with alternative 0, an on-policy sample.
+			trs[e].Outcome.add(es[e].Step(role, out[k][0].Text))
 		}
-		_, std := grpo.MeanStd(totals)
-		g.Variance = std * std
-		tr.Groups = append(tr.Groups, g)
-		tr.Outcome.add(env.Step(role, out[0][0].Text))
-		ri = (ri + 1) % len(roles)
 	}
-	tr.Outcome.Success = env.Success()
-	tr.Reward = cfg.Reward.Of(tr.Outcome)
-	return tr, nil
+	for e, tr := range trs {
+		tr.Outcome.Success = es[e].Success()
+		tr.Reward = cfg.Reward.Of(tr.Outcome)
+	}
+	return trs, nil
 }
 
 // playout completes every branch to the end with one sample per node from
@@ -498,7 +546,8 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	var outcomes []Outcome // backbones and branches, for memory feedback
 	var branchSum float64
 	var branches int
-	for e := range cfg.Envs {
+	es := make([]envs.Env, cfg.Envs)
+	for e := range es {
 		env, err := t.NewEnv(e, rl.DeriveSeed(cfg.Seed, step, int64(e), 2))
 		if err != nil {
 			return st, fmt.Errorf("step %d: make env %d: %w", step, e, err)
@@ -510,10 +559,13 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 				}
 			}
 		}
-		tr, err := smp.Rollout(ctx, env, e, step)
-		if err != nil {
-			return st, fmt.Errorf("step %d env %d: %w", step, e, err)
-		}
+		es[e] = env
+	}
+	trs, err := smp.Rollouts(ctx, es, step)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	for _, tr := range trs {
 		st.Nodes += tr.Nodes
 		st.Reward += tr.Reward.Total()
 		st.Accuracy += tr.Reward.Accuracy

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"troupe/algorithms/atgrpo"
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/rl"
@@ -52,10 +53,11 @@ func TestNodeWiseSamplingHandComputed(t *testing.T) {
 	pol := script()
 	s := &Sampler{Config: noMemory(), Policies: rl.Shared(pol)}
 	env, _ := tableEnv(0, 0)
-	tr, err := s.Rollout(context.Background(), env, 0, 0)
+	trs, err := s.Rollouts(context.Background(), []envs.Env{env}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := trs[0]
 	if tr.Nodes != 4 || len(tr.Groups) != 4 || tr.Skipped != 0 {
 		t.Fatalf("L = %d, groups %d", tr.Nodes, len(tr.Groups))
 	}
@@ -232,10 +234,11 @@ func TestMemorySkipsSampling(t *testing.T) {
 	mem.Put(Entry{Situation: "a:", Answer: "a2", Diff: 1, Time: 0}, 0) // exact, score 2 ≥ 1
 	s := &Sampler{Config: cfg, Policies: rl.Shared(pol), Memories: map[string]*Memory{"a": mem}}
 	env, _ := tableEnv(0, 0)
-	tr, err := s.Rollout(context.Background(), env, 0, 0)
+	trs, err := s.Rollouts(context.Background(), []envs.Env{env}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := trs[0]
 	// Node 0 is answered from memory (a2): no group, and the later a node
 	// ("a:a2,b1") gets a hint but is not exact, so it is sampled.
 	if tr.Nodes != 4 || tr.Skipped != 1 || len(tr.Groups) != 3 || s.Counts.NodeSamples != 9 {
@@ -286,10 +289,16 @@ func relayEnv(_ int, seed int64) (envs.Env, error) { return toyenv.NewRelay(seed
 
 // TestRewardRisesOnRelay trains per-role tabular policies with JoyAgents-R1
 // (node-wise sampling; all groups, top-8, memory, Dr. MAS) on Relay and
-// checks the backbone reward and success (means over the first and last 10
-// of 50 steps) go up. Memory hints alone (no skipping) slow a tabular policy
-// down, since every hinted prompt is a fresh table row; a GPT generalises
-// across them.
+// checks that the backbone reward (mean over the first and last 10 of 60
+// steps) and the success rate of 128 independent evaluation episodes
+// (atgrpo.Evaluate, memory not consulted) go up. The reward is the team
+// outcome (LocalWeight 0, as in the paper), so the pair must invent a
+// private code (goal → plan → move); some seeds end in a coordination trap
+// where two goals share one plan and only 3 of 4 goals are solved (success
+// ≈ 0.8), hence the 0.75 bar (random play: 0.33). Counting the agents'
+// local rewards (LocalWeight 1) does not help on Relay: the planner's
+// per-round bonus then pays for prolonging episodes. Memory hints alone (no skipping) slow a tabular policy down, since
+// every hinted prompt is a fresh table row; a GPT generalises across them.
 func TestRewardRisesOnRelay(t *testing.T) {
 	for _, variant := range []struct {
 		name   string
@@ -304,29 +313,36 @@ func TestRewardRisesOnRelay(t *testing.T) {
 			}
 			return p
 		}
+		ctx := context.Background()
+		pols := rl.PerRole(map[string]rl.Policy{"planner": mk(toyenv.PlannerActions), "executor": mk(toyenv.ExecutorActions)})
+		before, err := atgrpo.Evaluate(ctx, pols, relayEnv, 128, 4, 1, 77)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cfg := DefaultConfig()
-		cfg.G, cfg.Envs, cfg.TopK, cfg.UseMemory, cfg.DrMAS, cfg.Seed = 8, 4, variant.topK, variant.memory, variant.drMAS, 3
-		tr := &Trainer{Config: cfg, NewEnv: relayEnv, Policies: rl.PerRole(map[string]rl.Policy{
-			"planner": mk(toyenv.PlannerActions), "executor": mk(toyenv.ExecutorActions)})}
-		var first, last, firstS, lastS float64
-		const steps = 50
+		cfg.G, cfg.Envs, cfg.TopK, cfg.UseMemory, cfg.DrMAS, cfg.Seed = 8, 8, variant.topK, variant.memory, variant.drMAS, 3
+		tr := &Trainer{Config: cfg, NewEnv: relayEnv, Policies: pols}
+		var first, last float64
+		const steps = 60
 		for i := range steps {
-			st, err := tr.Step(context.Background())
+			st, err := tr.Step(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if i < 10 {
 				first += st.Reward / 10
-				firstS += st.SuccessRate / 10
 			}
 			if i >= steps-10 {
 				last += st.Reward / 10
-				lastS += st.SuccessRate / 10
 			}
 		}
-		t.Logf("%s: backbone reward %.2f → %.2f, success %.2f → %.2f", variant.name, first, last, firstS, lastS)
-		if last < first+0.3 || lastS < 0.85 {
-			t.Errorf("%s: did not learn: reward %.2f → %.2f, success %.2f → %.2f", variant.name, first, last, firstS, lastS)
+		after, err := atgrpo.Evaluate(ctx, pols, relayEnv, 128, 4, 1, 77)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: backbone reward %.2f → %.2f, evaluated success %.2f → %.2f", variant.name, first, last, before.SuccessRate, after.SuccessRate)
+		if last < first+0.3 || after.SuccessRate < 0.75 || after.SuccessRate < before.SuccessRate+0.3 {
+			t.Errorf("%s: did not learn: reward %.2f → %.2f, success %.2f → %.2f", variant.name, first, last, before.SuccessRate, after.SuccessRate)
 		}
 	}
 }
