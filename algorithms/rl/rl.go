@@ -125,3 +125,21 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
 }
+
+// Sequences converts a batch into grpo's form for a learner that has
+// computed the current log-probs logp[i] of every sample's tokens; then
+// grpo.Loss(cfg, seqs) gives the loss and d loss / d logp to backpropagate.
+func Sequences(batch []Sample, logp [][]float64) ([]grpo.Sequence, error) {
+	if len(logp) != len(batch) {
+		return nil, fmt.Errorf("%w: %d log-prob rows for %d samples", ErrBadSample, len(logp), len(batch))
+	}
+	out := make([]grpo.Sequence, len(batch))
+	for i, s := range batch {
+		seq, err := s.Sequence(logp[i])
+		if err != nil {
+			return nil, fmt.Errorf("sample %d: %w", i, err)
+		}
+		out[i] = seq
+	}
+	return out, nil
+}

@@ -107,3 +107,23 @@ func TestTabularSampleDeterministic(t *testing.T) {
 		t.Fatalf("LogProbs %v %v", lp, err)
 	}
 }
+
+func TestSequences(t *testing.T) {
+	batch := []Sample{
+		{Completion: Completion{LogProbs: []float32{-1, -2}}, Advantage: 0.5},
+		{Completion: Completion{LogProbs: []float32{-3}}, OldLogProbs: []float32{-4}, RefLogProbs: []float32{-5}, Advantage: -1},
+	}
+	seqs, err := Sequences(batch, [][]float64{{-1.5, -2}, {-3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0].OldLogProbs[1] != -2 || seqs[0].RefLogProbs != nil || seqs[1].OldLogProbs[0] != -4 || seqs[1].RefLogProbs[0] != -5 || seqs[1].Advantage != -1 {
+		t.Errorf("sequences %+v", seqs)
+	}
+	if _, err := Sequences(batch, [][]float64{{-1}, {-3}}); err == nil {
+		t.Error("length mismatch accepted")
+	}
+	if _, err := Sequences(batch, nil); err == nil {
+		t.Error("row count mismatch accepted")
+	}
+}
