@@ -102,18 +102,33 @@ func cString(b []int8) string {
 // four-digit domain. NVML reports "00000000:18:00.0" in PciInfo.BusId and
 // "0000:18:00.0" in the legacy field; both must compare equal.
 func normBusID(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	dom, rest, ok := strings.Cut(s, ":")
-	if !ok {
-		return s
+	// Iterate to a fixed point so odd input (spaces inside the domain)
+	// normalizes the same however often it is applied; each change
+	// shortens the string, so this ends.
+	for {
+		n := normBusIDOnce(s)
+		if n == s {
+			return n
+		}
+		s = n
 	}
-	if len(dom) > 4 {
-		trimmed := strings.TrimLeft(dom[:len(dom)-4], "0")
-		if trimmed == "" {
-			dom = dom[len(dom)-4:]
+}
+
+func normBusIDOnce(s string) string {
+	b := []byte(strings.TrimSpace(s))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A' // ASCII only: bus ids are hex
 		}
 	}
-	return dom + ":" + rest
+	dom, rest, ok := strings.Cut(string(b), ":")
+	if !ok {
+		return string(b)
+	}
+	if len(dom) > 4 && strings.Trim(dom[:len(dom)-4], "0") == "" {
+		dom = dom[len(dom)-4:]
+	}
+	return strings.TrimSpace(dom + ":" + rest)
 }
 
 // busIDOf extracts the bus id of a PciInfo, preferring the full field.
