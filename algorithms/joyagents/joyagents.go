@@ -215,10 +215,10 @@ type Counts struct {
 	SkippedActions    int // actions answered from memory (backbone and completions)
 }
 
-// Sampler runs node-wise Monte Carlo sampling.
-type Sampler struct {
-	Config   Config
-	Policies *rl.Policies
+// NodeSampler runs node-wise Monte Carlo sampling.
+type NodeSampler struct {
+	Config   Config       // G, MaxTurns, reward and memory settings
+	Policies *rl.Policies // who acts for each role
 	// Memories by role; consulted only with Config.UseMemory (nil or
 	// missing roles mean no memory for that role).
 	Memories map[string]*Memory
@@ -226,7 +226,7 @@ type Sampler struct {
 	Counts   Counts
 }
 
-func (s *Sampler) memory(role string) *Memory {
+func (s *NodeSampler) memory(role string) *Memory {
 	if !s.Config.UseMemory || s.Memories == nil {
 		return nil
 	}
@@ -235,7 +235,7 @@ func (s *Sampler) memory(role string) *Memory {
 
 // prompt returns the prompt for an observation and, when memory holds an
 // exact high-scoring answer, that answer.
-func (s *Sampler) prompt(role, obs string) (string, string, bool) {
+func (s *NodeSampler) prompt(role, obs string) (string, string, bool) {
 	m := s.memory(role)
 	if m == nil {
 		return obs, "", false
@@ -251,7 +251,7 @@ func (s *Sampler) prompt(role, obs string) (string, string, bool) {
 // training step step. The backbones advance in lockstep, one node each per
 // iteration, so one Sample call (k = G) serves a node of every backbone and
 // one call per later node completes all of their branches.
-func (s *Sampler) Rollouts(ctx context.Context, es []envs.Env, step int64) ([]*Trajectory, error) {
+func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) ([]*Trajectory, error) {
 	cfg := s.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -366,7 +366,7 @@ func (s *Sampler) Rollouts(ctx context.Context, es []envs.Env, step int64) ([]*T
 // the acting agent's policy (or its memory), all branches batched per node.
 // Branches stay aligned: each starts at role index ri and every Step
 // consumes one turn slot.
-func (s *Sampler) playout(ctx context.Context, roles []string, branches []envs.Env, outs []Outcome, ri int, seed int64) error {
+func (s *NodeSampler) playout(ctx context.Context, roles []string, branches []envs.Env, outs []Outcome, ri int, seed int64) error {
 	for pos := 0; ; pos++ {
 		role := roles[ri]
 		var idx []int
@@ -540,7 +540,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	if cfg.UseMemory && t.Memories == nil {
 		t.Memories = map[string]*Memory{}
 	}
-	smp := &Sampler{Config: cfg, Policies: t.Policies, Memories: t.Memories, Now: step}
+	smp := &NodeSampler{Config: cfg, Policies: t.Policies, Memories: t.Memories, Now: step}
 	st := StepStats{Step: step, MemorySize: map[string]int{}}
 	var groups []*Group
 	var outcomes []Outcome // backbones and branches, for memory feedback

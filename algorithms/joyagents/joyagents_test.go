@@ -51,7 +51,7 @@ var wantTotals = [][]float64{
 
 func TestNodeWiseSamplingHandComputed(t *testing.T) {
 	pol := script()
-	s := &Sampler{Config: noMemory(), Policies: rl.Shared(pol)}
+	s := &NodeSampler{Config: noMemory(), Policies: rl.Shared(pol)}
 	env, _ := tableEnv(0, 0)
 	trs, err := s.Rollouts(context.Background(), []envs.Env{env}, 0)
 	if err != nil {
@@ -91,6 +91,36 @@ func TestNodeWiseSamplingHandComputed(t *testing.T) {
 	// b3 wins: its branch reports success.
 	if !tr.Groups[1].Alts[2].Outcome.Success || tr.Groups[1].Alts[2].Outcome.Actions != 2 {
 		t.Errorf("winning branch %+v", tr.Groups[1].Alts[2].Outcome)
+	}
+}
+
+func TestNodeWiseBatchesBackbones(t *testing.T) {
+	pol := script()
+	s := &NodeSampler{Config: noMemory(), Policies: rl.Shared(pol)}
+	e0, _ := tableEnv(0, 0)
+	e1, _ := tableEnv(1, 0)
+	trs, err := s.Rollouts(context.Background(), []envs.Env{e0, e1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trs) != 2 || trs[1].Groups[2].Key() != "env1/n2/a" || s.Counts.NodeSamples != 2*12 || s.Counts.CompletionSamples != 2*16 {
+		t.Fatalf("counts %+v", s.Counts)
+	}
+	// One node call per backbone position (4) with both prompts, k = G;
+	// completions: node 0 needs 3 later calls, node 1 two, node 2 one.
+	calls := pol.Calls()
+	if len(calls) != 4+3+2+1 || len(calls[0].Prompts) != 2 || calls[0].K != 3 || len(calls[1].Prompts) != 6 || calls[1].K != 1 {
+		t.Errorf("%d calls; first %+v second %+v", len(calls), calls[0], calls[1])
+	}
+	for l, g := range trs[1].Groups {
+		for j, a := range g.Alts {
+			if !near(a.Reward.Total(), wantTotals[l][j]) {
+				t.Errorf("env1 node %d alt %d: R = %v want %v", l, j, a.Reward.Total(), wantTotals[l][j])
+			}
+		}
+	}
+	if _, err := s.Rollouts(context.Background(), []envs.Env{e0, toyenv.NewRelay(1)}, 0); !errors.Is(err, ErrEnv) {
+		t.Errorf("mixed casts: %v", err)
 	}
 }
 
@@ -232,7 +262,7 @@ func TestMemorySkipsSampling(t *testing.T) {
 	cfg.UseMemory = true
 	mem := NewMemory(cfg.Memory)
 	mem.Put(Entry{Situation: "a:", Answer: "a2", Diff: 1, Time: 0}, 0) // exact, score 2 ≥ 1
-	s := &Sampler{Config: cfg, Policies: rl.Shared(pol), Memories: map[string]*Memory{"a": mem}}
+	s := &NodeSampler{Config: cfg, Policies: rl.Shared(pol), Memories: map[string]*Memory{"a": mem}}
 	env, _ := tableEnv(0, 0)
 	trs, err := s.Rollouts(context.Background(), []envs.Env{env}, 0)
 	if err != nil {
