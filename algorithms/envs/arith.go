@@ -40,6 +40,10 @@ import (
 //
 // r2 = working on step 2; t: shows the last expression and the tool's
 // answer ("-" before the first round, "?" for unparseable parts).
+//
+// Single-agent baseline (Config.Single): the reasoner alone answers each
+// step's result as a bare number ("12", then "9"), doing the tool's
+// arithmetic itself; t: shows its last number.
 
 // maxExprLen is the longest accepted expression; the expert's are at most
 // 5 bytes ("60-12"), the slack lets a reasoner fold steps together.
@@ -69,7 +73,10 @@ type arithOp struct {
 	n  int
 }
 
-var arithRoles = []string{"reasoner", "tool"}
+var (
+	arithRoles       = []string{"reasoner", "tool"}
+	arithSingleRoles = []string{"reasoner"}
+)
 
 var (
 	arithNames = []string{"ann", "bob", "cat", "dan", "eve", "kim", "lee", "max", "sam", "tom", "zoe"}
@@ -114,7 +121,7 @@ func newArith(cfg Config, seed int64) (Env, error) {
 	}
 	b.WriteString(". how many?")
 	return &arith{
-		turnState: turnState{roles: arithRoles, budget: budget},
+		turnState: newTurnState(cfg, arithRoles, arithSingleRoles, budget),
 		text:      b.String(), start: start, ops: ops, vals: vals,
 		exprText: "-", toolText: "-",
 	}, nil
@@ -161,8 +168,12 @@ func (a *arith) Observe(role string) string {
 	return "? " + a.text
 }
 
-// lastRound is "expr=value" of the last completed round, or "-".
+// lastRound is "expr=value" of the last completed round (single agent: the
+// last number answered), or "-".
 func (a *arith) lastRound() string {
+	if a.single {
+		return a.exprText
+	}
 	if a.toolText == "-" {
 		return "-"
 	}
@@ -178,6 +189,9 @@ func (a *arith) goodValue(v int) bool {
 func (a *arith) Step(role, action string) Step {
 	if why := a.check(role); why != "" {
 		return a.refuse(why)
+	}
+	if a.single {
+		return a.stepSingle(action)
 	}
 	if role == "reasoner" {
 		expr, val, ok := parseExpr(action)
@@ -233,6 +247,33 @@ func (a *arith) Step(role, action string) Step {
 	return st
 }
 
+// stepSingle is the single-agent baseline's step: with no tool, the
+// reasoner answers each step's result as a bare number (doing the tool's
+// arithmetic itself). A correct step earns FillReward, the final answer
+// GoalReward; a wrong number costs InvalidPenalty (local 0), anything that
+// is not a bare number InvalidPenalty and LocalBad.
+func (a *arith) stepSingle(action string) Step {
+	st := Step{Valid: false, Team: InvalidPenalty, Local: LocalBad, Info: "invalid: not a number"}
+	if v, ok := parseInt(strings.TrimSpace(action)); ok {
+		a.exprText = strconv.Itoa(v)
+		st = Step{Valid: true, Team: InvalidPenalty, Info: "wrong"}
+		switch {
+		case v == a.Answer():
+			a.step = len(a.vals) - 1
+			st.Team, st.Local, st.Info = GoalReward, LocalGood, "solved"
+			a.success, a.done = true, true
+		case v == a.vals[a.step]:
+			a.step++
+			st.Team, st.Local, st.Info = FillReward, LocalGood, "step done"
+		}
+	} else {
+		a.exprText = "?"
+	}
+	a.advance()
+	st.Done = a.done
+	return st
+}
+
 // ExpertAction: the reasoner writes "<previous result><op><operand>" for the
 // current step (the first step starts from the problem's number); the tool
 // answers the expression's value, or "?" if it is malformed.
@@ -242,6 +283,9 @@ func (a *arith) ExpertAction(role string) string {
 			return "?"
 		}
 		return strconv.Itoa(a.exprVal)
+	}
+	if a.single {
+		return strconv.Itoa(a.vals[a.step])
 	}
 	prev := a.start
 	if a.step > 0 {
@@ -253,7 +297,7 @@ func (a *arith) ExpertAction(role string) string {
 
 // randomAction is a plausible but arbitrary action for noisy transcripts.
 func (a *arith) randomAction(role string, r randSource) string {
-	if role == "tool" {
+	if role == "tool" || a.single {
 		return strconv.Itoa(r.IntN(61))
 	}
 	return strconv.Itoa(1+r.IntN(30)) + string("+-*/"[r.IntN(4)]) + strconv.Itoa(1+r.IntN(12))

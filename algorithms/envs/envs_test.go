@@ -99,6 +99,14 @@ func TestExpertSolves100Seeds(t *testing.T) {
 			}
 		}
 	}
+	// The single-agent baseline.
+	for _, name := range Names() {
+		for seed := int64(0); seed < 100; seed++ {
+			if e := playExpert(t, name, Config{Single: true}, seed); !e.Success() || len(e.Roles()) != 1 {
+				t.Fatalf("%s single seed %d: expert did not succeed alone", name, seed)
+			}
+		}
+	}
 	// Multi-move actions too.
 	for _, name := range []string{"planpath", "sokoban"} {
 		for seed := int64(0); seed < 50; seed++ {
@@ -194,6 +202,10 @@ func TestObservationBoundsAndAlphabet(t *testing.T) {
 		{"planpath", Config{Width: 10, Height: 10, Moves: 4, ObstacleRate: 0.5}},
 		{"sokoban", Config{Width: 8, Height: 8, Moves: 4, ObstacleRate: -1}},
 		{"sudoku4", Config{Holes: 11}},
+		{"arith", Config{Single: true}},
+		{"planpath", Config{Single: true, Moves: 2}},
+		{"sokoban", Config{Single: true}},
+		{"sudoku4", Config{Single: true}},
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, x := range extremes {
@@ -423,18 +435,23 @@ func TestTranscripts(t *testing.T) {
 // fuzzEnv steps an environment with the lines of script as actions; a line
 // starting with '!' is sent as the wrong role. It checks the invariants that
 // must hold whatever the agents say.
+// Odd seeds play the single-agent baseline.
 func fuzzEnv(t *testing.T, name string, seed int64, script string) {
-	e, err := New(name, Config{Moves: 2}, seed)
+	cfg := Config{Moves: 2, Single: seed%2 != 0}
+	e, err := New(name, cfg, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bound, _ := MaxObsLen(name, Config{Moves: 2})
+	bound, _ := MaxObsLen(name, cfg)
 	roles := e.Roles()
 	next := 0
 	for _, line := range strings.Split(script, "\n") {
 		role := roles[next]
 		if strings.HasPrefix(line, "!") {
-			role = roles[1-next]
+			role = "nobody"
+			if len(roles) > 1 {
+				role = roles[1-next]
+			}
 		}
 		wasDone, turn := e.Done(), e.Turn()
 		st := e.Step(role, line)
@@ -448,7 +465,7 @@ func fuzzEnv(t *testing.T, name string, seed int64, script string) {
 			t.Fatalf("%s: turn went back or Done mismatch", name)
 		}
 		if role == roles[next] && !wasDone {
-			next = 1 - next
+			next = (next + 1) % len(roles)
 		}
 		checkObs(t, e, bound)
 		checkObs(t, e.Clone(), bound)
@@ -490,4 +507,61 @@ func FuzzStepSokoban(f *testing.F) {
 func FuzzStepArith(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, seed int64, script string) { fuzzEnv(t, "arith", seed, script) })
+}
+
+func TestSingleAgentRewards(t *testing.T) {
+	p := planPathFromLayout(t, testGrid, 1, 20)
+	p.turnState = newTurnState(Config{Single: true}, planPathRoles, planPathSingleRoles, 20)
+	if st := p.Step("planner", "R"); !near(st.Team, 0.09) || !near(st.Local, LocalGood) || p.Turn() != 1 {
+		t.Fatalf("planpath single step %+v turn %d", st, p.Turn())
+	}
+	if st := p.Step("tool", "R"); st.Valid || st.Info != "invalid: unknown role" {
+		t.Fatalf("tool in single mode: %+v", st)
+	}
+	if got, want := p.Observe("planner"), "p a01 g44 t:- .A#../..#../...../.#.../....G"; got != want {
+		t.Fatalf("single planner obs %q, want %q", got, want)
+	}
+
+	s := sudokuFixture(0, 5)
+	s.turnState = newTurnState(Config{Single: true}, sudokuRoles, sudokuSingleRoles, 10)
+	if st := s.Step("reasoner", "r1c1=2"); !near(st.Team, InvalidPenalty) || !near(st.Local, LocalBad) || s.board[0] != 0 {
+		t.Fatalf("sudoku single wrong fill %+v", st)
+	}
+	if st := s.Step("reasoner", "r1c1=1"); !near(st.Team, FillReward) || !near(st.Local, LocalGood) || s.board[0] != 1 {
+		t.Fatalf("sudoku single right fill %+v", st)
+	}
+	if st := s.Step("reasoner", "zz"); st.Valid || !near(st.Team, InvalidPenalty) {
+		t.Fatalf("sudoku single garbage %+v", st)
+	}
+	if got, want := s.Observe("reasoner"), "r 1234/3.12/2143/4321 v:-"; got != want {
+		t.Fatalf("sudoku single obs %q, want %q", got, want)
+	}
+
+	k := sokobanFromLayout(t, testRoom)
+	k.turnState = newTurnState(Config{Single: true}, sokobanRoles, sokobanSingleRoles, 20)
+	k.player = 8
+	if st := k.Step("planner", "D"); !near(st.Team, 0.09) || k.box != 20 {
+		t.Fatalf("sokoban single push %+v box %d", st, k.box)
+	}
+	if st := k.Step("planner", "ok"); st.Valid || !near(st.Team, InvalidPenalty) {
+		t.Fatalf("sokoban single 'ok' %+v", st)
+	}
+
+	a := arithFixture()
+	a.turnState = newTurnState(Config{Single: true}, arithRoles, arithSingleRoles, 4)
+	if st := a.Step("reasoner", "7+5"); st.Valid || !near(st.Team, InvalidPenalty) || !near(st.Local, LocalBad) {
+		t.Fatalf("arith single expression %+v", st)
+	}
+	if st := a.Step("reasoner", "13"); !st.Valid || !near(st.Team, InvalidPenalty) || st.Local != 0 || a.step != 0 {
+		t.Fatalf("arith single wrong number %+v", st)
+	}
+	if st := a.Step("reasoner", "12"); !near(st.Team, FillReward) || !near(st.Local, LocalGood) || a.step != 1 {
+		t.Fatalf("arith single right number %+v", st)
+	}
+	if got, want := a.Observe("reasoner"), "r2 ann has 7 pens, buys 5, then gives away 3. how many? t:12"; got != want {
+		t.Fatalf("arith single obs %q, want %q", got, want)
+	}
+	if st := a.Step("reasoner", "9"); !near(st.Team, GoalReward) || !a.Success() {
+		t.Fatalf("arith single answer %+v", st)
+	}
 }

@@ -41,6 +41,9 @@ import (
 //
 // p:/t: show the other role's last output in canonical form, "-" before it
 // has acted and "?" when it was unparseable.
+//
+// Single-agent baseline (Config.Single): the planner acts alone, with the
+// same rewards; its t: slot always shows "-".
 
 type planPathCfg struct {
 	w, h   int
@@ -93,7 +96,10 @@ type planPath struct {
 	toolDirs []int  // parsed tool suggestion (nil when invalid); immutable
 }
 
-var planPathRoles = []string{"tool", "planner"}
+var (
+	planPathRoles       = []string{"tool", "planner"}
+	planPathSingleRoles = []string{"planner"}
+)
 
 func newPlanPath(cfg Config, seed int64) (Env, error) {
 	c, err := planPathConfig(cfg)
@@ -129,7 +135,7 @@ func newPlanPath(cfg Config, seed int64) (Env, error) {
 			budget = max(c.w+c.h, 2*dist[start])
 		}
 		return &planPath{
-			turnState: turnState{roles: planPathRoles, budget: budget},
+			turnState: newTurnState(cfg, planPathRoles, planPathSingleRoles, budget),
 			w:         c.w, h: c.h, moves: c.moves,
 			blocked: blocked, dist: dist,
 			agent: start, goal: goal, shortest: dist[start],

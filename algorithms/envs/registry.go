@@ -44,6 +44,12 @@ type Config struct {
 	// Steps is the number of arithmetic operations of an arith problem
 	// (1..4); 0 picks 2 or 3 at random per episode.
 	Steps int
+	// Single is the single-agent baseline: only the first (proposing) role
+	// acts (planpath: planner; sudoku4 and arith: reasoner; sokoban:
+	// planner) and its action is executed as if the second role had accepted
+	// it (arith: the environment evaluates the expression). Observations
+	// keep their format; the absent role's slot always shows "-".
+	Single bool
 }
 
 // Preset is a named configuration of an environment, so scripts and the
@@ -138,6 +144,9 @@ func merge(base, over Config) Config {
 	}
 	if over.Steps != 0 {
 		base.Steps = over.Steps
+	}
+	if over.Single {
+		base.Single = true
 	}
 	return base
 }
@@ -266,11 +275,21 @@ const (
 // acting in order, rounds counted, and a turn budget.
 type turnState struct {
 	roles   []string
-	next    int // index into roles of the role to act
+	single  bool // single-agent baseline: one role acts alone
+	next    int  // index into roles of the role to act
 	rounds  int
 	budget  int
 	done    bool
 	success bool
+}
+
+// newTurnState starts the turn bookkeeping with the multi-agent or, for
+// cfg.Single, the single-agent cast.
+func newTurnState(cfg Config, multi, single []string, budget int) turnState {
+	if cfg.Single {
+		return turnState{roles: single, single: true, budget: budget}
+	}
+	return turnState{roles: multi, budget: budget}
 }
 
 // check returns a non-empty reason when role may not act now.

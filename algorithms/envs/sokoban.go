@@ -41,6 +41,9 @@ import (
 //
 // c:/p: show the other role's last output: "-" before it acted, "?" when
 // unparseable.
+//
+// Single-agent baseline (Config.Single): the planner acts alone and its
+// moves execute directly, with the checker's rewards; c: always shows "-".
 
 type sokobanCfg struct {
 	w, h   int
@@ -92,7 +95,10 @@ type sokoban struct {
 	checkText string // canonical last checker answer, "-" or "?"
 }
 
-var sokobanRoles = []string{"planner", "checker"}
+var (
+	sokobanRoles       = []string{"planner", "checker"}
+	sokobanSingleRoles = []string{"planner"}
+)
 
 func newSokoban(cfg Config, seed int64) (Env, error) {
 	c, err := sokobanConfig(cfg)
@@ -148,7 +154,7 @@ func newSokoban(cfg Config, seed int64) (Env, error) {
 			continue // too easy: ask for at least two pushes
 		}
 		s := &sokoban{
-			turnState: turnState{roles: sokobanRoles},
+			turnState: newTurnState(cfg, sokobanRoles, sokobanSingleRoles, 0),
 			w:         c.w, h: c.h, moves: c.moves, wall: wall,
 			goal: goal, player: player, box: box,
 			propText: "-", checkText: "-",
@@ -353,7 +359,7 @@ func (s *sokoban) Step(role, action string) Step {
 	if why := s.check(role); why != "" {
 		return s.refuse(why)
 	}
-	if role == "planner" {
+	if role == "planner" && !s.single {
 		dirs, ok := parseMoves(action, s.moves)
 		st := Step{Valid: ok, Local: s.judge(dirs), Info: "proposed"}
 		if ok {
@@ -372,49 +378,57 @@ func (s *sokoban) Step(role, action string) Step {
 
 	var dirs []int
 	ok := true
-	if a := strings.ToLower(strings.TrimSpace(action)); a == "ok" {
+	if a := strings.ToLower(strings.TrimSpace(action)); a == "ok" && !s.single {
 		s.checkText = "ok"
 		dirs, ok = s.prop, s.prop != nil
 	} else {
 		dirs, ok = parseMoves(action, s.moves)
-		if ok {
+		if s.single {
+			// Alone, the planner's moves execute directly; c: stays "-".
+		} else if ok {
 			s.checkText = movesString(dirs)
 		} else {
 			s.checkText = "?"
 		}
 	}
+	st := s.exec(dirs, ok)
+	s.advance()
+	st.Done = s.done
+	return st
+}
+
+// exec executes a move list and scores it (ok false: nothing executable).
+func (s *sokoban) exec(dirs []int, ok bool) Step {
 	st := Step{Valid: true, Local: s.judge(dirs), Info: "moved"}
 	if !ok {
 		st.Valid, st.Team, st.Info = false, InvalidPenalty, "invalid: nothing executable"
-	} else {
-		for _, d := range dirs {
-			p2, b2, legal := s.move(s.player, s.box, d)
-			if !legal {
-				st.Valid, st.Info = false, "invalid: blocked"
-				st.Team += InvalidPenalty
-				break
-			}
-			before := manhattan(s.w, s.box, s.goal)
-			after := manhattan(s.w, b2, s.goal)
-			st.Team += StepCost + ShapingScale*float64(before-after)
-			pushed := b2 != s.box
-			s.player, s.box = p2, b2
-			if s.box == s.goal {
-				st.Team += GoalReward
-				st.Info = "solved"
-				s.success, s.done = true, true
-				break
-			}
-			// Walking alone is reversible; only a push can strand the box.
-			if pushed && s.solveLen(p2, b2) < 0 {
-				st.Info = "box stuck"
-				s.done = true
-				break
-			}
+		return st
+	}
+	for _, d := range dirs {
+		p2, b2, legal := s.move(s.player, s.box, d)
+		if !legal {
+			st.Valid, st.Info = false, "invalid: blocked"
+			st.Team += InvalidPenalty
+			break
+		}
+		before := manhattan(s.w, s.box, s.goal)
+		after := manhattan(s.w, b2, s.goal)
+		st.Team += StepCost + ShapingScale*float64(before-after)
+		pushed := b2 != s.box
+		s.player, s.box = p2, b2
+		if s.box == s.goal {
+			st.Team += GoalReward
+			st.Info = "solved"
+			s.success, s.done = true, true
+			break
+		}
+		// Walking alone is reversible; only a push can strand the box.
+		if pushed && s.solveLen(p2, b2) < 0 {
+			st.Info = "box stuck"
+			s.done = true
+			break
 		}
 	}
-	s.advance()
-	st.Done = s.done
 	return st
 }
 

@@ -34,6 +34,10 @@ import (
 //	verifier: "v 1.3./.4../..2./3... r:r1c2=2" (r: the current proposal)
 //
 // Before a role has acted its slot shows "-", an unparseable output "?".
+//
+// Single-agent baseline (Config.Single): the reasoner acts alone and its
+// fill is applied directly, scored like an accepted proposal; v: always
+// shows "-".
 
 type sudoku4 struct {
 	turnState
@@ -56,7 +60,10 @@ func (f fill) String() string {
 	return fmt.Sprintf("r%dc%d=%d", f.cell/4+1, f.cell%4+1, f.val)
 }
 
-var sudokuRoles = []string{"reasoner", "verifier"}
+var (
+	sudokuRoles       = []string{"reasoner", "verifier"}
+	sudokuSingleRoles = []string{"reasoner"}
+)
 
 // parseFill reads "r<1-4>c<1-4>=<1-4>" (case and surrounding space ignored).
 func parseFill(action string) (fill, bool) {
@@ -107,7 +114,7 @@ func newSudoku4(cfg Config, seed int64) (Env, error) {
 			continue
 		}
 		return &sudoku4{
-			turnState: turnState{roles: sudokuRoles, budget: budget},
+			turnState: newTurnState(cfg, sudokuRoles, sudokuSingleRoles, budget),
 			board:     board, sol: sol, holes: holes,
 			propText: "-", verdict: "-",
 		}, nil
@@ -219,6 +226,16 @@ func (s *sudoku4) correct(f fill) bool {
 func (s *sudoku4) Step(role, action string) Step {
 	if why := s.check(role); why != "" {
 		return s.refuse(why)
+	}
+	if s.single {
+		// Alone, the reasoner's fill is applied directly; v: stays "-".
+		st := Step{Valid: false, Team: InvalidPenalty, Local: LocalBad, Info: "invalid: unparseable fill"}
+		if f, ok := parseFill(action); ok {
+			st = s.apply(f)
+		}
+		s.advance()
+		st.Done = s.done
+		return st
 	}
 	if role == "reasoner" {
 		f, ok := parseFill(action)
