@@ -480,11 +480,36 @@ func TestExpfTanhf(t *testing.T) {
 		}
 	}
 	for x := float32(-12); x < 12; x += 0.001 {
-		if d := math.Abs(float64(tanhf(x)) - math.Tanh(float64(x))); d > 2e-7 {
+		if d := math.Abs(float64(tanhf(x)) - math.Tanh(float64(x))); d > 5e-7 {
 			t.Fatalf("tanhf(%g) = %g, want %g", x, tanhf(x), math.Tanh(float64(x)))
 		}
 	}
 	if expf(-100) != 0 || !math.IsInf(float64(expf(100)), 1) {
 		t.Fatal("expf range ends")
+	}
+}
+
+func TestGeluExtremes(t *testing.T) {
+	// vector and scalar paths, including saturated and tiny inputs
+	xs := []float32{-30, -9, -7.9, -3, -1, -1e-3, 0, 1e-6, 0.5, 1, 2.5, 7.9, 9, 30, 1e-30, -1e-30}
+	for len(xs)%8 != 3 {
+		xs = append(xs, float32(len(xs))*0.37-4)
+	}
+	be := New()
+	e := env{t, be}
+	in, out, din := e.buf(xs), e.buf(make([]float32, len(xs))), e.buf(make([]float32, len(xs)))
+	ones := make([]float32, len(xs))
+	for i := range ones {
+		ones[i] = 1
+	}
+	be.GeluForward(out, in, len(xs))
+	be.GeluBackward(din, in, e.buf(ones), len(xs))
+	for i, x := range xs {
+		if d := math.Abs(float64(data(out)[i]) - refGelu(float64(x))); d > 1e-6*math.Max(1, math.Abs(float64(x))) {
+			t.Fatalf("gelu(%g) = %g, want %g", x, data(out)[i], refGelu(float64(x)))
+		}
+		if d := math.Abs(float64(data(din)[i]) - refGeluGrad(float64(x))); d > 2e-6*math.Max(1, math.Abs(float64(x))) {
+			t.Fatalf("gelu'(%g) = %g, want %g", x, data(din)[i], refGeluGrad(float64(x)))
+		}
 	}
 }

@@ -72,17 +72,31 @@ func expf(x float32) float32 {
 	return y * math.Float32frombits(uint32(n+127)<<23)
 }
 
-// tanhf is tanh through expf; absolute error ~1e-7, which is what GELU needs
-// (it uses 1+tanh).
+// tanhf is a float32 tanh as a rational function x·P(x²)/Q(x²) (the
+// minimax approximation Eigen uses for float tanh), max absolute error
+// 4e-7 in float32 arithmetic; no exp and no branches, so it is several
+// times cheaper than going through expf.
 func tanhf(x float32) float32 {
-	if x > 9 {
-		return 1
+	const clampAt = 7.90531110763549805
+	if x >= clampAt {
+		return 1 // exactly, so GELU's backward 1-t² is 0, not noise
 	}
-	if x < -9 {
+	if x <= -clampAt {
 		return -1
 	}
-	e := expf(2 * x)
-	return (e - 1) / (e + 1)
+	x2 := x * x
+	p := float32(-2.76076847742355e-16)
+	p = p*x2 + 2.00018790482477e-13
+	p = p*x2 - 8.60467152213735e-11
+	p = p*x2 + 5.12229709037114e-08
+	p = p*x2 + 1.48572235717979e-05
+	p = p*x2 + 6.37261928875436e-04
+	p = p*x2 + 4.89352455891786e-03
+	q := float32(1.19825839466702e-06)
+	q = q*x2 + 1.18534705686654e-04
+	q = q*x2 + 2.26843463243900e-03
+	q = q*x2 + 4.89352518554385e-03
+	return x * p / q
 }
 
 func (b *Backend) encoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
@@ -320,6 +334,8 @@ func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH
 func (b *Backend) geluForward(out, inp []float32, N int) {
 	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
 		o, in := out[lo:hi], inp[lo:hi]
+		v := geluFwdVec(o, in)
+		o, in = o[v:], in[v:]
 		for i, x := range in {
 			u := float32(geluScale) * (x + 0.044715*x*x*x)
 			o[i] = 0.5 * x * (1 + tanhf(u))
@@ -330,6 +346,8 @@ func (b *Backend) geluForward(out, inp []float32, N int) {
 func (b *Backend) geluBackward(dinp, inp, dout []float32, N int) {
 	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
 		di, in, do := dinp[lo:hi], inp[lo:hi], dout[lo:hi]
+		v := geluBwdVec(di, in, do)
+		di, in, do = di[v:], in[v:], do[v:]
 		for i, x := range in {
 			u := float32(geluScale) * (x + 0.044715*x*x*x)
 			th := tanhf(u)

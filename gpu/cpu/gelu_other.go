@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package cpu
+
+const hasGeluAsm = false
+
+func geluFwdVec(out, in []float32) int { return 0 }
+
+func geluBwdVec(dinp, inp, dout []float32) int { return 0 }
