@@ -104,40 +104,97 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 }
 
 func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	var wg sync.WaitGroup
-	run := func(lo, hi int) {
-		ws := wsPool.Get().(*workspace)
-		if splitM {
-			i0, i1 := lo*mr, min(hi*mr, m)
-			var aa []float32
-			if transA {
-				aa = a[i0:]
-			} else {
-				aa = a[i0*lda:]
-			}
-			block(kern, ws, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
-		} else {
-			j0, j1 := lo*nr, min(hi*nr, n)
-			var bb []float32
-			if transB {
-				bb = b[j0*ldb:]
-			} else {
-				bb = b[j0:]
-			}
-			block(kern, ws, transA, transB, m, j1-j0, k, alpha, a, lda, bb, ldb, beta, c[j0:], ldc)
-		}
-		wsPool.Put(ws)
-	}
-	for t := 1; t < threads; t++ {
-		lo, hi := t*tiles/threads, (t+1)*tiles/threads
-		wg.Add(1)
+	j := jobPool.Get().(*job)
+	*j = job{kern: kern, splitM: splitM, units: tiles, parts: threads,
+		transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
+	j.fork()
+}
+
+// job is one Sgemm call split into parts: parts of the row tiles (splitM),
+// of the column tiles, or (rows mode) of 64-column chunks. Jobs and the
+// worker goroutines are reused so a parallel call does not allocate.
+type job struct {
+	kern          kernelFunc // nil in rows mode
+	splitM        bool
+	units, parts  int
+	transA        bool
+	transB        bool
+	m, n, k       int
+	alpha, beta   float32
+	a, b, c       []float32
+	lda, ldb, ldc int
+	wg            sync.WaitGroup
+}
+
+var jobPool = sync.Pool{New: func() any { return new(job) }}
+
+type part struct {
+	j *job
+	t int
+}
+
+var (
+	workCh    = make(chan part, 64)
+	workersMu sync.Mutex
+	workers   int
+)
+
+func ensureWorkers(n int) {
+	workersMu.Lock()
+	for ; workers < n; workers++ {
 		go func() {
-			defer wg.Done()
-			run(lo, hi)
+			for p := range workCh {
+				p.j.run(p.t)
+				p.j.wg.Done()
+			}
 		}()
 	}
-	run(0, tiles/threads)
-	wg.Wait()
+	workersMu.Unlock()
+}
+
+// fork runs part 0 on the calling goroutine and the others on workers,
+// then recycles the job.
+func (j *job) fork() {
+	ensureWorkers(j.parts - 1)
+	j.wg.Add(j.parts - 1)
+	for t := 1; t < j.parts; t++ {
+		workCh <- part{j, t}
+	}
+	j.run(0)
+	j.wg.Wait()
+	*j = job{} // drop references to the caller's matrices
+	jobPool.Put(j)
+}
+
+func (j *job) run(t int) {
+	lo, hi := t*j.units/j.parts, (t+1)*j.units/j.parts
+	if j.kern == nil {
+		const chunk = rowChunk
+		rowRange(j.transA, j.m, lo*chunk, min(hi*chunk, j.n), j.k, j.alpha, j.a, j.lda, j.b, j.ldb, j.beta, j.c, j.ldc)
+		return
+	}
+	ws := wsPool.Get().(*workspace)
+	if j.splitM {
+		i0, i1 := lo*mr, min(hi*mr, j.m)
+		var aa []float32
+		if j.transA {
+			aa = j.a[i0:]
+		} else {
+			aa = j.a[i0*j.lda:]
+		}
+		block(j.kern, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc)
+	} else {
+		j0, j1 := lo*nr, min(hi*nr, j.n)
+		var bb []float32
+		if j.transB {
+			bb = j.b[j0*j.ldb:]
+		} else {
+			bb = j.b[j0:]
+		}
+		block(j.kern, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc)
+	}
+	wsPool.Put(ws)
 }
 
 // Packing choices. A is read in place by the kernel when it is not
@@ -154,25 +211,21 @@ var (
 // C row at a time, reading B in place: packing B would cost as much as the
 // multiply. Large ones split the columns across goroutines.
 func rows(threads int, transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	const chunk = 64 // columns per wide step of the assembly
-	parts := min(threads, n/chunk)
+	parts := min(threads, n/rowChunk)
 	if m*n*k < parMinWork || parts < 2 {
 		rowRange(transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	chunks := (n + chunk - 1) / chunk
-	var wg sync.WaitGroup
-	for t := 1; t < parts; t++ {
-		j0, j1 := t*chunks/parts*chunk, min((t+1)*chunks/parts*chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rowRange(transA, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		}()
-	}
-	rowRange(transA, m, 0, chunks/parts*chunk, k, alpha, a, lda, b, ldb, beta, c, ldc)
-	wg.Wait()
+	j := jobPool.Get().(*job)
+	*j = job{units: (n + rowChunk - 1) / rowChunk, parts: parts,
+		transA: transA, m: m, n: n, k: k, alpha: alpha, beta: beta,
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
+	j.fork()
 }
+
+// rowChunk is the column granularity of the rows path's split (the
+// assembly's wide step).
+const rowChunk = 64
 
 // rowRange computes columns [j0, j1) of every C row for rows.
 func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
