@@ -97,6 +97,13 @@ func buildEmu() (*emuAPI, error) {
 		}
 		units = append(units, unit{cpp, filepath.Join(emuDir, s.Name+".o")})
 	}
+	// The emulator's own self-test kernel (emu/selftest.cu).
+	self := filepath.Join(emuDir, "selftest_emu.cpp")
+	selfSrc := fmt.Sprintf("#include \"cuda_emu.h\"\n#include \"%s\"\nEMU_REGISTER(emu_selftest)\n", filepath.Join(absEmu, "selftest.cu"))
+	if err := os.WriteFile(self, []byte(selfSrc), 0o644); err != nil {
+		return nil, fmt.Errorf("write %s: %w", self, err)
+	}
+	units = append(units, unit{self, filepath.Join(emuDir, "selftest.o")})
 	// Two compiles at a time (the CI machine has two cores).
 	errs := make([]error, len(units))
 	sem := make(chan struct{}, 2)

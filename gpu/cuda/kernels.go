@@ -82,20 +82,24 @@ func Headers() ([]Header, error) {
 	return hs, nil
 }
 
-// virtualArch maps "sm_80" to the PTX target "compute_80".
-func virtualArch(arch string) string { return "compute_" + strings.TrimPrefix(arch, "sm_") }
-
-// CompilePTX compiles one kernel source to PTX for arch ("sm_80" or "sm_90").
-func CompilePTX(src KernelSource, arch string) ([]byte, error) {
+// CompileKernel compiles one kernel source with NVRTC for arch ("sm_80" or
+// "sm_90"). Compiling for the real architecture yields the PTX (identical to
+// a compute_XX compile) and a CUBIN whose ptxas -v log gives each kernel's
+// registers, shared memory and spills, so one compile serves both.
+func CompileKernel(src KernelSource, arch string) ([]byte, []KernelResources, error) {
 	hs, err := Headers()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	res, err := Compile(src.Code, src.Name+".cu", hs, virtualArch(arch), CompileOptions...)
+	opts := append(append([]string{}, CompileOptions...), "--ptxas-options=-v")
+	res, err := Compile(src.Code, src.Name+".cu", hs, arch, opts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return res.PTX, nil
+	if len(res.PTX) == 0 {
+		return nil, nil, fmt.Errorf("compile %s for %s: NVRTC returned no PTX", src.Name, arch)
+	}
+	return res.PTX, parsePtxasLog(res.Log), nil
 }
 
 // EmbeddedPTX returns the committed PTX of one kernel source for arch.
@@ -123,22 +127,6 @@ var (
 	ptxasFrameRE = regexp.MustCompile(`(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
 	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers(?:, (\d+) bytes smem)?`)
 )
-
-// Resources compiles src to CUBIN for arch with ptxas -v and parses the
-// per-kernel registers, shared memory, stack and spills. It needs an NVRTC
-// with nvrtcGetCUBIN (CUDA >= 11.1).
-func Resources(src KernelSource, arch string) ([]KernelResources, error) {
-	hs, err := Headers()
-	if err != nil {
-		return nil, err
-	}
-	opts := append(append([]string{}, CompileOptions...), "--ptxas-options=-v")
-	res, err := Compile(src.Code, src.Name+".cu", hs, arch, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return parsePtxasLog(res.Log), nil
-}
 
 func parsePtxasLog(log string) []KernelResources {
 	var out []KernelResources

@@ -184,7 +184,9 @@ func Compile(src, name string, headers []Header, arch string, opts ...string) (*
 				return res, fmt.Errorf("compile %s: nvrtcGetCUBIN: %s", name, api.errorString(r))
 			}
 		}
-		return res, nil
+		if api.getPTXSize(prog, &size) != 0 {
+			return res, nil
+		}
 	}
 	if r := api.getPTXSize(prog, &size); r != 0 {
 		return res, fmt.Errorf("compile %s: nvrtcGetPTXSize: %s", name, api.errorString(r))

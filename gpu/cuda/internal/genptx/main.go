@@ -33,7 +33,7 @@ func run(resources bool) error {
 		fmt.Println("|---|---|---:|---:|---:|---:|---:|")
 		for _, s := range srcs {
 			for _, arch := range cuda.Archs {
-				rs, err := cuda.Resources(s, arch)
+				_, rs, err := cuda.CompileKernel(s, arch)
 				if err != nil {
 					return err
 				}
@@ -50,7 +50,7 @@ func run(resources bool) error {
 			return fmt.Errorf("mkdir %s: %w", dir, err)
 		}
 		for _, s := range srcs {
-			ptx, err := cuda.CompilePTX(s, arch)
+			ptx, _, err := cuda.CompileKernel(s, arch)
 			if err != nil {
 				return err
 			}
