@@ -83,7 +83,7 @@ func playExpert(t *testing.T, name string, cfg Config, seed int64) Env {
 			}
 			a := ex.ExpertAction(r)
 			st := e.Step(r, a)
-			if !st.Valid || st.Local != LocalGood {
+			if good := map[string]float64{"planpath": PathLocalGood, "sokoban": PathLocalGood}[e.Name()]; !st.Valid || st.Local != max(good, LocalGood) {
 				t.Fatalf("%s seed %d: expert %s action %q judged %+v (obs %q)", name, seed, r, a, st, e.Observe(r))
 			}
 		}
@@ -512,7 +512,7 @@ func FuzzStepArith(f *testing.F) {
 func TestSingleAgentRewards(t *testing.T) {
 	p := planPathFromLayout(t, testGrid, 1, 20)
 	p.turnState = newTurnState(Config{Single: true}, planPathRoles, planPathSingleRoles, 20)
-	if st := p.Step("planner", "R"); !near(st.Team, 0.09) || !near(st.Local, LocalGood) || p.Turn() != 1 {
+	if st := p.Step("planner", "R"); !near(st.Team, 0.09) || !near(st.Local, PathLocalGood) || p.Turn() != 1 {
 		t.Fatalf("planpath single step %+v turn %d", st, p.Turn())
 	}
 	if st := p.Step("tool", "R"); st.Valid || st.Info != "invalid: unknown role" {
@@ -563,5 +563,45 @@ func TestSingleAgentRewards(t *testing.T) {
 	}
 	if st := a.Step("reasoner", "9"); !near(st.Team, GoalReward) || !a.Success() {
 		t.Fatalf("arith single answer %+v", st)
+	}
+}
+
+// TestOneStepRewardRanksOptimalMoves checks, over many states of planpath
+// and sokoban, that the executing role's one-step reward team + local
+// (AT-GRPO's α = 1) ranks every shortest-path move above every other move,
+// as PathLocalGood promises.
+func TestOneStepRewardRanksOptimalMoves(t *testing.T) {
+	for _, name := range []string{"planpath", "sokoban"} {
+		checked := 0
+		for seed := int64(0); seed < 150; seed++ {
+			e, _ := New(name, Config{}, seed)
+			ex := e.(Expert)
+			for !e.Done() {
+				roles := e.Roles()
+				e.Step(roles[0], ex.ExpertAction(roles[0]))
+				exec := roles[1]
+				best := ex.ExpertAction(exec)
+				if best == "ok" {
+					best = ex.ExpertAction(roles[0]) // the proposal it accepts
+				}
+				minOpt, maxOther := math.Inf(1), math.Inf(-1)
+				for _, m := range []string{"U", "D", "L", "R"} {
+					c := e.Clone()
+					st := c.Step(exec, m)
+					r := st.Team + st.Local
+					if st.Local > 0 {
+						minOpt = min(minOpt, r)
+					} else {
+						maxOther = max(maxOther, r)
+					}
+				}
+				if minOpt <= maxOther {
+					t.Fatalf("%s seed %d: an optimal move scores %.2f, another move %.2f (obs %q)", name, seed, minOpt, maxOther, e.Observe(exec))
+				}
+				checked++
+				e.Step(exec, best)
+			}
+		}
+		t.Logf("%s: %d states checked", name, checked)
 	}
 }

@@ -25,10 +25,12 @@ import (
 // ShortestBonus (+0.5) if the valid moves taken equal the BFS shortest path
 // length. The tool's step earns no team reward.
 //
-// Local rewards judge each role's own output against BFS: LocalGood (+0.1)
-// when every move is legal and brings the agent one step nearer the goal in
-// BFS distance, 0 when legal but not shortest, LocalBad (−0.1) when any move
-// is illegal or the action is unparseable.
+// Local rewards judge each role's own output against BFS: PathLocalGood
+// (+0.3) when every move is legal and brings the agent one step nearer the
+// goal in BFS distance, 0 when legal but not shortest, LocalBad (−0.1) when
+// any move is illegal or the action is unparseable. (+0.3 outweighs the
+// Manhattan shaping, so a one-step reward team+local ranks a BFS-optimal
+// detour around a wall above a greedy step into a dead end.)
 //
 // The episode ends on reaching the goal (success) or after TurnBudget
 // rounds (default max(W+H, 2×shortest path)).
@@ -208,7 +210,7 @@ func (p *planPath) Observe(role string) string {
 	return b.String()
 }
 
-// judge scores a move list from the agent's cell against BFS: LocalGood if
+// judge scores a move list from the agent's cell against BFS: PathLocalGood if
 // all moves are legal and shortest, 0 if legal, LocalBad if any is illegal.
 func (p *planPath) judge(dirs []int) float64 {
 	if dirs == nil {
@@ -227,7 +229,7 @@ func (p *planPath) judge(dirs []int) float64 {
 		cur = n
 	}
 	if optimal {
-		return LocalGood
+		return PathLocalGood
 	}
 	return 0
 }
@@ -294,7 +296,7 @@ func (p *planPath) Step(role, action string) Step {
 // the tool's suggestion when it is optimal and otherwise plays its own
 // shortest-path moves.
 func (p *planPath) ExpertAction(role string) string {
-	if role == "planner" && p.toolDirs != nil && p.judge(p.toolDirs) == LocalGood {
+	if role == "planner" && p.toolDirs != nil && p.judge(p.toolDirs) == PathLocalGood {
 		return p.toolSays
 	}
 	return movesString(p.bestMoves())

@@ -54,8 +54,8 @@ func TestPlanPathRewardTable(t *testing.T) {
 		valid     bool
 		wantAgent int
 	}{
-		{"step closer on a shortest path", 1, -1, "planner", "R", -0.01 + 0.1, LocalGood, true, 1},
-		{"step closer, lowercase", 1, -1, "planner", " d\n", -0.01 + 0.1, LocalGood, true, 5},
+		{"step closer on a shortest path", 1, -1, "planner", "R", -0.01 + 0.1, PathLocalGood, true, 1},
+		{"step closer, lowercase", 1, -1, "planner", " d\n", -0.01 + 0.1, PathLocalGood, true, 5},
 		{"off the grid", 1, -1, "planner", "U", -0.1, LocalBad, false, 0},
 		{"garbage", 1, -1, "planner", "go right", -0.1, LocalBad, false, 0},
 		{"empty", 1, -1, "planner", "", -0.1, LocalBad, false, 0},
@@ -63,11 +63,11 @@ func TestPlanPathRewardTable(t *testing.T) {
 		{"step away (legal, not shortest)", 1, 1, "planner", "L", -0.01 - 0.1, 0, true, 0},
 		{"into a wall", 1, 1, "planner", "R", -0.1, LocalBad, false, 1},
 		{"two moves, second blocked", 2, -1, "planner", "RR", -0.01 + 0.1 - 0.1, LocalBad, false, 1},
-		{"two good moves", 2, -1, "planner", "DD", 2 * (-0.01 + 0.1), LocalGood, true, 10},
+		{"two good moves", 2, -1, "planner", "DD", 2 * (-0.01 + 0.1), PathLocalGood, true, 10},
 		// (3,3) -> (4,3) -> goal (4,4): two moves, not from the start, so
 		// the path is not the shortest from the start: no bonus.
-		{"reach goal off a shortest path", 2, 18, "planner", "DR", 2*(-0.01+0.1) + 1, LocalGood, true, 24},
-		{"tool optimal suggestion", 1, -1, "tool", "D", 0, LocalGood, true, 0},
+		{"reach goal off a shortest path", 2, 18, "planner", "DR", 2*(-0.01+0.1) + 1, PathLocalGood, true, 24},
+		{"tool optimal suggestion", 1, -1, "tool", "D", 0, PathLocalGood, true, 0},
 		{"tool legal detour", 1, 1, "tool", "L", 0, 0, true, 1},
 		{"tool into wall", 1, 1, "tool", "R", 0, LocalBad, false, 1},
 		{"tool garbage", 1, -1, "tool", "xyz", 0, LocalBad, false, 0},

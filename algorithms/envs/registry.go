@@ -266,6 +266,13 @@ const (
 	// suboptimal output earns 0.
 	LocalGood = 0.1
 	LocalBad  = -0.1
+	// PathLocalGood is the local reward of a shortest-path move in planpath
+	// and sokoban. It exceeds the largest swing of the Manhattan shaping
+	// (0.09 − (−0.11) = 0.2), so with team weight α ≤ 1 the one-step reward
+	// α·team + local of a shortest-path move is always above that of any
+	// other move, even a detour that moves away in Manhattan distance; the
+	// shaping alone would rank a greedy step into a dead end higher.
+	PathLocalGood = 0.3
 	// FillReward is sudoku4's team reward for a correct fill and arith's
 	// for a correct intermediate step; a wrong one costs InvalidPenalty.
 	FillReward = 0.1

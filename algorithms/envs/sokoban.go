@@ -28,9 +28,10 @@ import (
 // solution left), or after TurnBudget rounds (default max(W+H, 2×optimal)).
 //
 // Local rewards judge each role's own moves (for the checker: the moves it
-// caused to execute) against the exact solver: LocalGood if every move is
-// legal and on an optimal solution, 0 if legal, LocalBad if illegal or
-// unparseable.
+// caused to execute) against the exact solver: PathLocalGood (+0.3) if every
+// move is legal and on an optimal solution, 0 if legal, LocalBad (−0.1) if
+// illegal or unparseable (+0.3 outweighs the box-distance shaping, as in
+// planpath).
 //
 // Observations show the room interior only (the border is always wall) with
 // '.' floor, '#' wall, 'A' player, 'B' box, 'G' goal; a/b/g give the
@@ -272,7 +273,7 @@ func (s *sokoban) solveLen(player, box int) int {
 	return n
 }
 
-// judge scores a move list from the current state: LocalGood if every move
+// judge scores a move list from the current state: PathLocalGood if every move
 // is legal and on an optimal solution, 0 if legal, LocalBad otherwise.
 func (s *sokoban) judge(dirs []int) float64 {
 	if dirs == nil {
@@ -295,7 +296,7 @@ func (s *sokoban) judge(dirs []int) float64 {
 		p, b = p2, b2
 	}
 	if optimal {
-		return LocalGood
+		return PathLocalGood
 	}
 	return 0
 }
@@ -436,7 +437,7 @@ func (s *sokoban) exec(dirs []int, ok bool) Step {
 // solution (ties broken U, D, L, R); the checker says "ok" to an optimal
 // proposal and otherwise answers with the optimal moves.
 func (s *sokoban) ExpertAction(role string) string {
-	if role == "checker" && s.prop != nil && s.judge(s.prop) == LocalGood {
+	if role == "checker" && s.prop != nil && s.judge(s.prop) == PathLocalGood {
 		return "ok"
 	}
 	var out []int

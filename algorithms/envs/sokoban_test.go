@@ -104,7 +104,7 @@ func TestSokobanRewardTable(t *testing.T) {
 				s.player != c.wantP || s.box != c.wantB {
 				t.Fatalf("got %+v success %v player %d box %d", st, s.Success(), s.player, s.box)
 			}
-			want := map[int]float64{-1: LocalBad, 0: 0, 1: LocalGood}
+			want := map[int]float64{-1: LocalBad, 0: 0, 1: PathLocalGood}
 			if l, ok := want[c.wantLocalSign]; ok && !near(st.Local, l) {
 				t.Fatalf("local %.2f, want %.2f", st.Local, l)
 			}
