@@ -34,7 +34,7 @@ type Config struct {
 	ObstacleRate float64
 	// TurnBudget is the maximum number of rounds (every role acting once).
 	// Default: planpath max(W+H, 2×shortest path), sokoban
-	// max(W+H, 2×optimal pushes+moves), sudoku4 holes+4, arith steps+2.
+	// max(W+H, 2×optimal moves), sudoku4 holes+4, arith steps+2.
 	TurnBudget int
 	// Moves is how many moves a single planpath/sokoban action may hold
 	// (1..4, default 1: one move per round).
@@ -47,8 +47,9 @@ type Config struct {
 	// Single is the single-agent baseline: only the first (proposing) role
 	// acts (planpath: planner; sudoku4 and arith: reasoner; sokoban:
 	// planner) and its action is executed as if the second role had accepted
-	// it (arith: the environment evaluates the expression). Observations
-	// keep their format; the absent role's slot always shows "-".
+	// it; in arith, with no tool, it answers each step's result as a bare
+	// number. Observations keep their format; the absent role's slot always
+	// shows "-".
 	Single bool
 }
 
@@ -247,7 +248,8 @@ func newRand(seed int64, salt uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15^salt))
 }
 
-// Reward scales shared by the grid environments (AT-GRPO's Plan-Path shaping).
+// Reward scales of the environments (the grid ones follow AT-GRPO's
+// Plan-Path shaping). Each environment's file comment says which it uses.
 const (
 	// StepCost is charged for every executed move.
 	StepCost = -0.01
