@@ -53,3 +53,18 @@ func rowAsm(k int, a []float32, aps int, b []float32, bps int, c []float32, n in
 	gemvRow(k, &a[0], aps, &b[0], bps, &c[0], n16, alpha, beta)
 	return n16 * nr
 }
+
+//go:noescape
+func packBN16(rows int, src *float32, ld int, dst *float32)
+
+// packBNAsm packs a full 16-column panel of a row-major B (see packB) and
+// reports whether it did.
+func packBNAsm(d, src []float32, ld, kc int) bool {
+	if !useAsm || kc == 0 {
+		return false
+	}
+	_ = src[(kc-1)*ld+nr-1]
+	_ = d[kc*nr-1]
+	packBN16(kc, &src[0], ld, &d[0])
+	return true
+}

@@ -440,6 +440,9 @@ func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
 		d := dst[r*kc : (r+nr)*kc]
 		switch {
 		case !transB && cols == nr:
+			if packBNAsm(d, b[p0*ldb+j0+r:], ldb, kc) {
+				continue
+			}
 			for p := 0; p < kc; p++ {
 				*(*[nr]float32)(d[p*nr:]) = *(*[nr]float32)(b[(p0+p)*ldb+j0+r:])
 			}

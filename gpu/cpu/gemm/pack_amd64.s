@@ -125,3 +125,43 @@ panel:
 	DECQ CX
 	JNZ  block
 	RET
+
+// func packBN16(rows int, src *float32, ld int, dst *float32)
+//
+// dst[p*16+j] = src[p*ld+j] for j < 16, p < rows: packs a 16-column B
+// panel from a row-major B (two rows per iteration when possible).
+TEXT ·packBN16(SB), NOSPLIT, $0-32
+	MOVQ rows+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), R8
+	SHLQ $2, R8
+	MOVQ dst+24(FP), DI
+	CMPQ CX, $2
+	JLT  one
+
+two:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS (SI)(R8*1), Y2
+	VMOVUPS 32(SI)(R8*1), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	LEAQ    (SI)(R8*2), SI
+	ADDQ    $128, DI
+	SUBQ    $2, CX
+	CMPQ    CX, $2
+	JGE     two
+
+one:
+	TESTQ   CX, CX
+	JZ      done
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+
+done:
+	VZEROUPPER
+	RET
