@@ -86,7 +86,8 @@ type sokoban struct {
 	turnState
 	w, h      int
 	moves     int
-	wall      []bool // immutable after generation: shared by clones
+	wall      []bool  // immutable after generation: shared by clones
+	dist      []int16 // optimal moves to solve per (player, box); immutable
 	goal      int
 	player    int
 	box       int
@@ -160,6 +161,7 @@ func newSokoban(cfg Config, seed int64) (Env, error) {
 			goal: goal, player: player, box: box,
 			propText: "-", checkText: "-",
 		}
+		s.dist = s.buildDist()
 		opt := s.solveLen(player, box)
 		if opt < 1 {
 			return nil, fmt.Errorf("%w: sokoban reverse play produced an unsolvable room (bug)", ErrGenerate)
@@ -180,8 +182,8 @@ func (s *sokoban) Turn() int       { return s.rounds }
 func (s *sokoban) Done() bool      { return s.done }
 func (s *sokoban) Success() bool   { return s.success }
 
-// Clone copies the mutable state; wall and prop are never mutated after
-// they are set, so sharing them keeps the copy independent.
+// Clone copies the mutable state; wall, dist and prop are never mutated
+// after they are set, so sharing them keeps the copy independent.
 func (s *sokoban) Clone() Env {
 	q := *s
 	return &q
@@ -207,61 +209,66 @@ func (s *sokoban) move(player, box, d int) (int, int, bool) {
 	return to, box, true
 }
 
-// solve runs BFS over (player, box) states from the given state and returns
-// the optimal number of moves to put the box on the goal (-1: unsolvable)
-// and, for each direction, whether moving that way starts an optimal
-// solution.
-func (s *sokoban) solve(player, box int) (int, [4]bool) {
-	var first [4]bool
-	if box == s.goal {
-		return 0, first
-	}
+// buildDist computes, once per room, the optimal number of moves to solve
+// from every (player, box) state (-1: unsolvable or impossible), by BFS
+// backwards from the solved states. The table is immutable and shared by
+// clones, so judging a move or finding the expert's move is a lookup.
+func (s *sokoban) buildDist() []int16 {
 	n := s.w * s.h
-	type node struct{ p, b int }
-	seen := make([]bool, n*n)
-	dist := make([]int, n*n)
-	firsts := make([]uint8, n*n) // bitmask of first directions reaching this state optimally
-	start := player*n + box
-	seen[start] = true
-	queue := []node{{player, box}}
-	best := -1
+	dist := make([]int16, n*n)
+	for i := range dist {
+		dist[i] = -1
+	}
+	queue := make([]int, 0, n*n)
+	for p := 0; p < n; p++ {
+		if !s.wall[p] && p != s.goal {
+			dist[p*n+s.goal] = 0
+			queue = append(queue, p*n+s.goal)
+		}
+	}
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
-		ci := cur.p*n + cur.b
-		if best >= 0 && dist[ci] >= best {
-			break
-		}
+		p2, b2 := cur/n, cur%n
 		for d := 0; d < 4; d++ {
-			p2, b2, ok := s.move(cur.p, cur.b, d)
-			if !ok {
+			// The predecessor's player stood one step behind p2 (against d).
+			p := neighbor(s.w, s.h, p2, d^1)
+			if p < 0 || s.wall[p] {
 				continue
 			}
-			ni := p2*n + b2
-			mask := firsts[ci]
-			if ci == start {
-				mask = 1 << d
+			// Either it walked (box already at b2) or it pushed the box from
+			// p2 to b2 (b2 one step beyond p2 in direction d).
+			preds := [2]int{-1, -1}
+			if p != b2 {
+				preds[0] = p*n + b2
 			}
-			if !seen[ni] {
-				seen[ni] = true
-				dist[ni] = dist[ci] + 1
-				firsts[ni] = mask
-				if b2 == s.goal {
-					best = dist[ni]
-					for k := 0; k < 4; k++ {
-						first[k] = first[k] || mask&(1<<k) != 0
-					}
-					continue
-				}
-				queue = append(queue, node{p2, b2})
-			} else if dist[ni] == dist[ci]+1 {
-				firsts[ni] |= mask
-				if b2 == s.goal {
-					for k := 0; k < 4; k++ {
-						first[k] = first[k] || mask&(1<<k) != 0
-					}
+			if neighbor(s.w, s.h, p2, d) == b2 {
+				preds[1] = p*n + p2
+			}
+			for _, pi := range preds {
+				if pi >= 0 && dist[pi] < 0 && pi%n != s.goal {
+					dist[pi] = dist[cur] + 1
+					queue = append(queue, pi)
 				}
 			}
+		}
+	}
+	return dist
+}
+
+// solve returns the optimal number of moves to put the box on the goal from
+// a state (-1: unsolvable) and, for each direction, whether moving that way
+// starts an optimal solution.
+func (s *sokoban) solve(player, box int) (int, [4]bool) {
+	var first [4]bool
+	n := s.w * s.h
+	best := int(s.dist[player*n+box])
+	if best <= 0 {
+		return best, first
+	}
+	for d := 0; d < 4; d++ {
+		if p2, b2, ok := s.move(player, box, d); ok && int(s.dist[p2*n+b2]) == best-1 {
+			first[d] = true
 		}
 	}
 	return best, first

@@ -26,6 +26,7 @@ func sokobanFromLayout(t *testing.T, rows []string) *sokoban {
 			}
 		}
 	}
+	s.dist = s.buildDist()
 	return s
 }
 
@@ -172,6 +173,26 @@ func TestSokobanSolvableAndSolverAgrees(t *testing.T) {
 		}
 		if !s.Success() || n != opt {
 			t.Fatalf("seed %d: expert success %v in %d rounds, optimum %d", seed, s.Success(), n, opt)
+		}
+	}
+}
+
+// TestSokobanDistTableMatchesNaive compares the backward distance table with
+// an independent forward BFS from every state of a few rooms.
+func TestSokobanDistTableMatchesNaive(t *testing.T) {
+	for _, seed := range []int64{3, 11} {
+		e, _ := New("sokoban", Config{}, seed)
+		s := e.(*sokoban)
+		n := s.w * s.h
+		for p := 0; p < n; p++ {
+			for b := 0; b < n; b++ {
+				if s.wall[p] || s.wall[b] || p == b {
+					continue
+				}
+				if got, want := int(s.dist[p*n+b]), naiveSolve(s, p, b); got != want {
+					t.Fatalf("seed %d player %d box %d: table %d, naive %d", seed, p, b, got, want)
+				}
+			}
 		}
 	}
 }
