@@ -223,3 +223,16 @@ func ClipScale(norm, maxNorm float64) float32 {
 func ShapeError(op, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s", op, ErrShape, fmt.Sprintf(format, args...))
 }
+
+// MatmulTransposer is an optional Backend extension for decoding a few rows
+// at a time (generation with a KV cache). A matmul whose weight is stored
+// transposed, weightT (C,OC), lets a GEMM read the weight in place for small
+// N instead of repacking the whole weight for every token. Callers test for
+// it with a type assertion and fall back to MatmulForward.
+type MatmulTransposer interface {
+	// Transpose writes dst (cols,rows) = src (rows,cols)ᵀ.
+	Transpose(dst, src Buffer, rows, cols int)
+	// MatmulForwardT: out[n,o] = sum_c inp[n,c]*weightT[c,o] + bias[o].
+	// out (N,OC), inp (N,C), weightT (C,OC), bias (OC) may be nil.
+	MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int)
+}

@@ -613,3 +613,40 @@ func (b *Backend) SumSquares(x gpu.Buffer, N int) float64 {
 	}
 	return b.sumSquares(d, N)
 }
+
+var _ gpu.MatmulTransposer = (*Backend)(nil)
+
+// Transpose implements gpu.MatmulTransposer.
+func (b *Backend) Transpose(dst, src gpu.Buffer, rows, cols int) {
+	const op = "Transpose"
+	if !b.dims(op, rows, cols) {
+		return
+	}
+	d, s := b.f(op, "dst", dst, rows*cols), b.f(op, "src", src, rows*cols)
+	if b.err != nil {
+		return
+	}
+	if b.ref {
+		refTranspose(d, s, rows, cols)
+		return
+	}
+	b.transpose(d, s, rows, cols)
+}
+
+// MatmulForwardT implements gpu.MatmulTransposer.
+func (b *Backend) MatmulForwardT(out, inp, weightT, bias gpu.Buffer, N, C, OC int) {
+	const op = "MatmulForwardT"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	o, in, w := b.f(op, "out", out, N*OC), b.f(op, "inp", inp, N*C), b.f(op, "weightT", weightT, C*OC)
+	bi := b.opt(op, "bias", bias, OC)
+	if b.err != nil {
+		return
+	}
+	if b.ref {
+		refMatmulForwardT(o, in, w, bi, N, C, OC)
+		return
+	}
+	b.matmulForwardT(o, in, w, bi, N, C, OC)
+}

@@ -144,6 +144,19 @@ var opCases = []opCase{
 		e.be.MatmulBackward(din, dw, db, e.buf(dout), ib, wb, N, C, OC)
 		return [][]float32{data(out), data(out2), data(din), data(dw), data(db)}
 	}},
+	{"MatmulT", func(e env, r *rand.Rand, s shape) [][]float32 {
+		N, C, OC := s.B*s.T, s.C, s.V
+		inp, w, bi := e.buf(randf(r, N*C, 1)), e.buf(randf(r, OC*C, 1)), e.buf(randf(r, OC, 1))
+		wt := e.buf(make([]float32, C*OC))
+		tb := e.be
+		tb.Transpose(wt, w, OC, C)
+		out, outT, outT2 := e.buf(make([]float32, N*OC)), e.buf(make([]float32, N*OC)), e.buf(make([]float32, N*OC))
+		tb.MatmulForward(out, inp, w, bi, N, C, OC)
+		tb.MatmulForwardT(outT, inp, wt, bi, N, C, OC)
+		tb.MatmulForwardT(outT2, inp, wt, nil, N, C, OC)
+		assertClose(e.t, "MatmulForwardT vs MatmulForward", data(outT), data(out), tolFast)
+		return [][]float32{data(wt), data(outT), data(outT2)}
+	}},
 	{"Attention", func(e env, r *rand.Rand, s shape) [][]float32 {
 		B, T, C, NH := s.B, s.T, s.C, s.NH
 		qkv, dout := randf(r, B*T*3*C, 1), randf(r, B*T*C, 1)

@@ -466,3 +466,29 @@ func (b *Backend) sumSquares(x []float32, N int) float64 {
 	}
 	return s
 }
+
+func (b *Backend) transpose(dst, src []float32, rows, cols int) {
+	const tile = 32 // cache-friendly blocks
+	parallelFor(&b.wg, (rows+tile-1)/tile, 1, func(_, lo, hi int) {
+		for r0 := lo * tile; r0 < min(hi*tile, rows); r0 += tile {
+			for c0 := 0; c0 < cols; c0 += tile {
+				for r := r0; r < min(r0+tile, rows); r++ {
+					for c := c0; c < min(c0+tile, cols); c++ {
+						dst[c*rows+r] = src[r*cols+c]
+					}
+				}
+			}
+		}
+	})
+}
+
+func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int) {
+	beta := float32(0)
+	if bias != nil {
+		beta = 1
+		for n := 0; n < N; n++ {
+			copy(out[n*OC:n*OC+OC], bias)
+		}
+	}
+	gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
+}

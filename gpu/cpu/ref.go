@@ -374,3 +374,26 @@ func refSumSquares(x []float32, N int) float64 {
 	}
 	return s
 }
+
+func refTranspose(dst, src []float32, rows, cols int) {
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			dst[c*rows+r] = src[r*cols+c]
+		}
+	}
+}
+
+func refMatmulForwardT(out, inp, weightT, bias []float32, N, C, OC int) {
+	for n := 0; n < N; n++ {
+		for o := 0; o < OC; o++ {
+			var s float64
+			if bias != nil {
+				s = float64(bias[o])
+			}
+			for c := 0; c < C; c++ {
+				s += float64(inp[n*C+c]) * float64(weightT[c*OC+o])
+			}
+			out[n*OC+o] = float32(s)
+		}
+	}
+}
