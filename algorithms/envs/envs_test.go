@@ -41,6 +41,8 @@ func TestNamesAndPresets(t *testing.T) {
 		{"planpath", Config{Width: 4}},
 		{"planpath", Config{Width: 11, Height: 6}},
 		{"planpath", Config{ObstacleRate: 0.9}},
+		{"planpath", Config{ObstacleRate: math.NaN()}},
+		{"sokoban", Config{ObstacleRate: math.NaN()}},
 		{"planpath", Config{Moves: 5}},
 		{"sokoban", Config{Width: 9}},
 		{"sudoku4", Config{Holes: 12}},

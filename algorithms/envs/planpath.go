@@ -2,6 +2,7 @@ package envs
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -75,7 +76,7 @@ func planPathConfig(cfg Config) (planPathCfg, error) {
 	switch {
 	case c.w < 5 || c.w > 10 || c.h < 5 || c.h > 10:
 		return c, fmt.Errorf("%w: planpath size %dx%d outside 5..10", ErrBadConfig, c.w, c.h)
-	case c.rate > 0.6:
+	case c.rate > 0.6 || math.IsNaN(c.rate):
 		return c, fmt.Errorf("%w: planpath obstacle rate %.2f > 0.6", ErrBadConfig, c.rate)
 	case c.moves < 1 || c.moves > 4:
 		return c, fmt.Errorf("%w: planpath moves per action %d outside 1..4", ErrBadConfig, c.moves)

@@ -2,6 +2,7 @@ package envs
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -74,7 +75,7 @@ func sokobanConfig(cfg Config) (sokobanCfg, error) {
 	switch {
 	case c.w < 5 || c.w > 8 || c.h < 5 || c.h > 8:
 		return c, fmt.Errorf("%w: sokoban size %dx%d outside 5..8", ErrBadConfig, c.w, c.h)
-	case c.rate > 0.6:
+	case c.rate > 0.6 || math.IsNaN(c.rate):
 		return c, fmt.Errorf("%w: sokoban wall rate %.2f > 0.6", ErrBadConfig, c.rate)
 	case c.moves < 1 || c.moves > 4:
 		return c, fmt.Errorf("%w: sokoban moves per action %d outside 1..4", ErrBadConfig, c.moves)
