@@ -19,6 +19,9 @@ const quantum = 1e4
 // float64 for that multiple.
 func q(x float64) float64 { return math.Round(x*quantum) / quantum }
 
+// maxCustom bounds custom amounts so quantized sums stay exact in float64.
+const maxCustom = 1e11
+
 // Resources is an amount of CPU, memory, GPUs and custom resources, used both
 // for what a node has and for what an actor or bundle asks for.
 type Resources struct {
@@ -107,15 +110,18 @@ func (r Resources) Validate() error {
 	if r.GPUs > 1<<16 {
 		return fmt.Errorf("%w: GPU count %v too large", ErrInvalid, r.GPUs)
 	}
-	if r.GPUs > 0 && r.GPUs < 1/quantum {
-		return fmt.Errorf("%w: GPU fraction %v below the 1e-4 granularity", ErrInvalid, r.GPUs)
+	if q(r.GPUs) != r.GPUs {
+		return fmt.Errorf("%w: GPU fraction %v is not a multiple of 0.0001", ErrInvalid, r.GPUs)
 	}
 	for k, v := range r.Custom {
 		if k == "" {
 			return fmt.Errorf("%w: custom resource with empty name", ErrInvalid)
 		}
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > maxCustom {
 			return fmt.Errorf("%w: custom resource %q has bad amount %v", ErrInvalid, k, v)
+		}
+		if q(v) != v {
+			return fmt.Errorf("%w: custom resource %q amount %v is not a multiple of 0.0001", ErrInvalid, k, v)
 		}
 	}
 	return nil
