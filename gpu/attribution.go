@@ -13,6 +13,14 @@ type Holder struct {
 	Job   string `json:"job,omitempty"`
 	// Fraction is the share of the GPU placed for the actor, in (0, 1].
 	Fraction float64 `json:"fraction"`
+	// PID is the process the actor runs in (its worker), 0 if unknown. When
+	// it is the only holder on the GPU with that PID, the Sampler fills
+	// SMUtil from NVML's per-process utilization.
+	PID uint32 `json:"pid,omitempty"`
+	// SMUtil is the measured SM utilization of the actor's process on this
+	// GPU in the last sample (set by the Sampler; nil if not measurable, for
+	// example several actors sharing one process).
+	SMUtil *uint32 `json:"sm_util_percent,omitempty"`
 }
 
 // ErrHolder reports an invalid attribution (empty actor, bad fraction).

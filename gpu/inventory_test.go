@@ -349,7 +349,10 @@ func TestSamplerRingAndRun(t *testing.T) {
 	clk := newFakeClock()
 	inv := openSim(t, "pcie-4", clk)
 	attr := NewAttribution()
-	must(t, attr.Assign(3, Holder{Actor: "learner", Job: "train", Fraction: 1}))
+	must(t, attr.Assign(3, Holder{Actor: "learner", Job: "train", Fraction: 0.5, PID: 7}))
+	must(t, attr.Assign(3, Holder{Actor: "critic", Job: "train", Fraction: 0.25, PID: 8}))
+	must(t, attr.Assign(2, Holder{Actor: "a", Fraction: 0.5, PID: 9}))
+	must(t, attr.Assign(2, Holder{Actor: "b", Fraction: 0.5, PID: 9})) // shared process: not measurable
 	tick := make(chan time.Time)
 	stopped := make(chan struct{})
 	sampled := make(chan struct{}, 1)
@@ -383,14 +386,14 @@ func TestSamplerRingAndRun(t *testing.T) {
 		if *h[k].SMUtil != want {
 			t.Errorf("history[%d] = %d%%, want %d", k, *h[k].SMUtil, want)
 		}
-		if len(h[k].Actors) != 1 || h[k].Actors[0].Actor != "learner" {
+		if len(h[k].Actors) != 2 || h[k].Actors[1].Actor != "learner" || *h[k].Actors[1].SMUtil != want || *h[k].Actors[0].SMUtil != 0 {
 			t.Errorf("history[%d] actors = %+v", k, h[k].Actors)
 		}
 	}
 	if !h[0].Time.Before(h[2].Time) {
 		t.Error("history not oldest first")
 	}
-	if l := s.Latest(); len(l) != 4 || *l[3].SMUtil != 50 || l[0].Actors != nil {
+	if l := s.Latest(); len(l) != 4 || *l[3].SMUtil != 50 || l[0].Actors != nil || l[2].Actors[0].SMUtil != nil {
 		t.Errorf("latest = %+v", l)
 	}
 	if s.History(4) != nil || s.History(-1) != nil {

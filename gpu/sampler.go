@@ -77,7 +77,7 @@ func (s *Sampler) Devices() []DeviceInfo { return append([]DeviceInfo(nil), s.de
 func (s *Sampler) SampleOnce() []Sample {
 	samples := s.src.Sample()
 	for i := range samples {
-		samples[i].Actors = s.cfg.Attribution.Holders(samples[i].Index)
+		samples[i].Actors = measureHolders(s.cfg.Attribution.Holders(samples[i].Index), samples[i].Processes)
 	}
 	s.mu.Lock()
 	for _, smp := range samples {
@@ -137,4 +137,33 @@ func (s *Sampler) History(index int) []Sample {
 		out = append(out, ring[(start+k)%len(ring)])
 	}
 	return out
+}
+
+// measureHolders sets each holder's measured SM utilization from the
+// process samples when its PID identifies it alone on the GPU.
+func measureHolders(hs []Holder, procs []Process) []Holder {
+	perPID := map[uint32]int{}
+	for _, h := range hs {
+		if h.PID != 0 {
+			perPID[h.PID]++
+		}
+	}
+	for k := range hs {
+		h := &hs[k]
+		h.SMUtil = nil
+		if h.PID == 0 || perPID[h.PID] != 1 {
+			continue
+		}
+		for _, p := range procs {
+			if p.PID == h.PID && p.SMUtil != nil {
+				u := *p.SMUtil
+				h.SMUtil = &u
+			}
+		}
+		if h.SMUtil == nil {
+			zero := uint32(0) // no process entry: the actor ran nothing here
+			h.SMUtil = &zero
+		}
+	}
+	return hs
 }

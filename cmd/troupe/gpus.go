@@ -224,6 +224,9 @@ func renderGPUs(node string, inv *gpu.Inventory, samples []gpu.Sample, now time.
 				if h.Fraction < 1 {
 					parts[k] += fmt.Sprintf(" %.0f%%", h.Fraction*100)
 				}
+				if h.SMUtil != nil {
+					parts[k] += fmt.Sprintf(" using %d%%", *h.SMUtil)
+				}
 			}
 			actors = strings.Join(parts, ", ")
 		}

@@ -60,7 +60,7 @@ func loadedEnv(stdout *bytes.Buffer, clk *testClock, vars map[string]string) gpu
 				if err := sim.SetProcessMemory(i, pid, uint64(1+rng.IntN(int(total>>30)-1))<<30); err != nil {
 					return err
 				}
-				h := gpu.Holder{Actor: fmt.Sprintf("%s-%d", roles[i%len(roles)], i), Job: "train-1", Fraction: 1}
+				h := gpu.Holder{Actor: fmt.Sprintf("%s-%d", roles[i%len(roles)], i), Job: "train-1", Fraction: 1, PID: pid}
 				if i%4 == 2 {
 					h.Fraction = 0.5
 				}

@@ -158,6 +158,7 @@ var (
 	descPowerMax = gpuDesc("power_limit_watts", "Enforced power limit.")
 	descTemp     = gpuDesc("temperature_celsius", "GPU die temperature.")
 	descHolder   = gpuDesc("actor_fraction", "Share of the GPU placed for one actor (one series per holder).", "job")
+	descHolderSM = gpuDesc("actor_sm_utilization_ratio", "Measured SM utilization of one actor's process on the GPU (when its PID identifies it).", "job")
 	descInfo     = gpuDesc("info", "Static GPU description; always 1.", "name", "pci_bus_id")
 )
 
@@ -171,7 +172,7 @@ func newGPUCollector(node string, src GPUSource) *gpuCollector {
 }
 
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSMUtil, descMemUtil, descMemUsed, descMemTotal, descPower, descPowerMax, descTemp, descHolder, descInfo} {
+	for _, d := range []*prometheus.Desc{descSMUtil, descMemUtil, descMemUsed, descMemTotal, descPower, descPowerMax, descTemp, descHolder, descHolderSM, descInfo} {
 		ch <- d
 	}
 }
@@ -219,6 +220,9 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 			hl := append([]string{}, lv...)
 			hl[3] = h.Actor // one series per holder, labelled with that holder only
 			ch <- prometheus.MustNewConstMetric(descHolder, prometheus.GaugeValue, h.Fraction, append(hl, h.Job)...)
+			if h.SMUtil != nil {
+				ch <- prometheus.MustNewConstMetric(descHolderSM, prometheus.GaugeValue, float64(*h.SMUtil)/100, append(hl, h.Job)...)
+			}
 		}
 		gauge(descInfo, 1, d.Name, d.PCIBusID)
 	}

@@ -70,7 +70,7 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 	}
 	defer inv.Close()
 	attr := gpu.NewAttribution()
-	if err := attr.Assign(2, gpu.Holder{Actor: "planner", Job: "j1", Fraction: 0.5}); err != nil {
+	if err := attr.Assign(2, gpu.Holder{Actor: "planner", Job: "j1", Fraction: 0.5, PID: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if err := attr.Assign(2, gpu.Holder{Actor: "coder", Job: "j1", Fraction: 0.25}); err != nil {
@@ -116,6 +116,12 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 	}
 	if v := find(t, fams, "troupe_gpu_actor_fraction", map[string]string{"gpu": "2", "actor": "planner", "job": "j1"}).GetGauge().GetValue(); v != 0.5 {
 		t.Errorf("planner fraction = %v", v)
+	}
+	if v := find(t, fams, "troupe_gpu_actor_sm_utilization_ratio", map[string]string{"gpu": "2", "actor": "planner"}).GetGauge().GetValue(); v != 0.6 {
+		t.Errorf("planner measured utilization = %v, want 0.6", v)
+	}
+	if n := len(fams["troupe_gpu_actor_sm_utilization_ratio"].Metric); n != 1 {
+		t.Errorf("%d measured actor series, want 1 (coder has no PID)", n)
 	}
 	if n := len(fams["troupe_gpu_sm_utilization_ratio"].Metric); n != 8 {
 		t.Errorf("%d GPU utilization series, want 8", n)

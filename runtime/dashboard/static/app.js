@@ -194,7 +194,8 @@ function renderGPUs(st, now) {
     act.textContent = "";
     if (g.actors.length === 0) act.appendChild(el("i", "empty", "no actor"));
     for (const h of g.actors) {
-      act.appendChild(el("span", "", h.actor + (h.job ? " (" + h.job + ")" : "") + (h.fraction < 1 ? " " + Math.round(h.fraction * 100) + "%" : "")));
+      act.appendChild(el("span", "", h.actor + (h.job ? " (" + h.job + ")" : "") + (h.fraction < 1 ? " " + Math.round(h.fraction * 100) + "%" : "") +
+        (h.sm_util_percent !== undefined && h.sm_util_percent !== null ? " · using " + h.sm_util_percent + "%" : "")));
     }
     drawChart(c.querySelector("canvas"), [
       { points: g.history.map(p => ({ t: p.t, v: p.mem })), color: "#8a98a8", width: 1 },
