@@ -200,11 +200,81 @@ func (m *Model) freeDecode(d *decodeState) {
 	}
 }
 
+// transposed holds (C,OC) copies of the matmul weights for decoding on a
+// backend with gpu.MatmulTransposer, rebuilt when the weights change.
+type transposed struct {
+	ver    int
+	all    gpu.Buffer
+	layers []struct{ qkv, attproj, fc, fcproj gpu.Buffer }
+	wte    gpu.Buffer
+}
+
+// ensureTransposed returns up-to-date transposed weights, or nil when the
+// backend lacks the extension (decoding then uses MatmulForward).
+func (m *Model) ensureTransposed() (*transposed, error) {
+	tb, ok := m.be.(gpu.MatmulTransposer)
+	if !ok {
+		return nil, nil
+	}
+	C, V := m.cfg.Width, m.cfg.Vocab
+	if m.tw == nil {
+		all, err := m.be.Alloc(m.cfg.matmulParams())
+		if err != nil {
+			return nil, fmt.Errorf("policy: allocate transposed weights: %w", err)
+		}
+		tw := &transposed{ver: -1, all: all}
+		off := 0
+		view := func(n int) gpu.Buffer {
+			v, e := m.be.View(all, off, n)
+			if e != nil && err == nil {
+				err = e
+			}
+			off += n
+			return v
+		}
+		tw.layers = make([]struct{ qkv, attproj, fc, fcproj gpu.Buffer }, m.cfg.Layers)
+		for l := range tw.layers {
+			t := &tw.layers[l]
+			t.qkv, t.attproj, t.fc, t.fcproj = view(3*C*C), view(C*C), view(4*C*C), view(4*C*C)
+		}
+		tw.wte = view(V * C)
+		if err != nil {
+			m.be.Free(all)
+			return nil, fmt.Errorf("policy: transposed weight views: %w", err)
+		}
+		m.tw = tw
+	}
+	if m.tw.ver != m.wver {
+		for l := range m.tw.layers {
+			t, lp := &m.tw.layers[l], &m.pv.layers[l]
+			tb.Transpose(t.qkv, lp.qkvw, 3*C, C)
+			tb.Transpose(t.attproj, lp.attprojw, C, C)
+			tb.Transpose(t.fc, lp.fcw, 4*C, C)
+			tb.Transpose(t.fcproj, lp.fcprojw, C, 4*C)
+		}
+		tb.Transpose(m.tw.wte, m.pv.all[pWte], V, C)
+		if err := m.be.Sync(); err != nil {
+			return nil, fmt.Errorf("policy: transpose weights: %w", err)
+		}
+		m.tw.ver = m.wver
+	}
+	return m.tw, nil
+}
+
 // decodeStep feeds one token per row at position pos and, if wantLogits,
 // leaves the next-token logits (B,V) in d.hostLogits.
-func (m *Model) decodeStep(d *decodeState, B, pos int, wantLogits bool) error {
+func (m *Model) decodeStep(d *decodeState, tw *transposed, B, pos int, wantLogits bool) error {
 	be, p := m.be, &m.pv
 	C, NH, V := m.cfg.Width, m.cfg.Heads, m.cfg.Vocab
+	// mm is MatmulForward, through the transposed weights when available
+	mm := func(out, inp, w, wT, bias gpu.Buffer, N, C, OC int) {
+		if tw != nil {
+			be.(gpu.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, N, C, OC)
+		} else {
+			be.MatmulForward(out, inp, w, bias, N, C, OC)
+		}
+	}
+	var qkvT, attT, fcT, projT, wteT gpu.Buffer
 	be.UploadInt(d.tok, d.hostTok[:B])
 	wpe, err := be.View(p.all[pWpe], pos*C, C)
 	if err != nil {
@@ -213,20 +283,27 @@ func (m *Model) decodeStep(d *decodeState, B, pos int, wantLogits bool) error {
 	be.EncoderForward(d.x, d.tok, p.all[pWte], wpe, B, 1, C, V)
 	for l := range p.layers {
 		lp := &p.layers[l]
+		if tw != nil {
+			t := &tw.layers[l]
+			qkvT, attT, fcT, projT = t.qkv, t.attproj, t.fc, t.fcproj
+		}
 		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, lp.ln1w, lp.ln1b, B, C)
-		be.MatmulForward(d.qkv, d.ln, lp.qkvw, lp.qkvb, B, C, 3*C)
+		mm(d.qkv, d.ln, lp.qkvw, qkvT, lp.qkvb, B, C, 3*C)
 		be.AttentionDecode(d.atty, d.cache[l], d.qkv, B, m.cfg.Context, pos, C, NH)
-		be.MatmulForward(d.tmp, d.atty, lp.attprojw, lp.attprojb, B, C, C)
+		mm(d.tmp, d.atty, lp.attprojw, attT, lp.attprojb, B, C, C)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, lp.ln2w, lp.ln2b, B, C)
-		be.MatmulForward(d.fch, d.ln, lp.fcw, lp.fcb, B, C, 4*C)
+		mm(d.fch, d.ln, lp.fcw, fcT, lp.fcb, B, C, 4*C)
 		be.GeluForward(d.fchG, d.fch, B*4*C)
-		be.MatmulForward(d.tmp, d.fchG, lp.fcprojw, lp.fcprojb, B, 4*C, C)
+		mm(d.tmp, d.fchG, lp.fcprojw, projT, lp.fcprojb, B, 4*C, C)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 	}
 	if wantLogits {
+		if tw != nil {
+			wteT = tw.wte
+		}
 		be.LayerNormForward(d.ln, d.mean, d.rstd, d.x, p.all[pLnfw], p.all[pLnfb], B, C)
-		be.MatmulForward(d.logits, d.ln, p.all[pWte], nil, B, C, V)
+		mm(d.logits, d.ln, p.all[pWte], wteT, nil, B, C, V)
 		be.Download(d.hostLogits[:B*V], d.logits)
 	}
 	if err := be.Sync(); err != nil {
@@ -250,6 +327,10 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 		return nil, err
 	}
 	defer m.freeDecode(d)
+	tw, err := m.ensureTransposed()
+	if err != nil {
+		return nil, err
+	}
 	s := newSampler(opt, B)
 	for pos := 0; pos < ctx-1; pos++ {
 		active, sampling := false, false
@@ -270,7 +351,7 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 		if !active {
 			break
 		}
-		if err := m.decodeStep(d, B, pos, sampling); err != nil {
+		if err := m.decodeStep(d, tw, B, pos, sampling); err != nil {
 			return nil, err
 		}
 		if !sampling {

@@ -49,6 +49,11 @@ type Model struct {
 	step     int
 
 	a *acts
+
+	// wver counts weight changes; tw (transposed weights for decoding) is
+	// rebuilt when its version is older.
+	wver int
+	tw   *transposed
 }
 
 // views are per-tensor views of a flat parameter-shaped buffer.
@@ -186,6 +191,7 @@ func (m *Model) SetWeights(w []float32) error {
 		return fmt.Errorf("policy: SetWeights: %d values for %d parameters: %w", len(w), m.cfg.NumParams(), ErrBatch)
 	}
 	m.be.Upload(m.params, w)
+	m.wver++
 	if err := m.be.Sync(); err != nil {
 		return fmt.Errorf("policy: upload weights: %w", err)
 	}
@@ -200,6 +206,7 @@ func (m *Model) CopyWeightsFrom(src *Model) error {
 	}
 	if src.be == m.be {
 		m.be.Copy(m.params, src.params, m.cfg.NumParams())
+		m.wver++
 		return m.be.Sync()
 	}
 	w, err := src.Weights()
@@ -234,6 +241,10 @@ func (m *Model) Free() {
 		if b != nil {
 			m.be.Free(b)
 		}
+	}
+	if m.tw != nil {
+		m.be.Free(m.tw.all)
+		m.tw = nil
 	}
 	m.freeActs()
 	m.params, m.grads, m.mom, m.vel = nil, nil, nil, nil

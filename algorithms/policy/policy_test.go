@@ -278,17 +278,27 @@ func checkModelFD(t *testing.T, name string, m *Model, grad []float32, loss func
 	}
 }
 
+// plainBackend hides the optional gpu.MatmulTransposer extension, to test
+// the decoding fallback.
+type plainBackend struct{ gpu.Backend }
+
 func TestKVCacheMatchesNoCache(t *testing.T) {
 	cfg := Config{Layers: 2, Heads: 2, Width: 16, Context: 20, Vocab: 13}
-	for _, be := range []*cpu.Backend{cpu.New(), cpu.NewReference()} {
+	for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference(), plainBackend{cpu.New()}} {
 		m := mustNew(t, be, cfg, 21)
 		randomizeWeights(t, m, 22, 0.2) // sharper, non-uniform logits
 		prompts := [][]int32{{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 11}, {12, 0}}
-		for _, opt := range []GenerateOptions{
+		for round, opt := range []GenerateOptions{
 			{MaxNewTokens: 12, Temperature: 0},
 			{MaxNewTokens: 10, Temperature: 1, Seed: 7},
 			{MaxNewTokens: 30, Temperature: 0.8, TopK: 4, Seed: 8, Stop: []int32{3}},
+			{MaxNewTokens: 12, Temperature: 0},
 		} {
+			if round == 3 { // weights changed since the last call: the decode copies must follow
+				if _, err := m.TrainStep(Batch{Tokens: prompts[2:3]}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			got, err := m.Generate(prompts, opt)
 			if err != nil {
 				t.Fatal(err)

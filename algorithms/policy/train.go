@@ -371,6 +371,7 @@ func (m *Model) Step() (float64, error) {
 		}
 		be.AdamWUpdate(m.pv.all[gi], m.gv.all[gi], m.momV.all[gi], m.velV.all[gi], m.sizes[gi], h)
 	}
+	m.wver++
 	if err := be.Sync(); err != nil {
 		return norm, fmt.Errorf("policy: AdamW: %w", err)
 	}
