@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -463,4 +464,70 @@ func FuzzNormBusID(f *testing.F) {
 			t.Errorf("normBusID not idempotent: %q -> %q -> %q", s, n, normBusID(n))
 		}
 	})
+}
+
+// TestNVLinkWithoutRemoteType checks link discovery on drivers without
+// nvmlDeviceGetNvLinkRemoteDeviceType (the mock call panics): remote bus ids
+// of known GPUs count as direct links, unknown ones as NVSwitch ports.
+func TestNVLinkWithoutRemoteType(t *testing.T) {
+	// GPUs 0 and 1: 2 direct links each way plus 3 links to switch S.
+	// GPU 2: 3 links to switch S only. GPU 3: no NVLink, PCIe only.
+	remotes := [][]string{
+		{"0000:02:00.0", "0000:02:00.0", "0000:ff:00.0", "0000:ff:00.0", "0000:ff:00.0"},
+		{"0000:01:00.0", "0000:01:00.0", "0000:ff:00.0", "0000:ff:00.0", "0000:ff:00.0"},
+		{"0000:ff:00.0", "0000:ff:00.0", "0000:ff:00.0"},
+		nil,
+	}
+	devs := make([]nvml.Device, len(remotes))
+	for i := range remotes {
+		rs := remotes[i]
+		bus := fmt.Sprintf("00000000:%02X:00.0", i+1)
+		devs[i] = &mock.Device{
+			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
+				var p nvml.PciInfo
+				setCString(p.BusId[:], bus)
+				return p, nvml.SUCCESS
+			},
+			GetNvLinkStateFunc: func(l int) (nvml.EnableState, nvml.Return) {
+				if rs == nil {
+					return 0, nvml.ERROR_NOT_SUPPORTED
+				}
+				if l >= len(rs) {
+					return 0, nvml.ERROR_INVALID_ARGUMENT
+				}
+				return nvml.FEATURE_ENABLED, nvml.SUCCESS
+			},
+			GetNvLinkRemotePciInfoFunc: func(l int) (nvml.PciInfo, nvml.Return) {
+				var p nvml.PciInfo
+				setCString(p.BusIdLegacy[:], rs[l])
+				return p, nvml.SUCCESS
+			},
+			GetTopologyCommonAncestorFunc: func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+				return nvml.TOPOLOGY_MULTIPLE, nvml.SUCCESS
+			},
+		}
+	}
+	lib := &mock.Interface{
+		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc:         func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) { return devs[i], nvml.SUCCESS },
+	}
+	inv, err := NewInventory(lib, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := inv.Topology()
+	want := map[[2]int]string{{0, 1}: "NV2", {0, 2}: "NV3", {1, 2}: "NV3", {0, 3}: "PXB", {2, 3}: "PXB"}
+	for p, cell := range want {
+		if got := topo.Link(p[0], p[1]).String(); got != cell {
+			t.Errorf("link %v = %s, want %s", p, got, cell)
+		}
+	}
+	if !topo.Link(0, 2).ViaNVSwitch || topo.Link(0, 1).ViaNVSwitch {
+		t.Errorf("switch flags: 0-2 %+v, 0-1 %+v", topo.Link(0, 2), topo.Link(0, 1))
+	}
+	if topo.Score(0, 1) != 200 || topo.Score(0, 3) != 40 {
+		t.Errorf("scores 0-1 %d, 0-3 %d", topo.Score(0, 1), topo.Score(0, 3))
+	}
 }
