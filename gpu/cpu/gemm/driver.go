@@ -10,8 +10,8 @@ import "sync"
 const (
 	mr      = 6
 	nr      = 16
-	kcBlock = 256
-	mcBlock = 144
+	kcBlock = 320
+	mcBlock = 96
 	ncBlock = 2048
 
 	// directMaxM: with at most this many rows of C, an NN product reads B in
@@ -21,7 +21,7 @@ const (
 
 	// parMinWork: below this many multiply-adds one goroutine is faster than
 	// paying for a fork/join.
-	parMinWork = 1 << 18
+	parMinWork = 1 << 22
 )
 
 // kernelFunc computes `tiles` vertically adjacent mr×nr tiles:
