@@ -81,12 +81,22 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	}
 	kern := pickKernel()
 	if threads > 1 && m*n*k >= parMinWork {
-		// Split the dimension with more tiles; each part repacks the other
-		// operand, so prefer duplicating the smaller one.
+		// Each part packs its own copy of the operand that is not split:
+		// split M and every part packs all of B; split N and every part
+		// packs all of A, which costs nothing when A is read in place (not
+		// transposed). Otherwise duplicate the smaller packing, as long as
+		// each part gets a couple of tiles.
 		mt, nt := (m+mr-1)/mr, (n+nr-1)/nr
-		splitM := mt >= nt
-		if mt >= threads && nt >= threads {
-			splitM = n*k <= m*k // duplicate packing of B (k×n) when it is smaller
+		var splitM bool
+		switch {
+		case nt < 2*threads:
+			splitM = true
+		case mt < 2*threads:
+			splitM = false
+		case !transA:
+			splitM = false
+		default:
+			splitM = n <= m
 		}
 		tiles := nt
 		if splitM {
