@@ -526,3 +526,25 @@ func TestGeluExtremes(t *testing.T) {
 		}
 	}
 }
+
+func TestExpShift(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 65, 200} {
+		x := randf(r, n, 20)
+		want := make([]float64, n)
+		var wsum float64
+		for i, v := range x {
+			want[i] = math.Exp(float64(v - 3)) // the kernel subtracts in float32
+			wsum += want[i]
+		}
+		sum := expShift(x, 3)
+		for i := range x {
+			if d := math.Abs(float64(x[i])-want[i]) / want[i]; d > 1e-6 && want[i] > 1e-37 {
+				t.Fatalf("n=%d: exp[%d] = %g, want %g", n, i, x[i], want[i])
+			}
+		}
+		if math.Abs(float64(sum)-wsum) > 1e-5*wsum {
+			t.Fatalf("n=%d: sum %g, want %g", n, sum, wsum)
+		}
+	}
+}

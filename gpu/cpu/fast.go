@@ -218,13 +218,7 @@ func softmaxRowsCausal(a []float32, T int) {
 		for _, v := range row[1 : t+1] {
 			maxv = max(maxv, v)
 		}
-		var sum float32
-		for s := 0; s <= t; s++ {
-			e := expf(row[s] - maxv)
-			row[s] = e
-			sum += e
-		}
-		inv := 1 / sum
+		inv := 1 / expShift(row[:t+1], maxv)
 		for s := 0; s <= t; s++ {
 			row[s] *= inv
 		}
@@ -312,11 +306,7 @@ func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH
 				w[s] = dot * scale
 				maxv = max(maxv, w[s])
 			}
-			var sum float32
-			for s := range w {
-				w[s] = expf(w[s] - maxv)
-				sum += w[s]
-			}
+			sum := expShift(w, maxv)
 			o := out[bb*C+h*hs:][:hs]
 			clear(o)
 			inv := 1 / sum
@@ -387,12 +377,8 @@ func (b *Backend) softmaxGather(out, probs, logits []float32, targets []int32, N
 			for _, v := range l[1:] {
 				maxv = max(maxv, v)
 			}
-			var sum float32
-			for i, v := range l {
-				e := expf(v - maxv)
-				p[i] = e
-				sum += e
-			}
+			copy(p, l) // no-op when probs aliases logits
+			sum := expShift(p, maxv)
 			inv := 1 / sum
 			for i := range p {
 				p[i] *= inv
