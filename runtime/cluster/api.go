@@ -1,0 +1,342 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"troupe/runtime/transport"
+	"troupe/scheduler"
+)
+
+// ServiceName is the gRPC name of the control service every node serves.
+const ServiceName = "troupe.Control"
+
+// Sentinel errors of the control plane.
+var (
+	// ErrNoLeader: no raft leader could be reached within the bounded retry
+	// (ApplyTimeout); the control plane has lost its quorum or is electing.
+	ErrNoLeader = errors.New("no raft leader")
+	// ErrRemoteActors: actor processes on remote clusters need worker
+	// processes, which arrive with issue 4; the control plane part (placement
+	// committed through raft, named actors) works already.
+	ErrRemoteActors = errors.New("running actors on a remote cluster arrives with issue 4 (worker processes)")
+)
+
+// InfoRequest asks a node who it is.
+type InfoRequest struct{}
+
+// InfoResponse describes a node: enough for a joining node to find the
+// gossip and raft ports.
+type InfoResponse struct {
+	NodeID     string `msgpack:"id"`
+	Role       string `msgpack:"role"`
+	GRPCAddr   string `msgpack:"grpc"`
+	GossipAddr string `msgpack:"gossip"`
+	RaftAddr   string `msgpack:"raft,omitempty"`
+}
+
+// ApplyRequest carries one encoded scheduler command to commit.
+type ApplyRequest struct {
+	Cmd []byte `msgpack:"cmd"`
+	// Hops counts forwards so a request never loops between nodes.
+	Hops int `msgpack:"hops,omitempty"`
+}
+
+// ApplyResponse is the outcome of a committed command: the FSM may still
+// have refused it (Err), which is not a transport failure.
+type ApplyResponse struct {
+	Index     uint64       `msgpack:"index"`
+	Err       *WireError   `msgpack:"err,omitempty"`
+	BatchErrs []*WireError `msgpack:"batch,omitempty"`
+}
+
+// CreateActorsRequest asks the leader to place and commit new actors. The
+// leader decides each placement with scheduler.Planner (each decision seeing
+// the ones before it) and commits them together.
+type CreateActorsRequest struct {
+	Specs []scheduler.ActorSpec `msgpack:"specs"`
+	Hops  int                   `msgpack:"hops,omitempty"`
+}
+
+// CreateActorsResponse has one result per spec, in order.
+type CreateActorsResponse struct {
+	Results []CreateResult `msgpack:"results"`
+}
+
+// CreateResult is the committed outcome of one actor creation.
+type CreateResult struct {
+	// Placement is set when the actor was placed; nil when it waits
+	// (Pending says why) or failed (Err).
+	Placement *scheduler.Placement `msgpack:"place,omitempty"`
+	Pending   string               `msgpack:"pending,omitempty"`
+	Err       *WireError           `msgpack:"err,omitempty"`
+	Index     uint64               `msgpack:"index,omitempty"`
+}
+
+// StatusRequest asks for a cluster snapshot.
+type StatusRequest struct {
+	Hops int `msgpack:"hops,omitempty"`
+}
+
+// StopRequest asks a node to drain and stop.
+type StopRequest struct {
+	Reason string `msgpack:"reason,omitempty"`
+}
+
+// StopResponse confirms a stop has begun.
+type StopResponse struct {
+	NodeID string `msgpack:"id"`
+}
+
+// GetActorRequest looks up a named actor.
+type GetActorRequest struct {
+	Namespace string `msgpack:"ns,omitempty"`
+	Name      string `msgpack:"name"`
+	Hops      int    `msgpack:"hops,omitempty"`
+}
+
+// GetActorResponse is the named actor's committed state.
+type GetActorResponse struct {
+	Actor ActorView `msgpack:"actor"`
+}
+
+// WireError carries an error across the wire keeping which sentinel it
+// wraps, so errors.Is works on the receiving side.
+type WireError struct {
+	Kind string `msgpack:"kind,omitempty"`
+	Msg  string `msgpack:"msg"`
+}
+
+var wireKinds = []struct {
+	name string
+	err  error
+}{
+	{"infeasible", scheduler.ErrInfeasible}, {"pending", scheduler.ErrPending}, {"invalid", scheduler.ErrInvalid},
+	{"notfound", scheduler.ErrNotFound}, {"conflict", scheduler.ErrConflict}, {"unknown", scheduler.ErrUnknownCommand},
+	{"malformed", scheduler.ErrMalformed}, {"noleader", ErrNoLeader},
+}
+
+// toWire converts err (nil gives nil).
+func toWire(err error) *WireError {
+	if err == nil {
+		return nil
+	}
+	w := &WireError{Msg: err.Error()}
+	for _, k := range wireKinds {
+		if errors.Is(err, k.err) {
+			w.Kind = k.name
+			break
+		}
+	}
+	return w
+}
+
+// Error implements error.
+func (w *WireError) Error() string { return w.Msg }
+
+// Unwrap returns the sentinel the error wrapped on the sending side.
+func (w *WireError) Unwrap() error {
+	for _, k := range wireKinds {
+		if k.name == w.Kind {
+			return k.err
+		}
+	}
+	return nil
+}
+
+// AsError returns w as an error (a nil *WireError gives a nil error).
+func (w *WireError) AsError() error {
+	if w == nil {
+		return nil
+	}
+	return w
+}
+
+// controlServer is what the Control service's handlers call.
+type controlServer interface {
+	info(ctx context.Context, r *InfoRequest) (*InfoResponse, error)
+	apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, error)
+	createActors(ctx context.Context, r *CreateActorsRequest) (*CreateActorsResponse, error)
+	status(ctx context.Context, r *StatusRequest) (*ClusterStatus, error)
+	getActor(ctx context.Context, r *GetActorRequest) (*GetActorResponse, error)
+	stop(ctx context.Context, r *StopRequest) (*StopResponse, error)
+}
+
+// controlDesc is the hand-written descriptor of the Control service.
+var controlDesc = grpc.ServiceDesc{
+	ServiceName: ServiceName,
+	HandlerType: (*controlServer)(nil),
+	Methods: []grpc.MethodDesc{
+		transport.UnaryMethod(ServiceName, "Info", controlServer.info),
+		transport.UnaryMethod(ServiceName, "Apply", controlServer.apply),
+		transport.UnaryMethod(ServiceName, "CreateActors", controlServer.createActors),
+		transport.UnaryMethod(ServiceName, "Status", controlServer.status),
+		transport.UnaryMethod(ServiceName, "GetActor", controlServer.getActor),
+		transport.UnaryMethod(ServiceName, "Stop", controlServer.stop),
+	},
+	Metadata: "troupe/runtime/cluster/api.go",
+}
+
+// Client calls the Control service of a cluster. It holds one connection
+// per address and, when an address is unreachable, tries the next one, so
+// a driver given several nodes survives losing any of them.
+type Client struct {
+	addrs []string
+	opts  transport.Options
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	next  int // index of the address that worked last
+}
+
+// NewClient returns a client for the cluster at addrs, a comma-separated
+// list of "host:port" gRPC addresses.
+func NewClient(addrs string, token string) (*Client, error) {
+	var list []string
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	if len(list) == 0 {
+		return nil, fmt.Errorf("cluster client: no address given")
+	}
+	return &Client{addrs: list, opts: transport.Options{Token: token}, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, cc := range c.conns {
+		cc.Close()
+		delete(c.conns, a)
+	}
+	return nil
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := transport.Dial(addr, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// invoke calls method on the first reachable address.
+func (c *Client) invoke(ctx context.Context, method string, req, resp any) error {
+	c.mu.Lock()
+	start := c.next
+	c.mu.Unlock()
+	var last error
+	for i := range c.addrs {
+		k := (start + i) % len(c.addrs)
+		addr := c.addrs[k]
+		cc, err := c.conn(addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		err = cc.Invoke(ctx, "/"+ServiceName+"/"+method, req, resp)
+		if err == nil {
+			c.mu.Lock()
+			c.next = k
+			c.mu.Unlock()
+			return nil
+		}
+		last = fmt.Errorf("%s at %s: %w", method, addr, fromStatus(err))
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return last
+		}
+	}
+	return last
+}
+
+// fromStatus maps gRPC statuses that mean "no leader" back to ErrNoLeader.
+func fromStatus(err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), ErrNoLeader.Error()) {
+		return fmt.Errorf("%w: %s", ErrNoLeader, st.Message())
+	}
+	return err
+}
+
+// Info returns who the node at the first reachable address is.
+func (c *Client) Info(ctx context.Context) (*InfoResponse, error) {
+	resp := new(InfoResponse)
+	return resp, c.invoke(ctx, "Info", &InfoRequest{}, resp)
+}
+
+// Apply commits an encoded scheduler command through the cluster's leader
+// (the node called forwards it) and returns the FSM's verdict.
+func (c *Client) Apply(ctx context.Context, cmd []byte) (*ApplyResponse, error) {
+	resp := new(ApplyResponse)
+	return resp, c.invoke(ctx, "Apply", &ApplyRequest{Cmd: cmd}, resp)
+}
+
+// ApplyCommand encodes and commits cmd; the FSM's refusal is returned as
+// an error wrapping the scheduler sentinel.
+func (c *Client) ApplyCommand(ctx context.Context, cmd scheduler.Command) (uint64, error) {
+	b, err := scheduler.EncodeCommand(cmd)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Apply(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	return resp.Index, resp.Err.AsError()
+}
+
+// CreateActors asks the leader to place and commit actors.
+func (c *Client) CreateActors(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
+	resp := new(CreateActorsResponse)
+	if err := c.invoke(ctx, "CreateActors", &CreateActorsRequest{Specs: specs}, resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(specs) {
+		return nil, fmt.Errorf("create actors: %d results for %d specs", len(resp.Results), len(specs))
+	}
+	return resp.Results, nil
+}
+
+// Status returns a snapshot of the cluster.
+func (c *Client) Status(ctx context.Context) (*ClusterStatus, error) {
+	resp := new(ClusterStatus)
+	return resp, c.invoke(ctx, "Status", &StatusRequest{}, resp)
+}
+
+// GetActor returns the committed state of a live named actor.
+func (c *Client) GetActor(ctx context.Context, namespace, name string) (*ActorView, error) {
+	resp := new(GetActorResponse)
+	if err := c.invoke(ctx, "GetActor", &GetActorRequest{Namespace: namespace, Name: name}, resp); err != nil {
+		return nil, err
+	}
+	return &resp.Actor, nil
+}
+
+// Stop asks the node at the first address (only that one) to drain and
+// stop.
+func (c *Client) Stop(ctx context.Context, reason string) (*StopResponse, error) {
+	cc, err := c.conn(c.addrs[0])
+	if err != nil {
+		return nil, err
+	}
+	resp := new(StopResponse)
+	if err := cc.Invoke(ctx, "/"+ServiceName+"/Stop", &StopRequest{Reason: reason}, resp); err != nil {
+		return nil, fmt.Errorf("stop %s: %w", c.addrs[0], err)
+	}
+	return resp, nil
+}

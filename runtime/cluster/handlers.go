@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"troupe/scheduler"
+)
+
+// controlImpl is the Node seen as the Control service's implementation.
+type controlImpl Node
+
+func (c *controlImpl) node() *Node { return (*Node)(c) }
+
+func (c *controlImpl) info(ctx context.Context, r *InfoRequest) (*InfoResponse, error) {
+	n := c.node()
+	out := &InfoResponse{NodeID: n.cfg.NodeID, Role: string(n.cfg.Role), GRPCAddr: n.r.grpcAddr(), GossipAddr: n.r.gossipAddr()}
+	if n.cfg.Role.isServer() {
+		out.RaftAddr = n.r.raftAddr()
+	}
+	return out, nil
+}
+
+func (c *controlImpl) apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, error) {
+	return c.node().apply(ctx, r)
+}
+
+func (c *controlImpl) createActors(ctx context.Context, r *CreateActorsRequest) (*CreateActorsResponse, error) {
+	if len(r.Specs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, errEmpty.Error())
+	}
+	if len(r.Specs) > 16*maxPlaceBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "create actors: %d specs in one call, at most %d", len(r.Specs), 16*maxPlaceBatch)
+	}
+	n := c.node()
+	out := new(CreateActorsResponse)
+	err := n.onLeader(ctx, r.Hops, func() error {
+		var err error
+		out.Results, err = n.createLocal(ctx, r.Specs)
+		return err
+	}, func(cc *grpc.ClientConn) error {
+		return cc.Invoke(ctx, "/"+ServiceName+"/CreateActors", &CreateActorsRequest{Specs: r.Specs, Hops: r.Hops + 1}, out)
+	})
+	return out, err
+}
+
+// forwardRead sends a read to a server when this node holds no state.
+func (n *Node) forwardRead(ctx context.Context, method string, hops int, req, resp any) error {
+	if hops >= maxHops {
+		return status.Error(codes.Unavailable, "no server reachable")
+	}
+	addr := n.anyServer()
+	if addr == "" {
+		return status.Error(codes.Unavailable, "this worker knows no live server")
+	}
+	cc, err := n.peers.get(addr)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "dial server %s: %v", addr, err)
+	}
+	return cc.Invoke(ctx, "/"+ServiceName+"/"+method, req, resp)
+}
+
+func (c *controlImpl) status(ctx context.Context, r *StatusRequest) (*ClusterStatus, error) {
+	n := c.node()
+	if n.raft == nil {
+		out := new(ClusterStatus)
+		return out, n.forwardRead(ctx, "Status", r.Hops, &StatusRequest{Hops: r.Hops + 1}, out)
+	}
+	return n.Status(), nil
+}
+
+// Status returns this server's view of the cluster (a worker's is empty:
+// use the Status RPC, which forwards).
+func (n *Node) Status() *ClusterStatus {
+	out := &ClusterStatus{ReportedBy: n.cfg.NodeID}
+	if n.raft == nil {
+		return out
+	}
+	_, lid := n.raft.LeaderWithID()
+	out.Leader = string(lid)
+	if lid != "" {
+		if m, ok := n.members.get(string(lid)); ok {
+			out.LeaderAddr = m.meta.GRPC
+		}
+	}
+	out.Term, _ = strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		out.Servers = raftServers(f.Configuration(), lid)
+	}
+	n.fsm.Read(func(s *scheduler.State) { viewState(s, out) })
+	return out
+}
+
+// getActor answers from the leader's state when it can (so a driver sees
+// a name right after creating it) and from this server's copy otherwise.
+func (c *controlImpl) getActor(ctx context.Context, r *GetActorRequest) (*GetActorResponse, error) {
+	n := c.node()
+	if !n.isLeader() && r.Hops < maxHops {
+		if addr := n.leaderGRPC(); addr != "" && addr != n.r.grpcAddr() {
+			out := new(GetActorResponse)
+			cc, err := n.peers.get(addr)
+			if err == nil {
+				err = cc.Invoke(ctx, "/"+ServiceName+"/GetActor", &GetActorRequest{Namespace: r.Namespace, Name: r.Name, Hops: r.Hops + 1}, out)
+			}
+			if err == nil || status.Code(err) != codes.Unavailable || n.raft == nil {
+				return out, err
+			}
+		}
+	}
+	if n.raft == nil {
+		return nil, status.Error(codes.Unavailable, "this worker knows no live server")
+	}
+	var out *GetActorResponse
+	n.fsm.Read(func(s *scheduler.State) {
+		if a := s.ActorByName(r.Namespace, r.Name); a != nil && a.State != scheduler.ActorDead {
+			out = &GetActorResponse{Actor: actorView(a)}
+		}
+	})
+	if out == nil {
+		return nil, status.Errorf(codes.NotFound, "no live actor named %q in namespace %q", r.Name, r.Namespace)
+	}
+	return out, nil
+}
+
+func (c *controlImpl) stop(ctx context.Context, r *StopRequest) (*StopResponse, error) {
+	n := c.node()
+	reason := r.Reason
+	if reason == "" {
+		reason = "troupe stop"
+	}
+	if err := n.Drain(ctx, reason); err != nil {
+		n.log.Warn("drain finished with errors", "err", err)
+	}
+	n.stopOnce.Do(func() { close(n.stopReq) })
+	return &StopResponse{NodeID: n.cfg.NodeID}, nil
+}

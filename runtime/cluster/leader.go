@@ -1,0 +1,314 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"troupe/scheduler"
+)
+
+func sortServers(s []raft.Server) { sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID }) }
+
+// leaderLoop runs the leader's duties while this server leads.
+func (n *Node) leaderLoop() {
+	stop := context.CancelFunc(func() {})
+	defer func() { stop() }()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case leading := <-n.raft.LeaderCh():
+			stop()
+			stop = func() {}
+			if leading {
+				ctx, cancel := context.WithCancel(n.ctx)
+				stop = cancel
+				n.wg.Add(1)
+				go func() { defer n.wg.Done(); n.lead(ctx) }()
+			}
+		}
+	}
+}
+
+// lead is one term of leadership: a barrier first (so the FSM holds every
+// committed entry before the leader decides anything), then the placer and
+// the reconcile loop.
+func (n *Node) lead(ctx context.Context) {
+	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+		n.log.Warn("leader barrier failed; not acting as leader", "err", err)
+		return
+	}
+	n.log.Info("acting as raft leader", "term", n.raft.Stats()["term"])
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.placer(ctx) }()
+	tick := time.NewTicker(n.cfg.Timing.Reconcile)
+	defer tick.Stop()
+	for {
+		n.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-n.trigger:
+		}
+	}
+}
+
+// goneGrace is how long a leader's own gossip view must have run before a
+// registered node it has never heard of is declared dead.
+func (n *Node) goneGrace() time.Duration {
+	t := n.cfg.Timing
+	return 10*t.ProbeInterval + 2*time.Second
+}
+
+// reconcile brings the committed state in line with gossip: servers that
+// gossip are raft voters, nodes gossip says are gone are dead, nodes it
+// says are alive (again) are alive, and whatever waits for placement is
+// placed if it now fits.
+func (n *Node) reconcile(ctx context.Context) {
+	ms := n.members.snapshot()
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		in := map[raft.ServerID]bool{}
+		for _, s := range f.Configuration().Servers {
+			in[s.ID] = true
+		}
+		for id, m := range ms {
+			if m.state == memberlist.StateAlive && m.meta.Role.isServer() && m.meta.Raft != "" && !in[raft.ServerID(id)] {
+				err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
+				if err != nil {
+					n.log.Warn("add raft voter failed", "server", id, "err", err)
+				} else {
+					n.log.Info("added raft voter", "server", id, "raft", m.meta.Raft)
+				}
+			}
+		}
+	}
+	now := time.Now()
+	var cmds []scheduler.Command
+	n.fsm.Read(func(s *scheduler.State) {
+		for _, nd := range s.Nodes() {
+			m, ok := ms[string(nd.ID)]
+			var want scheduler.NodeState
+			cause := ""
+			switch {
+			case ok && m.state == memberlist.StateAlive && (nd.State == scheduler.NodeDead || nd.State == scheduler.NodeSuspect):
+				want = scheduler.NodeAlive
+			case ok && m.state != memberlist.StateAlive && nd.State == scheduler.NodeDraining:
+				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s left the cluster (drained)", nd.ID)
+			case ok && m.state != memberlist.StateAlive && nd.State != scheduler.NodeDead:
+				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: failed gossip probes", nd.ID)
+			case !ok && nd.State != scheduler.NodeDead && now.Sub(n.startedAt) > n.goneGrace():
+				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: not in gossip membership", nd.ID)
+			default:
+				continue
+			}
+			cmds = append(cmds, &scheduler.UpdateNodeState{Node: nd.ID, State: want, Cause: cause, At: now.UnixNano()})
+		}
+	})
+	for _, c := range cmds {
+		u := c.(*scheduler.UpdateNodeState)
+		if _, err := n.commitLocal(c); err != nil {
+			n.log.Warn("commit node state failed", "node", u.Node, "state", u.State, "err", err)
+			return
+		}
+		n.log.Info("node state committed", "node", u.Node, "state", u.State.String(), "cause", u.Cause)
+	}
+	// Place what waits (after node deaths, restarts need new places).
+	var pend []scheduler.Command
+	n.fsm.Read(func(s *scheduler.State) {
+		if hasWaiting(s) {
+			pend, _ = n.planner.PlanPending(s, now.UnixNano())
+		}
+	})
+	if len(pend) > 0 {
+		var batch scheduler.Batch
+		for _, c := range pend {
+			b, err := scheduler.EncodeCommand(c)
+			if err != nil {
+				n.log.Error("encode placement", "err", err)
+				return
+			}
+			batch.Commands = append(batch.Commands, b)
+		}
+		if _, err := n.commitLocal(&batch); err != nil {
+			n.log.Warn("commit pending placements failed", "err", err)
+		}
+	}
+}
+
+// hasWaiting reports whether any actor or group waits for placement.
+func hasWaiting(s *scheduler.State) bool {
+	for _, a := range s.Actors() {
+		if a.Node == "" && (a.State == scheduler.ActorPending || a.State == scheduler.ActorRestarting) {
+			return true
+		}
+	}
+	for _, g := range s.Groups() {
+		if g.State != scheduler.GroupCreated {
+			return true
+		}
+	}
+	return false
+}
+
+// commitLocal commits c on this node, which must be the leader.
+func (n *Node) commitLocal(c scheduler.Command) (*ApplyResponse, error) {
+	b, err := scheduler.EncodeCommand(c)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.applyLocal(b)
+	if err != nil {
+		return nil, err
+	}
+	return resp, resp.Err.AsError()
+}
+
+// placeReq is a CreateActors call waiting for the placer.
+type placeReq struct {
+	specs []scheduler.ActorSpec
+	reply chan placeResult
+}
+
+type placeResult struct {
+	results []CreateResult
+	err     error
+}
+
+// maxPlaceBatch bounds how many actors one raft entry creates.
+const maxPlaceBatch = 1024
+
+// placer decides and commits actor creations in batches: every request
+// waiting when a batch starts goes into it, each decision seeing the ones
+// before it, and the batch is one raft entry. It plans on a scratch copy of
+// the state that it keeps between batches as long as nothing else was
+// committed in between (then the copy equals the FSM's state, because
+// applying is deterministic).
+func (n *Node) placer(ctx context.Context) {
+	var scratch *scheduler.State
+	var scratchIdx uint64
+	for {
+		var batch []*placeReq
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-n.placeCh:
+			batch = append(batch, r)
+		}
+		count := len(batch[0].specs)
+	more:
+		for count < maxPlaceBatch {
+			select {
+			case r := <-n.placeCh:
+				batch = append(batch, r)
+				count += len(r.specs)
+			default:
+				break more
+			}
+		}
+		var applied uint64
+		n.fsm.Read(func(s *scheduler.State) {
+			applied = s.AppliedIndex()
+			if scratch == nil || applied != scratchIdx {
+				scratch = s.Clone()
+			}
+		})
+		at := time.Now().UnixNano()
+		type slot struct{ req, i int }
+		var cmds [][]byte
+		var slots []slot
+		results := make([][]CreateResult, len(batch))
+		for ri, r := range batch {
+			results[ri] = make([]CreateResult, len(r.specs))
+			for i, spec := range r.specs {
+				res := &results[ri][i]
+				c, err := n.planner.CreateActor(scratch, spec, at)
+				if err == nil {
+					err = scratch.Apply(c)
+				}
+				var b []byte
+				if err == nil {
+					b, err = scheduler.EncodeCommand(c)
+				}
+				if err != nil {
+					res.Err = toWire(err)
+					continue
+				}
+				res.Placement, res.Pending = c.Placement, c.PendingReason
+				cmds = append(cmds, b)
+				slots = append(slots, slot{ri, i})
+			}
+		}
+		var err error
+		if len(cmds) > 0 {
+			var resp *ApplyResponse
+			resp, err = n.applyLocal(mustEncode(&scheduler.Batch{Commands: cmds}))
+			switch {
+			case err != nil:
+				scratch = nil
+			case resp.Err != nil:
+				scratch = nil // the FSM refused some: the scratch copy diverged
+				for k, s := range slots {
+					res := &results[s.req][s.i]
+					res.Index = resp.Index
+					if k < len(resp.BatchErrs) && resp.BatchErrs[k] != nil {
+						res.Placement, res.Pending, res.Err = nil, "", resp.BatchErrs[k]
+					} else if len(resp.BatchErrs) == 0 {
+						res.Placement, res.Pending, res.Err = nil, "", resp.Err
+					}
+				}
+			default:
+				scratchIdx = resp.Index
+				for _, s := range slots {
+					results[s.req][s.i].Index = resp.Index
+				}
+			}
+		}
+		for ri, r := range batch {
+			r.reply <- placeResult{results: results[ri], err: err}
+		}
+	}
+}
+
+func mustEncode(c scheduler.Command) []byte {
+	b, err := scheduler.EncodeCommand(c)
+	if err != nil {
+		panic(fmt.Sprintf("cluster: encoding a %T built here failed: %v", c, err)) // cannot happen: the command was built from decodable parts
+	}
+	return b
+}
+
+// createLocal hands specs to the placer (this node must lead).
+func (n *Node) createLocal(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
+	r := &placeReq{specs: specs, reply: make(chan placeResult, 1)}
+	select {
+	case n.placeCh <- r:
+	case <-time.After(200 * time.Millisecond):
+		return nil, raft.ErrNotLeader // no placer running: leadership is changing
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-r.reply:
+		return res.results, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// CreateActors places and commits actors through the leader.
+func (n *Node) CreateActors(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
+	resp, err := (*controlImpl)(n).createActors(ctx, &CreateActorsRequest{Specs: specs})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.Results, nil
+}
+
+var errEmpty = errors.New("no actor specs")

@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"troupe/scheduler"
+)
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() && os.Getenv("TROUPE_TEST_LOGS") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(ioDiscard{}, nil))
+}
+
+type ioDiscard struct{}
+
+func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
+
+// testConfig returns a config for an in-process node on fresh ports.
+func testConfig(t testing.TB, id string, role Role, token string) Config {
+	return Config{NodeID: id, Role: role, DataDir: t.TempDir(), BindAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		GossipPort: freePort(t), RaftPort: freePort(t), Token: token, Timing: FastTiming, Logger: testLogger(t),
+		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, JoinTimeout: 5 * time.Second}
+}
+
+func startNode(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("start %s: %v", cfg.NodeID, err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func nodeState(st *ClusterStatus, id string) string {
+	for _, nd := range st.Nodes {
+		if nd.ID == id {
+			return nd.State
+		}
+	}
+	return ""
+}
+
+// TestInProcessCluster: a head, two servers and a worker in one process:
+// raft forms with three voters, every node registers, writes from a
+// worker are forwarded to the leader, and placements commit.
+func TestInProcessCluster(t *testing.T) {
+	const tok = "in-process-token"
+	head := startNode(t, testConfig(t, "head", RoleHead, tok))
+	var servers []*Node
+	for _, id := range []string{"s1", "s2"} {
+		c := testConfig(t, id, RoleServer, tok)
+		c.Join = []string{head.Addr()}
+		servers = append(servers, startNode(t, c))
+	}
+	wc := testConfig(t, "w1", RoleWorker, tok)
+	wc.Join = []string{servers[0].Addr()}
+	wc.Resources.Custom = map[string]float64{"tpu": 2}
+	worker := startNode(t, wc)
+
+	waitFor(t, "3 voters and 4 alive nodes", 10*time.Second, func() bool {
+		st := head.Status()
+		alive := 0
+		for _, nd := range st.Nodes {
+			if nd.State == "alive" {
+				alive++
+			}
+		}
+		return len(st.Servers) == 3 && alive == 4
+	})
+	cl, err := NewClient(worker.Addr(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	res, err := cl.CreateActors(ctx, []scheduler.ActorSpec{
+		{ID: "a1", Name: "tpu-user", Class: "T", Request: scheduler.Request{Resources: scheduler.Resources{Custom: map[string]float64{"tpu": 1}}}},
+		{ID: "a2", Class: "T", Request: scheduler.Request{Resources: scheduler.Resources{MilliCPU: 1000}}},
+		{ID: "a3", Class: "T", Request: scheduler.Request{Resources: scheduler.Resources{GPUs: 1}}},
+	})
+	if err != nil {
+		t.Fatalf("create actors via worker: %v", err)
+	}
+	if res[0].Placement == nil || res[0].Placement.Node != "w1" {
+		t.Errorf("tpu actor placed at %+v, want w1", res[0].Placement)
+	}
+	if res[1].Placement == nil || res[1].Err != nil {
+		t.Errorf("cpu actor: %+v", res[1])
+	}
+	if !errors.Is(res[2].Err.AsError(), scheduler.ErrInfeasible) {
+		t.Errorf("gpu actor on a GPU-less cluster: %+v, want infeasible", res[2].Err)
+	}
+	av, err := cl.GetActor(ctx, "", "tpu-user")
+	if err != nil || av.Node != "w1" {
+		t.Fatalf("get named actor: %+v %v", av, err)
+	}
+	// Every server converges on the same state.
+	for _, s := range append(servers, head) {
+		waitFor(t, "replication to "+s.ID(), 5*time.Second, func() bool { return len(s.Status().Actors) == 2 })
+	}
+	// Stop the worker: draining, then dead once it left gossip.
+	if _, err := NewClientMust(t, worker.Addr(), tok).Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	worker.Shutdown()
+	waitFor(t, "worker dead after leaving", 5*time.Second, func() bool { return nodeState(head.Status(), "w1") == "dead" })
+	st := head.Status()
+	for _, a := range st.Actors {
+		if a.ID == "a1" && a.State != "DEAD" && a.State != "RESTARTING" && a.State != "PENDING" {
+			t.Errorf("actor on the stopped worker is %s", a.State)
+		}
+	}
+}
+
+func NewClientMust(t testing.TB, addr, tok string) *Client {
+	c, err := NewClient(addr, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

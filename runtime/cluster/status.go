@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"sort"
+
+	"github.com/hashicorp/raft"
+
+	"troupe/scheduler"
+)
+
+// ClusterStatus is a snapshot of a cluster for people and scripts, as seen
+// by one server's copy of the committed state.
+type ClusterStatus struct {
+	// ReportedBy is the server whose state this is.
+	ReportedBy string `msgpack:"by" json:"reported_by"`
+	// Leader is the raft leader's node ID ("" while there is none).
+	Leader string `msgpack:"leader" json:"leader"`
+	// LeaderAddr is the leader's gRPC address.
+	LeaderAddr string `msgpack:"leader_addr" json:"leader_address,omitempty"`
+	// Term is the reporting server's raft term.
+	Term uint64 `msgpack:"term" json:"term"`
+	// AppliedIndex is the last raft index applied to the reported state.
+	AppliedIndex uint64 `msgpack:"applied" json:"applied_index"`
+	// Servers is the raft configuration.
+	Servers []RaftServer `msgpack:"servers" json:"servers"`
+	// Nodes are the registered nodes, sorted by ID.
+	Nodes []NodeView `msgpack:"nodes" json:"nodes"`
+	// ActorsByState counts actors per state (PENDING, ALIVE, ...).
+	ActorsByState map[string]int `msgpack:"by_state" json:"actors_by_state"`
+	// Actors lists actors, sorted by ID.
+	Actors []ActorView `msgpack:"actors" json:"actors"`
+	// Groups lists placement groups, sorted by ID.
+	Groups []GroupView `msgpack:"groups" json:"placement_groups"`
+}
+
+// RaftServer is one member of the raft configuration.
+type RaftServer struct {
+	ID       string `msgpack:"id" json:"id"`
+	Address  string `msgpack:"addr" json:"raft_address"`
+	Suffrage string `msgpack:"suffrage" json:"suffrage"`
+	Leader   bool   `msgpack:"leader" json:"leader"`
+}
+
+// NodeView is one node.
+type NodeView struct {
+	ID      string              `msgpack:"id" json:"id"`
+	Address string              `msgpack:"addr" json:"address"`
+	Role    string              `msgpack:"role" json:"role"`
+	State   string              `msgpack:"state" json:"state"`
+	Total   scheduler.Resources `msgpack:"total" json:"total"`
+	Used    scheduler.Resources `msgpack:"used" json:"used"`
+	GPUs    []scheduler.GPU     `msgpack:"gpus,omitempty" json:"gpus,omitempty"`
+	Labels  map[string]string   `msgpack:"labels,omitempty" json:"labels,omitempty"`
+}
+
+// ActorView is one actor.
+type ActorView struct {
+	ID        string              `msgpack:"id" json:"id"`
+	Namespace string              `msgpack:"ns,omitempty" json:"namespace,omitempty"`
+	Name      string              `msgpack:"name,omitempty" json:"name,omitempty"`
+	Class     string              `msgpack:"class,omitempty" json:"class,omitempty"`
+	State     string              `msgpack:"state" json:"state"`
+	Node      string              `msgpack:"node,omitempty" json:"node,omitempty"`
+	GPUs      []int               `msgpack:"gpus,omitempty" json:"gpus,omitempty"`
+	Resources scheduler.Resources `msgpack:"res" json:"resources"`
+	Restarts  int                 `msgpack:"restarts" json:"restarts"`
+	Death     string              `msgpack:"death,omitempty" json:"death,omitempty"`
+	Pending   string              `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
+}
+
+// GroupView is one placement group.
+type GroupView struct {
+	ID       string   `msgpack:"id" json:"id"`
+	Name     string   `msgpack:"name,omitempty" json:"name,omitempty"`
+	Strategy string   `msgpack:"strategy" json:"strategy"`
+	State    string   `msgpack:"state" json:"state"`
+	Bundles  []string `msgpack:"bundles" json:"bundles"` // "node-1 gpus=[0 1]" per bundle, "" while waiting
+	Pending  string   `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
+}
+
+// roleLabel is the node label that carries the node's role.
+const roleLabel = "troupe.role"
+
+// viewState converts the committed state (read under the FSM lock).
+func viewState(st *scheduler.State, out *ClusterStatus) {
+	out.AppliedIndex = st.AppliedIndex()
+	for _, n := range st.Nodes() {
+		used := n.Total.Sub(n.Free)
+		out.Nodes = append(out.Nodes, NodeView{ID: string(n.ID), Address: n.Address, Role: n.Labels[roleLabel], State: n.State.String(),
+			Total: n.Total.Clone(), Used: used, GPUs: append([]scheduler.GPU(nil), n.GPUs...), Labels: copyLabels(n.Labels)})
+	}
+	out.ActorsByState = map[string]int{}
+	for _, a := range st.Actors() {
+		out.ActorsByState[a.State.String()]++
+		out.Actors = append(out.Actors, actorView(a))
+	}
+	for _, g := range st.Groups() {
+		gv := GroupView{ID: string(g.Spec.ID), Name: g.Spec.Name, Strategy: g.Spec.Strategy.String(), State: g.State.String(), Pending: g.PendingReason}
+		for _, b := range g.Bundles {
+			s := ""
+			if b.Node != "" {
+				s = scheduler.Placement{Node: b.Node, GPUs: b.GPUs, Bundle: scheduler.AnyBundle}.String()
+			}
+			gv.Bundles = append(gv.Bundles, s)
+		}
+		out.Groups = append(out.Groups, gv)
+	}
+}
+
+func actorView(a *scheduler.Actor) ActorView {
+	return ActorView{ID: string(a.Spec.ID), Namespace: a.Spec.Namespace, Name: a.Spec.Name, Class: a.Spec.Class, State: a.State.String(),
+		Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: a.Spec.Request.Resources.Clone(), Restarts: a.Restarts,
+		Death: a.DeathCause, Pending: a.PendingReason}
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// raftServers lists the raft configuration.
+func raftServers(cfg raft.Configuration, leaderID raft.ServerID) []RaftServer {
+	out := make([]RaftServer, 0, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		out = append(out, RaftServer{ID: string(s.ID), Address: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
