@@ -51,6 +51,7 @@ type Backend struct {
 	// training step does not allocate
 	scratch [][]float32
 	partial []float64
+	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
 }
 
 var _ gpu.Backend = (*Backend)(nil)

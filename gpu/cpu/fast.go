@@ -416,8 +416,16 @@ func (b *Backend) adamW(params, grads, m, v []float32, N int, h gpu.AdamW, scale
 	c1 := float32(1 - math.Pow(float64(b1), float64(h.Step)))
 	c2 := float32(1 - math.Pow(float64(b2), float64(h.Step)))
 	lr, eps, wd := h.LR, h.Eps, h.WeightDecay
+	k := &b.adamK
+	for i, x := range [10]float32{scale, b1, 1 - b1, b2, 1 - b2, 1 / c1, 1 / c2, eps, lr, wd} {
+		for j := range k[i] {
+			k[i][j] = x
+		}
+	}
 	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
 		p, g, ms, vs := params[lo:hi], grads[lo:hi], m[lo:hi], v[lo:hi]
+		done := adamwVec(p, g, ms, vs, k)
+		p, g, ms, vs = p[done:], g[done:], ms[done:], vs[done:]
 		for i := range p {
 			gi := g[i] * scale
 			mi := b1*ms[i] + (1-b1)*gi
