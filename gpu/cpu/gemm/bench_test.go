@@ -65,9 +65,14 @@ func benchOne(b *testing.B, s benchShape, threads int, f func(bool, bool, int, i
 // two goroutines. Run: go test -run '^$' -bench Sgemm -count 3 ./gpu/cpu/gemm
 func BenchmarkSgemm(b *testing.B) {
 	shapes := append([]benchShape{{"512x512x512/NN", false, false, 512, 512, 512}}, gptShapes()...)
+	// Small products: a 64-row batch, generation with batch 1 and 32
+	// (x·W for one or 32 positions), and attention scores/values for one
+	// head (T=64, head size 32).
 	shapes = append(shapes, benchShape{"64x128x128/NN", false, false, 64, 128, 128},
-		benchShape{"1x384x128/NN", false, false, 1, 384, 128},
-		benchShape{"32x384x128/NN", false, false, 32, 384, 128})
+		benchShape{"1x128x384/NN", false, false, 1, 384, 128},
+		benchShape{"32x128x384/NN", false, false, 32, 384, 128},
+		benchShape{"att64x32x64/NT", false, true, 64, 64, 32},
+		benchShape{"att64x64x32/NN", false, false, 64, 32, 64})
 	for _, th := range []int{1, 2} {
 		for _, s := range shapes {
 			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, th, Sgemm) })
