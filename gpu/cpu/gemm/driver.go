@@ -6,11 +6,12 @@ import "sync"
 // a micro-kernel reading packed A (mc×kc block, sized for L2) and packed B
 // (kc×nc block; one kc×nr micro-panel stays in L1 across the ir loop).
 // Sizes are tuned for Zen3 (32 KiB L1d, 512 KiB L2): a kc×nr B panel is
-// 16 KiB, an mc×kc A block 144 KiB.
+// 16 KiB, an mc×kc A block 96 KiB (96 rows also keep a 4 KiB-strided A,
+// read in place, within the 8 ways of each L2 set).
 const (
 	mr      = 6
 	nr      = 16
-	kcBlock = 320
+	kcBlock = 256
 	mcBlock = 96
 	ncBlock = 2048
 
