@@ -241,30 +241,43 @@ func maxClique(n *Node, cand uint64, minScore int) int {
 	if minScore <= 0 || bits.OnesCount64(cand) <= 1 {
 		return bits.OnesCount64(cand)
 	}
-	adj := adjacency(n, cand, minScore)
-	best := 0
-	var bk func(r int, p, x uint64)
-	bk = func(r int, p, x uint64) {
-		if p == 0 && x == 0 {
-			if r > best {
-				best = r
+	var c cliqueSearch
+	for a := cand; a != 0; a &= a - 1 {
+		i := bits.TrailingZeros64(a)
+		for b := cand; b != 0; b &= b - 1 {
+			j := bits.TrailingZeros64(b)
+			if i != j && n.score(i, j) >= minScore {
+				c.adj[i] |= 1 << uint(j)
 			}
-			return
-		}
-		if r+bits.OnesCount64(p) <= best {
-			return
-		}
-		pu := p | x
-		piv := bits.TrailingZeros64(pu)
-		for c := p &^ adj[piv]; c != 0; c &= c - 1 {
-			v := bits.TrailingZeros64(c)
-			bk(r+1, p&adj[v], x&adj[v])
-			p &^= 1 << uint(v)
-			x |= 1 << uint(v)
 		}
 	}
-	bk(0, cand, 0)
-	return best
+	c.bk(0, cand, 0)
+	return c.best
+}
+
+// cliqueSearch holds the adjacency on the stack (no allocation per call).
+type cliqueSearch struct {
+	adj  [MaxGPUsPerNode]uint64
+	best int
+}
+
+func (c *cliqueSearch) bk(r int, p, x uint64) {
+	if p == 0 && x == 0 {
+		if r > c.best {
+			c.best = r
+		}
+		return
+	}
+	if r+bits.OnesCount64(p) <= c.best {
+		return
+	}
+	piv := bits.TrailingZeros64(p | x)
+	for m := p &^ c.adj[piv]; m != 0; m &= m - 1 {
+		v := bits.TrailingZeros64(m)
+		c.bk(r+1, p&c.adj[v], x&c.adj[v])
+		p &^= 1 << uint(v)
+		x |= 1 << uint(v)
+	}
 }
 
 // pickFraction chooses the GPU slot for a fractional request of frac: the

@@ -284,6 +284,71 @@ func gpuCapacity(n *Node, req Request, mask uint64) int {
 	return maxClique(n, mask, req.MinLinkScore)
 }
 
+// countShort counts the non-GPU dimensions of r that avail lacks.
+func countShort(avail, r Resources) int {
+	c := 0
+	if r.MilliCPU > avail.MilliCPU {
+		c++
+	}
+	if r.MemoryBytes > avail.MemoryBytes {
+		c++
+	}
+	for k, v := range r.Custom {
+		if v > 0 && v > avail.Custom[k]+1e-9 {
+			c++
+		}
+	}
+	return c
+}
+
+// totalMissCount counts what of req n could never give (0: it could).
+func totalMissCount(n *Node, req Request) int {
+	c := countShort(n.Total, req.Resources)
+	if !labelsMatch(n, req.Labels) {
+		c++
+	}
+	r := req.Resources
+	switch k := r.wholeGPUs(); {
+	case r.fractionalGPU() && len(n.GPUs) == 0:
+		c++
+	case k > len(n.GPUs):
+		c++
+	case k > 1 && req.MinLinkScore > 0:
+		all := uint64(1)<<uint(len(n.GPUs)) - 1
+		if len(n.GPUs) == 64 {
+			all = ^uint64(0)
+		}
+		if maxClique(n, all, req.MinLinkScore) < k {
+			c++
+		}
+	}
+	return c
+}
+
+// freeMissCount counts what of req n lacks now, and returns its GPU
+// capacity for the request (see gpuCapacity).
+func freeMissCount(n *Node, req Request) (int, int) {
+	c := countShort(n.Free, req.Resources)
+	if !labelsMatch(n, req.Labels) {
+		c++
+	}
+	r := req.Resources
+	capacity := 0
+	switch {
+	case r.fractionalGPU():
+		capacity = gpuCapacity(n, req, ^uint64(0))
+		if float64(capacity) < r.GPUs*quantum-1e-6 {
+			c++
+		}
+	case r.wholeGPUs() > 0:
+		capacity = gpuCapacity(n, req, n.wholeFreeMask())
+		if capacity < r.wholeGPUs() {
+			c++
+		}
+	}
+	return c, capacity
+}
+
 // totalShortfall says what of req n could never give, even entirely free.
 func totalShortfall(n *Node, req Request) []string {
 	var miss []string
@@ -331,19 +396,18 @@ func freeShortfall(n *Node, req Request) []string {
 // non-dead node could ever hold it, else ErrPending naming the closest node.
 func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 	s := v.s
-	var bestID NodeID
-	var bestMiss []string
-	bestCap := -1
-	var closestTotal NodeID
-	var closestTotalMiss []string
+	// Compare nodes by counts first and format text only for the two nodes
+	// named in the message: this path scans every node.
+	var best, closest *Node
+	bestMiss, bestCap, closestMiss := 0, -1, 0
 	feasible := false
 	for _, n0 := range s.idx.order {
 		if n0.State == NodeDead {
 			continue
 		}
-		if tm := totalShortfall(n0, req); len(tm) > 0 {
-			if closestTotal == "" || len(tm) < len(closestTotalMiss) {
-				closestTotal, closestTotalMiss = n0.ID, tm
+		if tm := totalMissCount(n0, req); tm > 0 {
+			if closest == nil || tm < closestMiss {
+				closest, closestMiss = n0, tm
 			}
 			continue
 		}
@@ -352,12 +416,20 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 			continue
 		}
 		n := v.node(n0)
-		miss := freeShortfall(n, req)
-		c := gpuCapacity(n, req, n.wholeFreeMask())
-		if bestID == "" || len(miss) < len(bestMiss) || (len(miss) == len(bestMiss) && c > bestCap) {
-			bestID, bestMiss, bestCap = n.ID, miss, c
+		miss, c := freeMissCount(n, req)
+		if best == nil || miss < bestMiss || (miss == bestMiss && c > bestCap) {
+			best, bestMiss, bestCap = n, miss, c
 		}
 	}
+	var bestID, closestTotal NodeID
+	var bestMissText, closestTotalMiss []string
+	if best != nil {
+		bestID, bestMissText = best.ID, freeShortfall(best, req)
+	}
+	if closest != nil {
+		closestTotal, closestTotalMiss = closest.ID, totalShortfall(closest, req)
+	}
+	bestMiss2 := bestMissText
 	r := req.Resources
 	if !feasible {
 		if closestTotal == "" {
@@ -368,10 +440,10 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 	if bestID == "" {
 		return fmt.Errorf("%w: %s: every node that could hold it is draining, suspect or already used", ErrPending, r)
 	}
-	if len(bestMiss) == 1 && strings.HasPrefix(bestMiss[0], "GPUs") && r.wholeGPUs() > 0 {
+	if len(bestMiss2) == 1 && strings.HasPrefix(bestMiss2[0], "GPUs") && r.wholeGPUs() > 0 {
 		return fmt.Errorf("%w: no node has %s; best: %s with %d", ErrPending, gpuPhrase(r.wholeGPUs(), 0, req.MinLinkScore), bestID, bestCap)
 	}
-	return fmt.Errorf("%w: no node has %s free now; best: %s, short of %s", ErrPending, r, bestID, strings.Join(bestMiss, ", "))
+	return fmt.Errorf("%w: no node has %s free now; best: %s, short of %s", ErrPending, r, bestID, strings.Join(bestMiss2, ", "))
 }
 
 // placeInGroup places an actor inside a bundle of its placement group.

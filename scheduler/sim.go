@@ -113,3 +113,13 @@ func PlanActorBatch(p Planner, s *State, first, count int, gpus float64, at int6
 	}
 	return NewBatch(cmds...)
 }
+
+// GroupSpecN returns a placement group spec numbered i with bundles bundles
+// of gpus GPUs and one core each, for benchmarks and tests.
+func GroupSpecN(i, bundles int, gpus float64, strategy Strategy) GroupSpec {
+	g := GroupSpec{ID: GroupID(fmt.Sprintf("pg-%08d", i)), Strategy: strategy}
+	for j := 0; j < bundles; j++ {
+		g.Bundles = append(g.Bundles, Resources{MilliCPU: 1000, GPUs: gpus})
+	}
+	return g
+}
