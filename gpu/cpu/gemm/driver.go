@@ -20,9 +20,10 @@ const (
 	// multiply when few rows reuse it).
 	directMaxM = 8 * mr
 
-	// parMinWork: below this many multiply-adds one goroutine is faster than
-	// paying for a fork/join.
-	parMinWork = 1 << 22
+	// parMinWork: below this many multiply-adds (about 55 µs on one core)
+	// one goroutine is as fast as paying for a fork/join (1-2 µs when the
+	// worker is awake, more when it must be woken; BenchmarkForkJoin).
+	parMinWork = 1 << 21
 )
 
 // kernelFunc computes `tiles` vertically adjacent mr×nr tiles:

@@ -64,3 +64,13 @@ func BenchmarkVariants(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkForkJoin is the fixed cost of splitting a call across two
+// goroutines: a tiny product forced through the parallel path.
+func BenchmarkForkJoin(b *testing.B) {
+	a, bb, c := make([]float32, 12*16), make([]float32, 16*16), make([]float32, 12*16)
+	kern := pickKernel()
+	for b.Loop() {
+		parallel(kern, 2, true, 2, false, false, 12, 16, 16, 1, a, 16, bb, 16, 0, c, 16)
+	}
+}
