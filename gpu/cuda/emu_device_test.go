@@ -1,4 +1,4 @@
-//go:build cudaemu
+//go:build cudaemu && !cudagpu
 
 package cuda
 
@@ -25,6 +25,9 @@ var (
 	emuLib  *emuAPI
 	emuErr  error
 	emuDir  string
+	// emuLibPath is the built library; it also exports a fake libcuda (see
+	// emu/fake_libcuda.cpp) for the driver-path test.
+	emuLibPath string
 )
 
 type emuAPI struct {
@@ -81,7 +84,10 @@ func buildEmu() (*emuAPI, error) {
 	flags := []string{"-std=c++20", "-O2", "-fPIC", "-pthread", "-Wall", "-Wno-unknown-pragmas", "-Werror",
 		"-I", absEmu, "-I", absKernels}
 	type unit struct{ src, obj string }
-	units := []unit{{filepath.Join(absEmu, "emu_runtime.cpp"), filepath.Join(emuDir, "emu_runtime.o")}}
+	units := []unit{
+		{filepath.Join(absEmu, "emu_runtime.cpp"), filepath.Join(emuDir, "emu_runtime.o")},
+		{filepath.Join(absEmu, "fake_libcuda.cpp"), filepath.Join(emuDir, "fake_libcuda.o")},
+	}
 	for _, s := range srcs {
 		// One translation unit per .cu file: the unchanged source plus one
 		// registration line per kernel.
@@ -125,6 +131,7 @@ func buildEmu() (*emuAPI, error) {
 		return nil, err
 	}
 	lib := filepath.Join(emuDir, "libtroupe_cuda_emu.so")
+	emuLibPath = lib
 	args := []string{"-shared", "-pthread", "-o", lib}
 	for _, u := range units {
 		args = append(args, u.obj)
@@ -247,7 +254,7 @@ func (d *emuDevice) Close() error { return nil }
 
 // emuLaunch is the launch configuration on the emulator: one OS thread per
 // CUDA thread, so blocks of 64 and few blocks per grid-stride launch.
-var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 64, maxGrid: 4}
+var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4}
 
 func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 	t.Helper()
@@ -257,4 +264,10 @@ func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 		t.Fatal(err)
 	}
 	return b, dev
+}
+
+// newTestBackend is the Backend the shared op tests (ops_test.go) run on.
+func newTestBackend(t testing.TB) *Backend {
+	b, _ := newEmuBackend(t)
+	return b
 }

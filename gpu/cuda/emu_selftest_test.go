@@ -1,4 +1,4 @@
-//go:build cudaemu
+//go:build cudaemu && !cudagpu
 
 package cuda
 

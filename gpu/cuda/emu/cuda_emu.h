@@ -20,10 +20,11 @@
 //     that returns from the kernel early drops out of the barrier
 //     (arrive_and_drop), matching CUDA where exited threads no longer count.
 //   * Each warp (32 consecutive linear thread ids) has its own barrier and a
-//     32-slot exchange array. A shuffle writes the lane's value to its slot,
-//     waits on the warp barrier, reads the source lane's slot and waits
-//     again before anyone overwrites. Votes (__ballot_sync etc.) work the
-//     same way. All lanes named in the mask must take part, as in CUDA; the
+//     32-slot exchange array (double-buffered). A shuffle writes the lane's
+//     value to its slot, waits on the warp barrier and reads the source
+//     lane's slot; successive collectives alternate between two slot sets
+//     so nobody overwrites a slot another lane has yet to read. Votes
+//     (__ballot_sync etc.) work the same way. All lanes named in the mask must take part, as in CUDA; the
 //     emulator checks that the mask covers the calling lane.
 //   * Atomics are std::atomic_ref operations on the target word.
 //   * Math functions map to <cmath>; bit casts to std::memcpy.
@@ -56,12 +57,17 @@ namespace emu {
 struct Warp {
     std::barrier<>* bar = nullptr;
     int lanes = 32;  // 32, or fewer for the last warp of an odd-sized block
-    alignas(64) uint64_t slots[32];
+    // Two slot sets used alternately by successive collectives, so one
+    // barrier phase per shuffle suffices: a lane can only overwrite set p
+    // after the next collective's barrier, which every lane reaches only
+    // once it has finished reading set p.
+    alignas(64) uint64_t slots[2][32];
 };
 
 // ThreadCtx is the per-OS-thread state of the CUDA thread it plays.
 struct ThreadCtx {
     int lane = 0;
+    int parity = 0;  // slot set of the next warp collective
     Warp* warp = nullptr;
     std::barrier<>* block_bar = nullptr;
 };
@@ -80,10 +86,11 @@ inline T exchange(T v, int src) {
     Warp& w = *ctx.warp;
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
-    w.slots[ctx.lane] = bits;
+    uint64_t* slots = w.slots[ctx.parity];
+    ctx.parity ^= 1;
+    slots[ctx.lane] = bits;
     w.bar->arrive_and_wait();
-    uint64_t got = (src >= 0 && src < w.lanes) ? w.slots[src] : bits;
-    w.bar->arrive_and_wait();  // nobody overwrites a slot before all have read
+    uint64_t got = (src >= 0 && src < w.lanes) ? slots[src] : bits;
     T out;
     std::memcpy(&out, &got, sizeof(T));
     return out;
@@ -170,12 +177,13 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
 inline unsigned __ballot_sync(unsigned mask, int pred) {
     emu::check_mask(mask);
     emu::Warp& w = *emu::ctx.warp;
-    w.slots[emu::ctx.lane] = pred ? 1 : 0;
+    uint64_t* slots = w.slots[emu::ctx.parity];
+    emu::ctx.parity ^= 1;
+    slots[emu::ctx.lane] = pred ? 1 : 0;
     w.bar->arrive_and_wait();
     unsigned out = 0;
     for (int l = 0; l < w.lanes; l++)
-        if (((mask >> l) & 1u) && w.slots[l]) out |= 1u << l;
-    w.bar->arrive_and_wait();
+        if (((mask >> l) & 1u) && slots[l]) out |= 1u << l;
     return out & mask;
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }

@@ -75,6 +75,7 @@ void run_thread(Launch* l, int t) {
         blockIdx = uint3{(unsigned)(blk % g.x), (unsigned)((blk / g.x) % g.y), (unsigned)(blk / ((long)g.x * g.y))};
         ctx.block_bar = l->block_bar.get();
         ctx.warp = l->warps[t / 32].get();
+        ctx.parity = 0;
         l->fn(l->args);
         // This thread is done with the block: stop counting it in the block's
         // and warp's barriers (threads still running may sync without it).

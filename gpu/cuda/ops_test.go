@@ -1,4 +1,4 @@
-//go:build cudaemu
+//go:build cudaemu || cudagpu
 
 package cuda
 
@@ -17,8 +17,9 @@ import (
 	"troupe/gpu/cpu"
 )
 
-// Every op of the CUDA Backend, run on the emulator, against gpu/cpu's
-// reference kernels (float64 accumulation) on the same inputs.
+// Every op of the CUDA Backend against gpu/cpu's reference kernels (float64
+// accumulation) on the same inputs. With -tags cudaemu the Backend runs on
+// the CPU emulator; with -tags cudagpu on CUDA device 0 (newTestBackend).
 
 // errRecord collects the max abs / rel error per checked output for the
 // README table (TROUPE_EMU_REPORT=path writes it as markdown).
@@ -38,14 +39,12 @@ func record(name string, abs, rel float64) {
 type pair struct {
 	t   *testing.T
 	e   *Backend
-	dev *emuDevice
 	r   *cpu.Backend
 	rng *rand.Rand
 }
 
 func newPair(t *testing.T, seed uint64) *pair {
-	e, dev := newEmuBackend(t)
-	return &pair{t: t, e: e, dev: dev, r: cpu.NewReference(), rng: rand.New(rand.NewPCG(seed, 7))}
+	return &pair{t: t, e: newTestBackend(t), r: cpu.NewReference(), rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
 type buf struct{ e, r gpu.Buffer }
@@ -131,7 +130,7 @@ func (p *pair) check(name string, b buf, tol float64) {
 
 const tol = 2e-5 // float32 vs float64 accumulation over <= a few hundred terms
 
-func TestEmuEncoder(t *testing.T) {
+func TestOpEncoder(t *testing.T) {
 	p := newPair(t, 1)
 	B, T, C, V := 2, 5, 24, 11
 	inp := p.tokens(B*T, V)
@@ -148,7 +147,7 @@ func TestEmuEncoder(t *testing.T) {
 	p.check("encoder_backward.dwpe", dwpe, tol)
 }
 
-func TestEmuLayerNorm(t *testing.T) {
+func TestOpLayerNorm(t *testing.T) {
 	p := newPair(t, 2)
 	N, C := 9, 77 // C not a multiple of the block
 	inp := p.rand(N*C, 2)
@@ -168,7 +167,7 @@ func TestEmuLayerNorm(t *testing.T) {
 	p.check("layernorm_backward.dbias", db, tol)
 }
 
-func TestEmuMatmul(t *testing.T) {
+func TestOpMatmul(t *testing.T) {
 	p := newPair(t, 3)
 	N, C, OC := 70, 37, 67 // odd sizes crossing the 64-wide tiles
 	inp, w, bi := p.rand(N*C, 1), p.rand(OC*C, 1), p.rand(OC, 1)
@@ -188,7 +187,7 @@ func TestEmuMatmul(t *testing.T) {
 	p.check("matmul_backward_bias", db, tol)
 }
 
-func TestEmuAttention(t *testing.T) {
+func TestOpAttention(t *testing.T) {
 	p := newPair(t, 4)
 	B, T, C, NH := 2, 7, 24, 3 // HS 8; T not a multiple of the 4 rows per block
 	qkv := p.rand(B*T*3*C, 1)
@@ -203,7 +202,7 @@ func TestEmuAttention(t *testing.T) {
 	p.check("attention_backward.dqkv", dqkv, tol)
 }
 
-func TestEmuAttentionLongRows(t *testing.T) {
+func TestOpAttentionLongRows(t *testing.T) {
 	// T > 32 so lanes loop over key positions; HS 40 > 32 so lanes loop
 	// over channels.
 	p := newPair(t, 5)
@@ -219,7 +218,7 @@ func TestEmuAttentionLongRows(t *testing.T) {
 	p.check("attention_backward.dqkv", dqkv, tol)
 }
 
-func TestEmuAttentionDecode(t *testing.T) {
+func TestOpAttentionDecode(t *testing.T) {
 	p := newPair(t, 6)
 	B, maxT, C, NH := 3, 40, 24, 2
 	cache := p.rand(B*maxT*2*C, 1)
@@ -233,7 +232,7 @@ func TestEmuAttentionDecode(t *testing.T) {
 	}
 }
 
-func TestEmuPointwise(t *testing.T) {
+func TestOpPointwise(t *testing.T) {
 	p := newPair(t, 7)
 	N := 1000 // > grid*block on the emulator: exercises the grid-stride loop
 	inp := p.rand(N, 2)
@@ -261,7 +260,7 @@ func TestEmuPointwise(t *testing.T) {
 	p.check("scale", out, tol)
 }
 
-func TestEmuLossHeads(t *testing.T) {
+func TestOpLossHeads(t *testing.T) {
 	p := newPair(t, 8)
 	N, V := 6, 75
 	logits := p.rand(N*V, 3)
@@ -287,7 +286,7 @@ func TestEmuLossHeads(t *testing.T) {
 	p.check("logprob_backward", dlogits, tol)
 }
 
-func TestEmuAdamWAndNorm(t *testing.T) {
+func TestOpAdamWAndNorm(t *testing.T) {
 	p := newPair(t, 9)
 	N := 777
 	params, grads := p.rand(N, 1), p.rand(N, 0.1)
@@ -313,7 +312,7 @@ func TestEmuAdamWAndNorm(t *testing.T) {
 	}
 }
 
-func TestEmuBF16Path(t *testing.T) {
+func TestOpBF16Path(t *testing.T) {
 	// The bf16 kernels against the float32 reference on bf16-rounded inputs:
 	// the products of two bf16 values are exact in float32, so only the
 	// summation order differs.
@@ -378,8 +377,8 @@ func TestEmuBF16Path(t *testing.T) {
 	}
 }
 
-func TestEmuTokenOutOfRange(t *testing.T) {
-	e, _ := newEmuBackend(t)
+func TestOpTokenOutOfRange(t *testing.T) {
+	e := newTestBackend(t)
 	B, T, C, V := 1, 3, 8, 5
 	out, _ := e.Alloc(B * T * C)
 	wte, _ := e.Alloc(V * C)
@@ -397,21 +396,21 @@ func TestEmuTokenOutOfRange(t *testing.T) {
 	}
 }
 
-func TestEmuBufferErrors(t *testing.T) {
-	e, _ := newEmuBackend(t)
+func TestOpBufferErrors(t *testing.T) {
+	e := newTestBackend(t)
 	a, _ := e.Alloc(10)
 	e.Scale(a, 2, 11)
 	if err := e.Err(); !errors.Is(err, gpu.ErrShape) {
 		t.Fatalf("short buffer: %v, want ErrShape", err)
 	}
-	e2, _ := newEmuBackend(t)
+	e2 := newTestBackend(t)
 	b, _ := e2.Alloc(4)
 	e2.Free(b)
 	e2.Zero(b)
 	if err := e2.Err(); !errors.Is(err, gpu.ErrBuffer) {
 		t.Fatalf("use after free: %v, want ErrBuffer", err)
 	}
-	e3, _ := newEmuBackend(t)
+	e3 := newTestBackend(t)
 	foreign, _ := cpu.New().Alloc(4)
 	e3.Zero(foreign)
 	if err := e3.Err(); !errors.Is(err, gpu.ErrBuffer) {
@@ -420,7 +419,7 @@ func TestEmuBufferErrors(t *testing.T) {
 }
 
 // TestEmuZReport runs last (name order) and writes the error table.
-func TestEmuZReport(t *testing.T) {
+func TestOpZReport(t *testing.T) {
 	errMu.Lock()
 	defer errMu.Unlock()
 	names := make([]string, 0, len(errRecord))

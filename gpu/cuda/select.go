@@ -1,0 +1,94 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"troupe/gpu"
+	"troupe/gpu/cpu"
+)
+
+var (
+	availOnce   sync.Once
+	availOK     bool
+	availReason string
+)
+
+// Available reports whether the CUDA backend can run here: the driver
+// library loads, cuInit succeeds and device 0 has compute capability >= 8.0.
+// reason is one line, e.g. "cuda: unavailable: no NVIDIA driver (...)" or
+// "cuda:0 (NVIDIA A100-SXM4-80GB, sm_80)". The probe runs once per process.
+func Available() (ok bool, reason string) {
+	availOnce.Do(func() {
+		api, err := loadDriver()
+		if err != nil {
+			availReason = oneLine(err.Error())
+			return
+		}
+		info, err := probeDevice(api, 0)
+		if err != nil {
+			availReason = oneLine(err.Error())
+			return
+		}
+		availOK = true
+		availReason = fmt.Sprintf("cuda:0 (%s, sm_%d%d)", info.name, info.major, info.minor)
+	})
+	return availOK, availReason
+}
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// New opens CUDA device ordinal and loads the kernels. It fails with an
+// error wrapping ErrUnavailable when there is no usable driver or device.
+func New(ordinal int) (*Backend, error) {
+	dev, err := openDriverDevice(driverPath(), ordinal)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBackend(dev, gpuLaunch)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// ErrBackendName reports an unknown TROUPE_BACKEND value.
+var ErrBackendName = errors.New("unknown TROUPE_BACKEND")
+
+// Select returns the compute backend this process should use and a one-line
+// note saying which and why. TROUPE_BACKEND=cpu forces the CPU backend;
+// TROUPE_BACKEND=cuda forces CUDA and fails with a clear error when it is
+// unavailable; unset (or "auto") picks CUDA when Available and the CPU
+// backend otherwise.
+func Select() (gpu.Backend, string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("TROUPE_BACKEND"))); v {
+	case "cpu":
+		return cpu.New(), "cpu (TROUPE_BACKEND=cpu)", nil
+	case "cuda":
+		b, err := New(0)
+		if err != nil {
+			return nil, "", fmt.Errorf("TROUPE_BACKEND=cuda: %w", err)
+		}
+		return b, b.Name() + " (TROUPE_BACKEND=cuda)", nil
+	case "", "auto":
+		if ok, reason := Available(); !ok {
+			return cpu.New(), "cpu (" + reason + ")", nil
+		}
+		b, err := New(0)
+		if err != nil {
+			return cpu.New(), "cpu (" + oneLine(err.Error()) + ")", nil
+		}
+		return b, b.Name(), nil
+	default:
+		return nil, "", fmt.Errorf("%w %q: want cpu, cuda or auto", ErrBackendName, v)
+	}
+}
