@@ -231,10 +231,21 @@ func (m *Model) backward(B, T int) {
 	if L > 0 {
 		last = a.layers[L-1].res3
 	}
-	be.Zero(a.dl)
-	be.MatmulBackward(a.dl, g.all[pWte], nil, a.dlogits, a.lnf, p.all[pWte], N, C, V)
-	be.Zero(a.dres)
-	be.LayerNormBackward(a.dres, g.all[pLnfw], g.all[pLnfb], a.dl, last, p.all[pLnfw], a.lnfM, a.lnfR, N, C)
+	// Zero clears a whole buffer: work on views of exactly this batch's
+	// size so a smaller batch does not pay for the capacity.
+	view := func(x gpu.Buffer, n int) gpu.Buffer {
+		v, err := be.View(x, 0, n)
+		if err != nil {
+			return x // keeps the error path in the backend: a too-short buffer fails the op
+		}
+		return v
+	}
+	dA, dB, dl := view(a.dA, N*4*C), view(a.dB, N*4*C), view(a.dl, N*C)
+	datty, dqkv := view(a.dB, N*C), view(a.dA, N*3*C) // reuse: free again by then
+	be.Zero(dl)
+	be.MatmulBackward(dl, g.all[pWte], nil, a.dlogits, a.lnf, p.all[pWte], N, C, V)
+	be.Zero(view(a.dres, N*C))
+	be.LayerNormBackward(a.dres, g.all[pLnfw], g.all[pLnfb], dl, last, p.all[pLnfw], a.lnfM, a.lnfR, N, C)
 	// dres is the gradient of the residual stream; the projections' outputs
 	// are added to it, so their gradient is dres itself.
 	for l := L - 1; l >= 0; l-- {
@@ -243,21 +254,20 @@ func (m *Model) backward(B, T int) {
 		if l > 0 {
 			res = a.layers[l-1].res3
 		}
-		be.Zero(a.dA)
-		be.MatmulBackward(a.dA, lg.fcprojw, lg.fcprojb, a.dres, la.fchGelu, lp.fcprojw, N, 4*C, C)
-		be.Zero(a.dB)
-		be.GeluBackward(a.dB, la.fch, a.dA, N*4*C)
-		be.Zero(a.dl)
-		be.MatmulBackward(a.dl, lg.fcw, lg.fcb, a.dB, la.ln2, lp.fcw, N, C, 4*C)
-		be.LayerNormBackward(a.dres, lg.ln2w, lg.ln2b, a.dl, la.res2, lp.ln2w, la.ln2M, la.ln2R, N, C)
-		datty, dqkv := a.dB, a.dA // free again: reuse
+		be.Zero(dA)
+		be.MatmulBackward(dA, lg.fcprojw, lg.fcprojb, a.dres, la.fchGelu, lp.fcprojw, N, 4*C, C)
+		be.Zero(dB)
+		be.GeluBackward(dB, la.fch, dA, N*4*C)
+		be.Zero(dl)
+		be.MatmulBackward(dl, lg.fcw, lg.fcb, dB, la.ln2, lp.fcw, N, C, 4*C)
+		be.LayerNormBackward(a.dres, lg.ln2w, lg.ln2b, dl, la.res2, lp.ln2w, la.ln2M, la.ln2R, N, C)
 		be.Zero(datty)
 		be.MatmulBackward(datty, lg.attprojw, lg.attprojb, a.dres, la.atty, lp.attprojw, N, C, C)
 		be.Zero(dqkv)
 		be.AttentionBackward(dqkv, datty, la.qkv, la.att, B, T, C, NH)
-		be.Zero(a.dl)
-		be.MatmulBackward(a.dl, lg.qkvw, lg.qkvb, dqkv, la.ln1, lp.qkvw, N, C, 3*C)
-		be.LayerNormBackward(a.dres, lg.ln1w, lg.ln1b, a.dl, res, lp.ln1w, la.ln1M, la.ln1R, N, C)
+		be.Zero(dl)
+		be.MatmulBackward(dl, lg.qkvw, lg.qkvb, dqkv, la.ln1, lp.qkvw, N, C, 3*C)
+		be.LayerNormBackward(a.dres, lg.ln1w, lg.ln1b, dl, res, lp.ln1w, la.ln1M, la.ln1R, N, C)
 	}
 	be.EncoderBackward(g.all[pWte], g.all[pWpe], a.dres, a.inputs, B, T, C, V)
 }
@@ -331,7 +341,7 @@ func (m *Model) AccumulateCE(batch Batch, scale float32) (float64, float64, erro
 		d[i] *= scale
 	}
 	m.be.Upload(a.dlosses, d)
-	m.be.Zero(a.dlogits)
+	m.be.Zero(a.dlogits) // capacity-sized; (BT,V) is small next to the layers
 	m.be.CrossEntropyBackward(a.dlogits, a.logits, a.dlosses, a.targets, N, m.cfg.Vocab)
 	m.backward(B, T)
 	if err := m.be.Sync(); err != nil {
@@ -473,7 +483,7 @@ func (m *Model) AccumulateLogProbFunc(batch Batch, objective func(logp [][]float
 		copy(d[b*T:], grads[b])
 	}
 	m.be.Upload(a.dlosses, d)
-	m.be.Zero(a.dlogits)
+	m.be.Zero(a.dlogits) // capacity-sized; (BT,V) is small next to the layers
 	m.be.LogProbBackward(a.dlogits, a.logits, a.dlosses, a.targets, N, m.cfg.Vocab)
 	m.backward(B, T)
 	if err := m.be.Sync(); err != nil {

@@ -52,6 +52,7 @@ type Backend struct {
 	scratch [][]float32
 	partial []float64
 	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
+	ones    []float32      // all ones, for bias gradients as a matmul
 }
 
 var _ gpu.Backend = (*Backend)(nil)

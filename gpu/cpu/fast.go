@@ -197,15 +197,14 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C)
 	}
 	if dbias != nil {
-		parallelFor(&b.wg, OC, 64, func(_, lo, hi int) {
-			db := dbias[lo:hi]
-			for n := 0; n < N; n++ {
-				d := dout[n*OC+lo : n*OC+hi]
-				for i := range db {
-					db[i] += d[i]
-				}
+		// column sums as a (1×N)·(N×OC) product with a ones vector
+		if len(b.ones) < N {
+			b.ones = make([]float32, N)
+			for i := range b.ones {
+				b.ones[i] = 1
 			}
-		})
+		}
+		gemm.Sgemm(false, false, 1, OC, N, 1, b.ones, N, dout, OC, 1, dbias, OC)
 	}
 }
 
