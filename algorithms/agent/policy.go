@@ -1,0 +1,589 @@
+// Package agent is the bridge between the RL algorithms (atgrpo, joyagents)
+// and the actor runtime: a policy actor that owns a GPT (policy.Model with a
+// character tokenizer and its optimiser) and serves sampling, scoring,
+// GRPO updates, supervised warm starts and checkpoints as actor methods;
+// a client that implements rl.Policy and rl.Scorer by calling such an actor,
+// so the algorithms drive policies that live in actors (one shared, or one per
+// role updating in parallel); and a Team that spawns the actors and runs the
+// per-role update fan-out as a compiled actor graph.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+
+	"troupe/actors"
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/policy"
+	"troupe/algorithms/rl"
+	"troupe/gpu/cpu"
+)
+
+// TypeName is the actor type name the policy actor is registered under.
+const TypeName = "Policy"
+
+func init() { actors.MustRegister(TypeName, NewPolicy) }
+
+// Sentinel errors.
+var (
+	// ErrConfig reports an unusable policy configuration.
+	ErrConfig = errors.New("agent: invalid config")
+	// ErrInput reports a request the policy cannot serve (prompt too long,
+	// mismatched lengths, tokens out of range).
+	ErrInput = errors.New("agent: bad request")
+	// ErrCheckpoint reports a checkpoint that cannot be used.
+	ErrCheckpoint = errors.New("agent: bad checkpoint")
+)
+
+// Config builds one policy actor.
+type Config struct {
+	// Name is the policy name ("shared" or a role); it selects the actor's
+	// buffer in UpdateFrom and is written into checkpoints.
+	Name string
+	// Model is the GPT shape; Vocab 0 means the tokenizer's size.
+	Model policy.Config
+	// Seed initialises the weights.
+	Seed uint64
+	// Alphabet of the character tokenizer; "" means envs.Alphabet().
+	Alphabet string
+	// Optim is the AdamW setting; zero means policy.DefaultOptim().
+	Optim policy.Optim
+	// Loss is the GRPO loss; zero means grpo.DefaultConfig().
+	Loss grpo.Config
+	// Epochs is the number of gradient steps per Update on the same batch
+	// (PPO-style reuse; the clip keeps later epochs near the sampling
+	// policy). 0 means 1.
+	Epochs int
+	// MicroBatch caps the sequences per forward/backward pass (gradients
+	// are accumulated, the result is the same). 0 means 64.
+	MicroBatch int
+	// MaxNewTokens caps a sampled completion (EOS included). 0 means 8.
+	MaxNewTokens int
+	// Temperature of sampling; 0 means 1. Log-probs are always those of
+	// the temperature-1 policy, so keep 1 for exact on-policy ratios.
+	Temperature float32
+	// Checkpoint, if set, loads the model (shape and weights) from this
+	// safetensors file instead of initialising it; Model is then ignored.
+	Checkpoint string
+}
+
+// Policy is the policy actor: a GPT with its tokenizer and optimiser.
+// It is not safe for concurrent use; the actor runtime serialises calls.
+type Policy struct {
+	cfg   Config
+	model *policy.Model
+	tok   *policy.CharTokenizer
+	alpha string
+	gen   int64 // tokens generated, for throughput reports
+	train int64 // tokens trained on
+}
+
+// NewPolicy builds a policy from cfg (the actor constructor).
+func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
+	if cfg.Alphabet == "" {
+		cfg.Alphabet = envs.Alphabet()
+	}
+	if cfg.Epochs == 0 {
+		cfg.Epochs = 1
+	}
+	if cfg.MicroBatch == 0 {
+		cfg.MicroBatch = 64
+	}
+	if cfg.MaxNewTokens == 0 {
+		cfg.MaxNewTokens = 8
+	}
+	if cfg.Temperature == 0 {
+		cfg.Temperature = 1
+	}
+	if cfg.Loss == (grpo.Config{}) {
+		cfg.Loss = grpo.DefaultConfig()
+	}
+	if cfg.Optim == (policy.Optim{}) {
+		cfg.Optim = policy.DefaultOptim()
+	}
+	switch {
+	case cfg.Epochs < 0 || cfg.MicroBatch < 0 || cfg.MaxNewTokens < 0:
+		return nil, fmt.Errorf("%w: negative epochs %d, micro-batch %d or max new tokens %d", ErrConfig, cfg.Epochs, cfg.MicroBatch, cfg.MaxNewTokens)
+	case cfg.Temperature < 0:
+		return nil, fmt.Errorf("%w: temperature %v < 0", ErrConfig, cfg.Temperature)
+	}
+	if err := cfg.Loss.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
+	}
+	be := cpu.New()
+	var (
+		m    *policy.Model
+		meta map[string]string
+		err  error
+	)
+	if cfg.Checkpoint != "" {
+		m, meta, err = policy.LoadFile(cfg.Checkpoint, be)
+		if err != nil {
+			return nil, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, cfg.Checkpoint, err)
+		}
+		if a, ok := meta["alphabet"]; ok {
+			cfg.Alphabet = a
+		}
+		cfg.Model = m.Config()
+	}
+	tok, err := policy.NewCharTokenizer(cfg.Alphabet)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
+	}
+	if m == nil {
+		if cfg.Model.Vocab == 0 {
+			cfg.Model.Vocab = tok.Vocab()
+		}
+		if cfg.Model.Vocab < tok.Vocab() {
+			return nil, fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
+		}
+		m, err = policy.New(be, cfg.Model, cfg.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("%w: model: %w", ErrConfig, err)
+		}
+	} else if m.Config().Vocab < tok.Vocab() {
+		return nil, fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.Config().Vocab, tok.Vocab())
+	}
+	m.Optim = cfg.Optim
+	return &Policy{cfg: cfg, model: m, tok: tok, alpha: cfg.Alphabet}, nil
+}
+
+// Model returns the policy's model (for in-process use, e.g. tests).
+func (p *Policy) Model() *policy.Model { return p.model }
+
+// promptTokens renders a prompt as BOS + text + SEP, keeping the tail of an
+// over-long text so that the completion still fits the context.
+func (p *Policy) promptTokens(text string) []int32 {
+	ids := p.tok.Encode(text)
+	room := p.model.Config().Context - p.cfg.MaxNewTokens - 2
+	if room < 1 {
+		room = 1
+	}
+	if len(ids) > room {
+		ids = ids[len(ids)-room:]
+	}
+	out := make([]int32, 0, len(ids)+2)
+	out = append(out, p.tok.BOS())
+	out = append(out, ids...)
+	return append(out, p.tok.SEP())
+}
+
+// SampleRequest asks for K completions of every prompt.
+type SampleRequest struct {
+	Prompts []string
+	K       int
+	Seed    int64
+	// Temperature, if > 0, overrides the policy's sampling temperature
+	// (evaluation decoding); log-probs stay those of the temperature-1
+	// policy, so training samples should leave it 0.
+	Temperature float32
+}
+
+// Sample implements rl.Sampler as an actor method: K completions per prompt
+// with their temperature-1 log-probs.
+func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completion, error) {
+	if req.K < 1 {
+		return nil, fmt.Errorf("%w: sample k = %d", ErrInput, req.K)
+	}
+	n := len(req.Prompts) * req.K
+	if n == 0 {
+		return [][]rl.Completion{}, nil
+	}
+	prompts := make([][]int32, 0, n)
+	for _, t := range req.Prompts {
+		pt := p.promptTokens(t)
+		for j := 0; j < req.K; j++ {
+			prompts = append(prompts, pt)
+		}
+	}
+	temp := p.cfg.Temperature
+	if req.Temperature > 0 {
+		temp = req.Temperature
+	}
+	gen, err := p.model.Generate(prompts, policy.GenerateOptions{
+		MaxNewTokens: p.cfg.MaxNewTokens,
+		Temperature:  temp,
+		Seed:         uint64(req.Seed),
+		Stop:         []int32{p.tok.EOS()},
+		VocabLimit:   p.tok.Vocab(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	// Score the sampled tokens with one teacher-forced pass: the behaviour
+	// log-probs the GRPO ratio needs.
+	seqs := make([][]int32, n)
+	for i := range gen {
+		p.gen += int64(len(gen[i]))
+		seqs[i] = append(append([]int32(nil), prompts[i]...), gen[i]...)
+	}
+	lps, err := p.logProbsChunked(seqs)
+	if err != nil {
+		return nil, fmt.Errorf("sample: score: %w", err)
+	}
+	out := make([][]rl.Completion, len(req.Prompts))
+	for i := range out {
+		out[i] = make([]rl.Completion, req.K)
+		for j := range out[i] {
+			r := i*req.K + j
+			g := gen[r]
+			c := rl.Completion{Text: p.tok.Decode(g), Tokens: make([]int, len(g)), LogProbs: make([]float32, len(g))}
+			lp := lps[r]
+			off := len(lp) - len(g)
+			for t, id := range g {
+				c.Tokens[t] = int(id)
+				c.LogProbs[t] = lp[off+t]
+			}
+			out[i][j] = c
+		}
+	}
+	return out, nil
+}
+
+// logProbsChunked scores sequences in micro-batches.
+func (p *Policy) logProbsChunked(seqs [][]int32) ([][]float32, error) {
+	out := make([][]float32, 0, len(seqs))
+	for lo := 0; lo < len(seqs); lo += p.cfg.MicroBatch {
+		hi := min(lo+p.cfg.MicroBatch, len(seqs))
+		lp, err := p.model.LogProbs(policy.Batch{Tokens: seqs[lo:hi]})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lp...)
+	}
+	return out, nil
+}
+
+// LogProbsRequest asks for the log-probs of given completions.
+type LogProbsRequest struct {
+	Prompts     []string
+	Completions []rl.Completion
+}
+
+// LogProbs implements rl.Scorer as an actor method.
+func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32, error) {
+	if len(req.Prompts) != len(req.Completions) {
+		return nil, fmt.Errorf("%w: %d prompts for %d completions", ErrInput, len(req.Prompts), len(req.Completions))
+	}
+	seqs, offs, err := p.sequences(req.Prompts, req.Completions)
+	if err != nil {
+		return nil, err
+	}
+	lps, err := p.logProbsChunked(seqs)
+	if err != nil {
+		return nil, fmt.Errorf("log-probs: %w", err)
+	}
+	out := make([][]float32, len(seqs))
+	for i, lp := range lps {
+		out[i] = append([]float32{}, lp[offs[i]:]...)
+	}
+	return out, nil
+}
+
+// sequences renders (prompt, completion) pairs as token sequences and the
+// index in each sequence's log-probs where the completion starts.
+func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, []int, error) {
+	seqs := make([][]int32, len(prompts))
+	offs := make([]int, len(prompts))
+	V := p.model.Config().Vocab
+	for i, pr := range prompts {
+		s := p.promptTokens(pr)
+		offs[i] = len(s) - 1
+		for _, id := range comps[i].Tokens {
+			if id < 0 || id >= V {
+				return nil, nil, fmt.Errorf("%w: completion %d has token %d outside vocab %d", ErrInput, i, id, V)
+			}
+			s = append(s, int32(id))
+		}
+		if len(s) > p.model.Config().Context+1 {
+			return nil, nil, fmt.Errorf("%w: completion %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		}
+		seqs[i] = s
+	}
+	return seqs, offs, nil
+}
+
+// Update implements rl.Learner as an actor method: Epochs AdamW steps on
+// the GRPO loss of batch (grpo.Loss → d loss/d logp → backprop).
+func (p *Policy) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
+	var st rl.UpdateStats
+	var keep []rl.Sample
+	for _, s := range batch {
+		if len(s.Completion.Tokens) > 0 {
+			keep = append(keep, s)
+		}
+	}
+	st.Samples = len(batch)
+	if len(keep) == 0 {
+		return st, nil
+	}
+	prompts := make([]string, len(keep))
+	comps := make([]rl.Completion, len(keep))
+	for i, s := range keep {
+		prompts[i], comps[i] = s.Prompt, s.Completion
+	}
+	seqs, offs, err := p.sequences(prompts, comps)
+	if err != nil {
+		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+	}
+	totalSeq, totalTok := 0, 0
+	for _, s := range keep {
+		totalSeq++
+		totalTok += len(s.Completion.Tokens)
+	}
+	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
+		if err := p.model.ZeroGrad(); err != nil {
+			return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+		}
+		var agg grpo.Stats
+		for lo := 0; lo < len(seqs); lo += p.cfg.MicroBatch {
+			hi := min(lo+p.cfg.MicroBatch, len(seqs))
+			chunk := keep[lo:hi]
+			var res grpo.Result
+			err := p.model.AccumulateLogProbFunc(policy.Batch{Tokens: seqs[lo:hi]}, func(lp [][]float32) ([][]float32, error) {
+				gs := make([]grpo.Sequence, len(chunk))
+				for i, s := range chunk {
+					cur := make([]float64, len(s.Completion.Tokens))
+					for t := range cur {
+						cur[t] = float64(lp[i][offs[lo+i]+t])
+					}
+					g, err := s.Sequence(cur)
+					if err != nil {
+						return nil, err
+					}
+					gs[i] = g
+				}
+				var err error
+				res, err = grpo.Loss(p.cfg.Loss, gs)
+				if err != nil {
+					return nil, err
+				}
+				// The loss of a micro-batch is normalised over the
+				// micro-batch; rescale so the sum over micro-batches is the
+				// loss of the whole batch.
+				scale := float64(hi-lo) / float64(totalSeq)
+				if p.cfg.Loss.Aggregation == grpo.TokenMean {
+					scale = float64(res.Stats.Tokens) / float64(totalTok)
+				}
+				out := make([][]float32, len(chunk))
+				for i := range chunk {
+					out[i] = make([]float32, len(lp[i]))
+					for t, g := range res.Grads[i] {
+						out[i][offs[lo+i]+t] = float32(g * scale)
+					}
+				}
+				res.Stats.Loss *= scale
+				return out, nil
+			})
+			if err != nil {
+				return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+			}
+			mergeStats(&agg, res.Stats, hi-lo, totalSeq)
+			for _, s := range seqs[lo:hi] {
+				p.train += int64(len(s))
+			}
+		}
+		norm, err := p.model.Step()
+		if err != nil {
+			return st, fmt.Errorf("update %s: step: %w", p.cfg.Name, err)
+		}
+		st.Stats, st.GradNorm = agg, norm
+	}
+	return st, nil
+}
+
+// mergeStats accumulates a micro-batch's statistics weighted by its share.
+func mergeStats(dst *grpo.Stats, s grpo.Stats, n, total int) {
+	w := float64(n) / float64(total)
+	dst.Loss += s.Loss // already rescaled
+	dst.PGLoss += w * s.PGLoss
+	dst.KL += w * s.KL
+	dst.ClipFrac += w * s.ClipFrac
+	dst.Entropy += w * s.Entropy
+	dst.RatioMean += w * s.RatioMean
+	dst.Tokens += s.Tokens
+	dst.Sequences += s.Sequences
+	if dst.Adv == (grpo.AdvStats{}) {
+		dst.Adv = s.Adv
+	}
+}
+
+// UpdateFrom is Update on buffers[Name]: the form a compiled graph's
+// fan-out uses, where every policy actor receives the step's buffers and
+// trains on its own. It reports the stats under the policy's name.
+func (p *Policy) UpdateFrom(ctx context.Context, buffers map[string][]rl.Sample) (NamedStats, error) {
+	st, err := p.Update(ctx, buffers[p.cfg.Name])
+	return NamedStats{Name: p.cfg.Name, Stats: st}, err
+}
+
+// NamedStats is one policy's update statistics, named.
+type NamedStats struct {
+	Name  string
+	Stats rl.UpdateStats
+}
+
+// Example is one supervised (prompt, answer) pair.
+type Example struct {
+	Prompt string
+	Answer string
+}
+
+// SFTRequest is a supervised warm start.
+type SFTRequest struct {
+	Examples  []Example
+	Epochs    int     // passes over the examples (≥ 1)
+	BatchSize int     // examples per optimiser step (≥ 1)
+	LR        float32 // learning rate during SFT; 0 keeps the optimiser's
+	Seed      uint64  // shuffling seed
+}
+
+// SFTStats reports a warm start.
+type SFTStats struct {
+	Steps     int
+	FirstLoss float64 // mean cross-entropy of the first step
+	LastLoss  float64 // mean over the last epoch's steps
+	Tokens    int64   // completion tokens trained on
+}
+
+// SFT trains on examples with cross-entropy on the answer tokens (and EOS)
+// only: the warm start from expert transcripts.
+func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
+	var st SFTStats
+	if req.Epochs < 1 || req.BatchSize < 1 {
+		return st, fmt.Errorf("%w: sft epochs %d, batch size %d (both must be ≥ 1)", ErrInput, req.Epochs, req.BatchSize)
+	}
+	if len(req.Examples) == 0 {
+		return st, fmt.Errorf("%w: sft without examples", ErrInput)
+	}
+	seqs := make([][]int32, len(req.Examples))
+	ws := make([][]float32, len(req.Examples))
+	for i, ex := range req.Examples {
+		s := p.promptTokens(ex.Prompt)
+		start := len(s)
+		s = append(s, p.tok.Encode(ex.Answer)...)
+		s = append(s, p.tok.EOS())
+		if len(s) > p.model.Config().Context+1 {
+			return st, fmt.Errorf("%w: sft example %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		}
+		w := make([]float32, len(s)-1)
+		for t := start - 1; t < len(w); t++ {
+			w[t] = 1
+		}
+		seqs[i], ws[i] = s, w
+	}
+	saved := p.model.Optim.LR
+	if req.LR > 0 {
+		p.model.Optim.LR = req.LR
+	}
+	defer func() { p.model.Optim.LR = saved }()
+	r := rand.New(rand.NewPCG(req.Seed, 7))
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	for e := 0; e < req.Epochs; e++ {
+		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		var sum float64
+		var n int
+		for lo := 0; lo < len(order); lo += req.BatchSize {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+			hi := min(lo+req.BatchSize, len(order))
+			b := policy.Batch{}
+			for _, i := range order[lo:hi] {
+				b.Tokens = append(b.Tokens, seqs[i])
+				b.Weights = append(b.Weights, ws[i])
+			}
+			s, err := p.model.TrainStep(b)
+			if err != nil {
+				return st, fmt.Errorf("sft %s: %w", p.cfg.Name, err)
+			}
+			if st.Steps == 0 {
+				st.FirstLoss = s.Loss
+			}
+			st.Steps++
+			st.Tokens += int64(s.Tokens)
+			sum += s.Loss
+			n++
+		}
+		st.LastLoss = sum / float64(n)
+	}
+	return st, nil
+}
+
+// SaveRequest names a checkpoint file and extra metadata.
+type SaveRequest struct {
+	Path string
+	Meta map[string]string
+}
+
+// Save writes a safetensors checkpoint (atomically) with the tokenizer
+// alphabet, policy name and optimiser step count in its metadata, and
+// returns the path.
+func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
+	if req.Path == "" {
+		return "", fmt.Errorf("%w: save without a path", ErrInput)
+	}
+	meta := map[string]string{"alphabet": p.alpha, "policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
+	for k, v := range req.Meta {
+		meta[k] = v
+	}
+	if err := p.model.SaveFile(req.Path, meta); err != nil {
+		return "", fmt.Errorf("save %s: %w", req.Path, err)
+	}
+	return req.Path, nil
+}
+
+// Load replaces the weights with those of a checkpoint of the same shape.
+func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
+	if _, err := os.Stat(path); err != nil {
+		return WeightStats{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	m, meta, err := policy.LoadFile(path, p.model.Backend())
+	if err != nil {
+		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
+	}
+	defer m.Free()
+	if m.Config() != p.model.Config() {
+		return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, m.Config(), p.model.Config())
+	}
+	if a, ok := meta["alphabet"]; ok && a != p.alpha {
+		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
+	}
+	if err := p.model.CopyWeightsFrom(m); err != nil {
+		return WeightStats{}, fmt.Errorf("load %s: %w", path, err)
+	}
+	return p.Weights(ctx, struct{}{})
+}
+
+// WeightStats describes a policy's parameters and work done.
+type WeightStats struct {
+	Name      string
+	Params    int
+	Norm      float64 // L2 norm of all parameters
+	Steps     int     // optimiser steps taken
+	GenTokens int64   // tokens generated so far
+	TrainTok  int64   // tokens run through training forward/backward passes
+	Model     policy.Config
+}
+
+// Weights reports the parameter count, norm and counters.
+func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
+	w, err := p.model.Weights()
+	if err != nil {
+		return WeightStats{}, fmt.Errorf("weights: %w", err)
+	}
+	var ss float64
+	for _, x := range w {
+		ss += float64(x) * float64(x)
+	}
+	return WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Norm: math.Sqrt(ss), Steps: p.model.Steps(),
+		GenTokens: p.gen, TrainTok: p.train, Model: p.model.Config()}, nil
+}

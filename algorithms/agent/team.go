@@ -1,0 +1,275 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"troupe/actors"
+	"troupe/algorithms/atgrpo"
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
+)
+
+// TeamConfig describes the policy actors of a team.
+type TeamConfig struct {
+	// Roles are the environment's roles in turn order.
+	Roles []string
+	// PerRole spawns one policy per role (each trained only on its own
+	// role's samples); false spawns one shared policy for every role.
+	PerRole bool
+	// Policy is the template of every policy actor's Config; Name is set
+	// per actor and Seed is offset per role so the roles start different.
+	Policy Config
+	// Checkpoints optionally maps a policy name ("shared" or a role) to a
+	// checkpoint file it starts from.
+	Checkpoints map[string]string
+}
+
+// Team is a set of spawned policy actors and the rl.Policies routing roles
+// to them.
+type Team struct {
+	Names    []string // policy names, sorted
+	Handles  map[string]actors.Handle[Policy]
+	Clients  map[string]*Client
+	Policies *rl.Policies
+	update   *actors.Compiled[map[string][]rl.Sample, []NamedStats]
+}
+
+// SpawnTeam spawns the policy actors on rt and compiles the update graph:
+// the step's buffers fan out to every policy actor (each trains on its own
+// buffer, in parallel, since they are separate actors) and a Gather node
+// collects their statistics.
+func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, error) {
+	if len(cfg.Roles) == 0 {
+		return nil, fmt.Errorf("%w: team without roles", ErrConfig)
+	}
+	names := []string{rl.SharedName}
+	if cfg.PerRole {
+		names = append([]string(nil), cfg.Roles...)
+	}
+	for n := range cfg.Checkpoints {
+		found := false
+		for _, m := range names {
+			found = found || m == n
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: checkpoint for unknown policy %q (policies: %v)", ErrConfig, n, names)
+		}
+	}
+	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}}
+	pols := map[string]rl.Policy{}
+	for i, name := range names {
+		pc := cfg.Policy
+		pc.Name = name
+		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
+		pc.Checkpoint = cfg.Checkpoints[name]
+		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc)
+		if err != nil {
+			t.Kill(context.Background())
+			return nil, fmt.Errorf("spawn policy %s: %w", name, err)
+		}
+		t.Handles[name] = h
+		t.Clients[name] = NewClient(h)
+		pols[name] = t.Clients[name]
+	}
+	t.Names = append([]string(nil), names...)
+	sort.Strings(t.Names)
+	if cfg.PerRole {
+		t.Policies = rl.PerRole(pols)
+	} else {
+		t.Policies = rl.Shared(pols[rl.SharedName])
+	}
+	g, in := actors.NewGraph[map[string][]rl.Sample]()
+	var outs []*actors.GraphNode[NamedStats]
+	for _, name := range t.Names {
+		outs = append(outs, actors.Node(g, "update-"+name, t.Handles[name], (*Policy).UpdateFrom, in))
+	}
+	c, err := actors.Compile[map[string][]rl.Sample](g, actors.Gather(g, "stats", outs...))
+	if err != nil {
+		t.Kill(context.Background())
+		return nil, fmt.Errorf("compile update graph: %w", err)
+	}
+	t.update = c
+	return t, nil
+}
+
+// Update runs the compiled update graph on one step's buffers: every policy
+// actor updates on buffers[its name] at the same time. Buffers for unknown
+// policies are an error (rl.ErrPolicy), as in rl.UpdateAll.
+func (t *Team) Update(ctx context.Context, buffers map[string][]rl.Sample) (map[string]rl.UpdateStats, error) {
+	for name := range buffers {
+		if _, ok := t.Handles[name]; !ok {
+			return nil, fmt.Errorf("%w: buffer for unknown policy %q", rl.ErrPolicy, name)
+		}
+	}
+	res, err := t.update.Run(ctx, buffers)
+	if err != nil {
+		return nil, fmt.Errorf("update graph: %w", err)
+	}
+	out := map[string]rl.UpdateStats{}
+	for _, r := range res {
+		if r.Stats.Samples > 0 {
+			out[r.Name] = r.Stats
+		}
+	}
+	return out, nil
+}
+
+// SFT warm-starts every policy on the examples of the roles it acts for,
+// all policies at once (one SFT call per actor, awaited together).
+func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest) (map[string]SFTStats, error) {
+	byName := map[string][]Example{}
+	for _, ex := range examples {
+		name, _, err := t.Policies.For(ex.Role)
+		if err != nil {
+			return nil, fmt.Errorf("sft: %w", err)
+		}
+		byName[name] = append(byName[name], Example{Prompt: ex.Obs, Answer: ex.Action})
+	}
+	futs := map[string]*actors.Future[SFTStats]{}
+	for _, name := range t.Names {
+		if len(byName[name]) == 0 {
+			continue
+		}
+		r := req
+		r.Examples = byName[name]
+		futs[name] = actors.Call(ctx, t.Handles[name], (*Policy).SFT, r)
+	}
+	out := map[string]SFTStats{}
+	var errs []error
+	for _, name := range t.Names {
+		f, ok := futs[name]
+		if !ok {
+			continue
+		}
+		s, err := f.Get(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sft %s: %w", name, err))
+			continue
+		}
+		out[name] = s
+	}
+	return out, errors.Join(errs...)
+}
+
+// Save writes every policy's checkpoint as dir/<prefix><name>.safetensors
+// and returns the paths by policy name.
+func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, name := range t.Names {
+		p := filepath.Join(dir, prefix+name+".safetensors")
+		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, SaveRequest{Path: p, Meta: meta}).Get(ctx); err != nil {
+			return out, fmt.Errorf("save %s: %w", name, err)
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// Weights reports every policy's WeightStats.
+func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
+	out := map[string]WeightStats{}
+	for _, name := range t.Names {
+		w, err := actors.Call(ctx, t.Handles[name], (*Policy).Weights, struct{}{}).Get(ctx)
+		if err != nil {
+			return out, fmt.Errorf("weights %s: %w", name, err)
+		}
+		out[name] = w
+	}
+	return out, nil
+}
+
+// EvalPolicies returns the team's role routing with clients sampling at
+// temperature temp (> 0; e.g. 1 for on-policy evaluation, lower for
+// near-greedy decoding).
+func (t *Team) EvalPolicies(temp float32) *rl.Policies {
+	m := map[string]rl.Policy{}
+	for name, c := range t.Clients {
+		m[name] = &Client{H: c.H, Temperature: temp}
+	}
+	if _, ok := m[rl.SharedName]; ok && len(m) == 1 {
+		return rl.Shared(m[rl.SharedName])
+	}
+	return rl.PerRole(m)
+}
+
+// Kill ends the team's actors.
+func (t *Team) Kill(ctx context.Context) {
+	for _, h := range t.Handles {
+		_ = actors.Kill(ctx, h)
+	}
+}
+
+// ATGRPO runs AT-GRPO training steps whose policies are the team's actors:
+// tree rollouts (atgrpo.TreeRollouts, sampling through actor calls), then the
+// team's compiled update graph. It is atgrpo.Trainer with the update fan-out
+// as an actor graph.
+type ATGRPO struct {
+	Config atgrpo.Config
+	Team   *Team
+	NewEnv atgrpo.EnvFactory
+	// Refs optionally maps a policy name to a frozen reference scorer (KL).
+	Refs map[string]rl.Scorer
+	step int64
+}
+
+// Step runs one AT-GRPO training step.
+func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
+	cfg := a.Config
+	if err := cfg.Validate(); err != nil {
+		return atgrpo.StepStats{}, err
+	}
+	if a.NewEnv == nil || a.Team == nil {
+		return atgrpo.StepStats{}, fmt.Errorf("%w: AT-GRPO step needs a team and an environment factory", ErrConfig)
+	}
+	step := a.step
+	es := make([]envs.Env, cfg.Envs)
+	for i := range es {
+		e, err := a.NewEnv(i, rl.DeriveSeed(cfg.Seed, step, int64(i), 1))
+		if err != nil {
+			return atgrpo.StepStats{}, fmt.Errorf("step %d: make env %d: %w", step, i, err)
+		}
+		es[i] = e
+	}
+	rolls, buffers, err := atgrpo.TreeRollouts(ctx, cfg, a.Team.Policies, es, step)
+	if err != nil {
+		return atgrpo.StepStats{}, fmt.Errorf("step %d: %w", step, err)
+	}
+	st := atgrpo.StepStats{Step: step}
+	var advs []float64
+	for _, r := range rolls {
+		st.TeamReturn += r.TeamReturn
+		if r.Success {
+			st.SuccessRate++
+		}
+		for _, n := range r.Nodes {
+			st.Groups++
+			st.ChosenReward += n.Candidates[n.Chosen].Reward
+			for _, c := range n.Candidates {
+				st.Samples++
+				st.MeanReward += c.Reward
+				advs = append(advs, c.Advantage)
+			}
+		}
+	}
+	st.TeamReturn /= float64(len(rolls))
+	st.SuccessRate /= float64(len(rolls))
+	if st.Samples > 0 {
+		st.MeanReward /= float64(st.Samples)
+		st.ChosenReward /= float64(st.Groups)
+	}
+	st.Adv = grpo.SummarizeAdvantages(advs)
+	if err := rl.FillRefs(ctx, a.Refs, buffers); err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	st.Updates, err = a.Team.Update(ctx, buffers)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	a.step++
+	return st, nil
+}
