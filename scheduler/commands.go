@@ -10,7 +10,8 @@ import (
 // CommandType is the first byte of an encoded command.
 type CommandType uint8
 
-// Command types. Values are part of the raft log format: never renumber.
+// Command types, one per command struct of the same name. Values are part
+// of the raft log format: never renumber.
 const (
 	CmdRegisterNode         CommandType = 1
 	CmdUpdateNodeState      CommandType = 2
@@ -47,25 +48,25 @@ type Command interface {
 // labels, liveness). A node that holds allocations may re-register only with
 // the same resources and GPUs.
 type RegisterNode struct {
-	Node NodeInfo `msgpack:"node"`
-	At   int64    `msgpack:"at"`
+	Node NodeInfo `msgpack:"node"` // what the node advertises
+	At   int64    `msgpack:"at"`   // Unix nanoseconds, set by the proposer
 }
 
 // UpdateNodeState changes a node's liveness. Marking a node dead releases
 // everything on it: its actors restart elsewhere within their MaxRestarts
 // (or die) and its bundles wait to be reserved again.
 type UpdateNodeState struct {
-	Node  NodeID    `msgpack:"node"`
-	State NodeState `msgpack:"state"`
-	Cause string    `msgpack:"cause,omitempty"`
-	At    int64     `msgpack:"at"`
+	Node  NodeID    `msgpack:"node"`            // the node
+	State NodeState `msgpack:"state"`           // its new liveness
+	Cause string    `msgpack:"cause,omitempty"` // recorded as its actors' death cause when dead
+	At    int64     `msgpack:"at"`              // Unix nanoseconds
 }
 
 // RemoveNode deletes a node, first treating it as dead.
 type RemoveNode struct {
-	Node  NodeID `msgpack:"node"`
-	Cause string `msgpack:"cause,omitempty"`
-	At    int64  `msgpack:"at"`
+	Node  NodeID `msgpack:"node"`            // the node
+	Cause string `msgpack:"cause,omitempty"` // recorded as its actors' death cause
+	At    int64  `msgpack:"at"`              // Unix nanoseconds
 }
 
 // CreateActor records a new actor. The leader decides the placement before
@@ -73,91 +74,91 @@ type RemoveNode struct {
 // still fits and refuses the command otherwise. A nil Placement records the
 // actor as pending with PendingReason.
 type CreateActor struct {
-	Spec          ActorSpec  `msgpack:"spec"`
-	Placement     *Placement `msgpack:"place,omitempty"`
-	PendingReason string     `msgpack:"pending,omitempty"`
-	At            int64      `msgpack:"at"`
+	Spec          ActorSpec  `msgpack:"spec"`              // the actor
+	Placement     *Placement `msgpack:"place,omitempty"`   // the leader's decision, nil when pending
+	PendingReason string     `msgpack:"pending,omitempty"` // why it waits, when Placement is nil
+	At            int64      `msgpack:"at"`                // Unix nanoseconds
 }
 
 // PlaceActor gives a pending or restarting actor the placement the leader
 // decided.
 type PlaceActor struct {
-	Actor     ActorID   `msgpack:"actor"`
-	Placement Placement `msgpack:"place"`
-	At        int64     `msgpack:"at"`
+	Actor     ActorID   `msgpack:"actor"` // the waiting actor
+	Placement Placement `msgpack:"place"` // the leader's decision
+	At        int64     `msgpack:"at"`    // Unix nanoseconds
 }
 
 // ActorStarted marks a placed actor alive. Incarnation must equal the
 // actor's Restarts, so a report about an earlier incarnation is refused.
 type ActorStarted struct {
-	Actor       ActorID `msgpack:"actor"`
-	Incarnation int     `msgpack:"inc"`
-	Address     string  `msgpack:"addr,omitempty"`
-	At          int64   `msgpack:"at"`
+	Actor       ActorID `msgpack:"actor"`          // the actor
+	Incarnation int     `msgpack:"inc"`            // its Restarts when it was started
+	Address     string  `msgpack:"addr,omitempty"` // where its worker listens
+	At          int64   `msgpack:"at"`             // Unix nanoseconds
 }
 
 // ActorDied reports that an actor's process ended. Its resources are
 // released; it restarts if it has restarts left, else it is dead.
 type ActorDied struct {
-	Actor       ActorID `msgpack:"actor"`
-	Incarnation int     `msgpack:"inc"`
-	Cause       string  `msgpack:"cause"`
-	At          int64   `msgpack:"at"`
+	Actor       ActorID `msgpack:"actor"` // the actor
+	Incarnation int     `msgpack:"inc"`   // its Restarts when it was started
+	Cause       string  `msgpack:"cause"` // why it died, for ActorDiedError
+	At          int64   `msgpack:"at"`    // Unix nanoseconds
 }
 
 // KillActor ends an actor on request. With Restart it is treated like a
 // crash (restarted within MaxRestarts); without, it is dead for good.
 type KillActor struct {
-	Actor   ActorID `msgpack:"actor"`
-	Restart bool    `msgpack:"restart,omitempty"`
-	Cause   string  `msgpack:"cause,omitempty"`
-	At      int64   `msgpack:"at"`
+	Actor   ActorID `msgpack:"actor"`             // the actor
+	Restart bool    `msgpack:"restart,omitempty"` // restart it within MaxRestarts
+	Cause   string  `msgpack:"cause,omitempty"`   // default "killed"
+	At      int64   `msgpack:"at"`                // Unix nanoseconds
 }
 
 // CreatePlacementGroup records a placement group. Bundles carries the
 // leader's decision for every bundle (all or nothing); empty Bundles
 // records the group as pending with PendingReason.
 type CreatePlacementGroup struct {
-	Spec          GroupSpec         `msgpack:"spec"`
-	Bundles       []BundlePlacement `msgpack:"bundles,omitempty"`
-	PendingReason string            `msgpack:"pending,omitempty"`
-	At            int64             `msgpack:"at"`
+	Spec          GroupSpec         `msgpack:"spec"`              // the group
+	Bundles       []BundlePlacement `msgpack:"bundles,omitempty"` // one per bundle, or none when pending
+	PendingReason string            `msgpack:"pending,omitempty"` // why it waits
+	At            int64             `msgpack:"at"`                // Unix nanoseconds
 }
 
 // PlaceBundles reserves waiting bundles of a group (after it was created
 // pending, or after a node holding some of its bundles died). All listed
 // bundles are reserved or none.
 type PlaceBundles struct {
-	Group   GroupID           `msgpack:"group"`
-	Bundles []BundlePlacement `msgpack:"bundles"`
-	At      int64             `msgpack:"at"`
+	Group   GroupID           `msgpack:"group"`   // the group
+	Bundles []BundlePlacement `msgpack:"bundles"` // every waiting bundle
+	At      int64             `msgpack:"at"`      // Unix nanoseconds
 }
 
 // RemovePlacementGroup kills the group's actors and frees its reservations.
 type RemovePlacementGroup struct {
-	Group GroupID `msgpack:"group"`
-	At    int64   `msgpack:"at"`
+	Group GroupID `msgpack:"group"` // the group
+	At    int64   `msgpack:"at"`    // Unix nanoseconds
 }
 
 // SubmitJob records a new running job.
 type SubmitJob struct {
-	Spec JobSpec `msgpack:"spec"`
-	At   int64   `msgpack:"at"`
+	Spec JobSpec `msgpack:"spec"` // the job
+	At   int64   `msgpack:"at"`   // Unix nanoseconds
 }
 
 // JobFinished ends a job; its non-detached actors die and its non-detached
 // placement groups are removed.
 type JobFinished struct {
-	Job     JobID    `msgpack:"job"`
-	State   JobState `msgpack:"state"`
-	Message string   `msgpack:"msg,omitempty"`
-	At      int64    `msgpack:"at"`
+	Job     JobID    `msgpack:"job"`           // the job
+	State   JobState `msgpack:"state"`         // JobSucceeded, JobFailed or JobStopped
+	Message string   `msgpack:"msg,omitempty"` // final status message
+	At      int64    `msgpack:"at"`            // Unix nanoseconds
 }
 
 // Batch applies several encoded commands in one raft entry, each on its
 // own (one failing does not undo the others). Batches do not nest.
 type Batch struct {
-	Commands [][]byte `msgpack:"cmds"`
+	Commands [][]byte `msgpack:"cmds"` // each from EncodeCommand
 
 	decoded []Command // filled by DecodeCommand so Apply does not decode twice
 }

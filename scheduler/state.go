@@ -102,6 +102,17 @@ func (s *State) Actors() []*Actor {
 	return out
 }
 
+// ActorsOn returns the actors placed on node id, sorted by ID (for
+// draining a node or reporting its load).
+func (s *State) ActorsOn(id NodeID) []*Actor {
+	set := s.rel.onNode[id]
+	out := make([]*Actor, 0, len(set))
+	for _, aid := range sortedIDs(set) {
+		out = append(out, s.d.Actors[aid])
+	}
+	return out
+}
+
 // ActorByName returns the live actor registered under namespace/name, or nil.
 func (s *State) ActorByName(namespace, name string) *Actor {
 	id, ok := s.d.Names[nameKey(namespace, name)]
