@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"troupe/gpu"
+	"troupe/runtime/cluster"
+	"troupe/scheduler"
+)
+
+func init() {
+	register(command{name: "start", summary: "start a cluster node (head, server or worker) in the foreground", run: runStart})
+}
+
+const startHelp = `Starts a node and runs until interrupted (SIGINT/SIGTERM drain it) or
+stopped with 'troupe stop'.
+
+  troupe start --head --data-dir D              first server; writes D/token if no token is given
+  troupe start --join ADDR [--server] ...       a worker (or, with --server, a raft server) joins
+  troupe start --server --bootstrap-expect 3 --data-dir D [--join ADDR]
+                                                three servers form raft once all three gossip
+
+Ports: a node serves gRPC on its --bind port P (default 7370), gossips
+(memberlist, TCP+UDP) on P+1 and, on servers, speaks raft (TCP) on P+2;
+--gossip-port and --raft-port override the last two. Every gRPC call,
+gossip message and raft connection is authenticated by the cluster token
+(--token or TROUPE_TOKEN; the head generates one when none is given).
+Drivers connect with TROUPE_ADDRESS=HOST:P and TROUPE_TOKEN.
+`
+
+func runStart(ctx context.Context, args []string) error {
+	fs := newFlagSet("start", "[flags]", startHelp)
+	head := fs.Bool("head", false, "start the first server: bootstraps a one-server raft cluster")
+	server := fs.Bool("server", false, "with --join: join as a raft server (voter) instead of a worker")
+	join := fs.String("join", "", "gRPC address(es) HOST:PORT of existing nodes, comma-separated")
+	expect := fs.Int("bootstrap-expect", 0, "servers: form raft once this many servers (with the same setting) gossip")
+	dataDir := fs.String("data-dir", "", "directory for raft state, node ID and token (required for servers)")
+	bind := fs.String("bind", "127.0.0.1:7370", "gRPC address HOST:PORT this node listens on")
+	advertise := fs.String("advertise", "", "host other nodes use to reach this node (default: --bind's host)")
+	gossipPort := fs.Int("gossip-port", 0, "memberlist port (default: gRPC port + 1)")
+	raftPort := fs.Int("raft-port", 0, "raft port on servers (default: gRPC port + 2)")
+	token := fs.String("token", "", "cluster token (default: TROUPE_TOKEN, or D/token; generated on a new head)")
+	nodeID := fs.String("node-id", "", "node name (default: saved in D/node-id, or generated)")
+	resources := fs.String("resources", "", "override or add resources: cpu=N,memory=SIZE,NAME=N,...")
+	labels := fs.String("labels", "", "node labels key=value,...")
+	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
+	fast := fs.Bool("fast-timers", false, "shortened raft and gossip timers for clusters on one machine (tests)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %w", *logLevel, err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+
+	cfg := cluster.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, Advertise: *advertise, GossipPort: *gossipPort,
+		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log}
+	switch {
+	case *head && (*server || *join != "" || *expect > 0):
+		return fmt.Errorf("--head starts a new cluster: it takes no --server, --join or --bootstrap-expect")
+	case *head:
+		cfg.Role = cluster.RoleHead
+	case *server || *expect > 0:
+		cfg.Role = cluster.RoleServer
+	default:
+		cfg.Role = cluster.RoleWorker
+	}
+	if cfg.Role == cluster.RoleWorker && *join == "" {
+		return fmt.Errorf("a worker needs --join ADDR (or start a server with --head or --bootstrap-expect)")
+	}
+	for _, a := range strings.Split(*join, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.Join = append(cfg.Join, a)
+		}
+	}
+	if *fast {
+		cfg.Timing = cluster.FastTiming
+	}
+	tok, err := clusterToken(*token, *dataDir)
+	generated := false
+	if err != nil {
+		if cfg.Role != cluster.RoleHead || *dataDir == "" {
+			return err
+		}
+		if tok, err = cluster.NewToken(); err != nil {
+			return err
+		}
+		generated = true
+	}
+	cfg.Token = tok
+	if *dataDir != "" {
+		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		// Keep the token beside the raft state so a restart needs no flag.
+		if err := os.WriteFile(filepath.Join(*dataDir, "token"), []byte(tok+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write token file: %w", err)
+		}
+	}
+	if err := nodeResources(&cfg, *resources, *simGPUs, log); err != nil {
+		return err
+	}
+	if cfg.Labels, err = mergeLabels(cfg.Labels, *labels); err != nil {
+		return err
+	}
+
+	n, err := cluster.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("troupe node %s (%s) started: grpc %s\n", n.ID(), cfg.Role, n.Addr())
+	if generated {
+		fmt.Printf("generated a cluster token and wrote it to %s (mode 0600).\nOther nodes and drivers need it:\n  export TROUPE_TOKEN=$(cat %s)\n",
+			filepath.Join(*dataDir, "token"), filepath.Join(*dataDir, "token"))
+	}
+	fmt.Printf("drivers and the CLI connect with: TROUPE_ADDRESS=%s\n", n.Addr())
+	select {
+	case <-ctx.Done():
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := n.Drain(dctx, "interrupted"); err != nil {
+			log.Warn("drain", "err", err)
+		}
+		cancel()
+	case <-n.StopRequested():
+	}
+	return n.Shutdown()
+}
+
+func mergeLabels(base map[string]string, flagVal string) (map[string]string, error) {
+	extra, err := parseLabels(flagVal)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil {
+		base = map[string]string{}
+	}
+	for k, v := range extra {
+		base[k] = v
+	}
+	return base, nil
+}
+
+// nodeResources fills the node's CPUs, memory, custom resources and GPUs.
+func nodeResources(cfg *cluster.Config, resFlag, simulate string, log *slog.Logger) error {
+	cpu, mem, custom, err := parseResources(resFlag)
+	if err != nil {
+		return err
+	}
+	r := scheduler.Resources{MilliCPU: int64(goruntime.NumCPU()) * 1000, MemoryBytes: machineMemory(), Custom: custom}
+	if cpu != nil {
+		r.MilliCPU = int64(*cpu * 1000)
+	}
+	if mem != nil {
+		r.MemoryBytes = *mem
+	}
+	cfg.Resources = r
+	cfg.Labels = map[string]string{}
+	gpus, topo, simulated, err := nodeGPUs(cfg.BindAddr, simulate)
+	if err != nil {
+		return err
+	}
+	if simulate == "" && err == nil && len(gpus) == 0 {
+		log.Info("no GPUs found (NVML unavailable or no devices); use --simulate-gpus to simulate some")
+	}
+	cfg.GPUs, cfg.Topology = gpus, topo
+	if simulated {
+		cfg.Labels["troupe.gpus"] = "simulated"
+	}
+	return nil
+}
+
+// nodeGPUs returns the node's GPUs: a simulated count or profile, or the
+// real devices through NVML (none when NVML is missing).
+func nodeGPUs(where, simulate string) ([]scheduler.GPUInfo, [][]int, bool, error) {
+	if n, err := strconv.Atoi(simulate); err == nil {
+		if n < 0 || n > scheduler.MaxGPUsPerNode {
+			return nil, nil, false, fmt.Errorf("--simulate-gpus %d: want 0..%d", n, scheduler.MaxGPUsPerNode)
+		}
+		var out []scheduler.GPUInfo
+		for i := 0; i < n; i++ {
+			out = append(out, scheduler.GPUInfo{Index: i, UUID: fmt.Sprintf("GPU-sim-%s-%d", where, i), Model: "simulated GPU"})
+		}
+		return out, nil, n > 0, nil
+	}
+	inv, err := gpu.Open(gpu.Options{Simulate: simulate})
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("GPUs: %w", err)
+	}
+	defer inv.Close()
+	devs := inv.Devices()
+	var out []scheduler.GPUInfo
+	for _, d := range devs {
+		gi := scheduler.GPUInfo{Index: d.Index, UUID: d.UUID, Model: d.Name}
+		if d.MemoryTotal != nil {
+			gi.MemoryBytes = int64(*d.MemoryTotal)
+		}
+		out = append(out, gi)
+	}
+	var topo [][]int
+	if t := inv.Topology(); t != nil && t.Len() == len(devs) && len(devs) > 0 {
+		topo = make([][]int, len(devs))
+		for i := range topo {
+			topo[i] = make([]int, len(devs))
+			for j := range topo[i] {
+				if i != j {
+					topo[i][j] = t.Score(i, j)
+				}
+			}
+		}
+	}
+	return out, topo, inv.Simulated(), nil
+}
+
+// machineMemory reads MemTotal from /proc/meminfo (0 when unknown).
+func machineMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
