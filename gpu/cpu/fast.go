@@ -285,8 +285,9 @@ func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH int) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
+	C2 := 2 * C
 	for bb := 0; bb < B; bb++ {
-		copy(cache[(bb*maxT+pos)*2*C:][:2*C], qkv[bb*3*C+C:][:2*C])
+		copy(cache[(bb*maxT+pos)*C2:][:C2], qkv[bb*3*C+C:][:C2])
 	}
 	sc := b.scratchFor(pos + 1)
 	parallelFor(&b.wg, B*NH, 4, func(chunk, lo, hi int) {
@@ -294,28 +295,19 @@ func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH
 		for bh := lo; bh < hi; bh++ {
 			bb, h := bh/NH, bh%NH
 			q := qkv[bb*3*C+h*hs:][:hs]
-			rows := cache[bb*maxT*2*C:]
-			maxv := float32(math.Inf(-1))
+			rows := cache[bb*maxT*C2:]
+			// scores (1×pos+1) = q·Kᵀ, K rows strided by 2C in the cache
+			gemm.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
+			maxv := w[0]
+			for _, x := range w[1:] {
+				maxv = max(maxv, x)
+			}
+			inv := 1 / expShift(w, maxv)
 			for s := range w {
-				k := rows[s*2*C+h*hs:][:hs]
-				var dot float32
-				for i, x := range q {
-					dot += x * k[i]
-				}
-				w[s] = dot * scale
-				maxv = max(maxv, w[s])
+				w[s] *= inv
 			}
-			sum := expShift(w, maxv)
-			o := out[bb*C+h*hs:][:hs]
-			clear(o)
-			inv := 1 / sum
-			for s, p := range w {
-				p *= inv
-				vv := rows[s*2*C+C+h*hs:][:hs]
-				for i := range o {
-					o[i] += p * vv[i]
-				}
-			}
+			// out (1×hs) = weights · V
+			gemm.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
 		}
 	})
 }
