@@ -122,7 +122,7 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		return nil, fmt.Errorf("init: connecting to a cluster at %s: %w", cfg.address, ErrNoClusterSupport)
+		return newRemote(ctx, cfg.address)
 	}
 	return newLocal(cfg)
 }

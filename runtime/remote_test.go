@@ -1,0 +1,88 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"troupe/actors"
+	"troupe/runtime/cluster"
+	"troupe/scheduler"
+)
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestRemoteDriver: Init with an address connects to a cluster, Status
+// reports its nodes, named actors are found in the committed registry, and
+// spawning says plainly that remote actors need issue 4.
+func TestRemoteDriver(t *testing.T) {
+	const tok = "driver-token"
+	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
+		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
+		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown()
+	ctx := context.Background()
+
+	t.Setenv("TROUPE_TOKEN", "wrong")
+	if _, err := Init(ctx, Address(n.Addr())); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+		t.Fatalf("wrong token: Init err = %v", err)
+	}
+	t.Setenv("TROUPE_TOKEN", tok)
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	var st Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err = rt.Status(ctx)
+		if err == nil && len(st.Nodes) == 1 && st.Nodes[0].State == "alive" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed the node: %+v %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Nodes[0].ID != "head" || st.Nodes[0].Total.CPUs != 2 || st.Nodes[0].Role != "head" {
+		t.Errorf("node = %+v", st.Nodes[0])
+	}
+	if _, err := rt.SpawnActor(ctx, actors.Spec{Type: "Counter"}); !errors.Is(err, cluster.ErrRemoteActors) {
+		t.Errorf("spawn: %v, want ErrRemoteActors", err)
+	}
+	if _, err := rt.GetActor(ctx, "nobody"); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("get unknown: %v, want ErrNotFound", err)
+	}
+	if _, err := n.CreateActors(ctx, []scheduler.ActorSpec{{ID: "x1", Name: "planner", Class: "Policy"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.GetActor(ctx, "planner"); !errors.Is(err, cluster.ErrRemoteActors) {
+		t.Errorf("get named: %v, want ErrRemoteActors", err)
+	}
+	st, _ = rt.Status(ctx)
+	if len(st.Actors) != 1 || st.Actors[0].Name != "planner" || st.Actors[0].Node != "head" {
+		t.Errorf("actors = %+v", st.Actors)
+	}
+}
