@@ -29,20 +29,7 @@ func run(resources bool) error {
 		return err
 	}
 	if resources {
-		fmt.Println("| kernel | arch | registers | smem bytes/block | stack bytes | spill stores | spill loads |")
-		fmt.Println("|---|---|---:|---:|---:|---:|---:|")
-		for _, s := range srcs {
-			for _, arch := range cuda.Archs {
-				_, rs, err := cuda.CompileKernel(s, arch)
-				if err != nil {
-					return err
-				}
-				for _, r := range rs {
-					fmt.Printf("| %s | %s | %d | %d | %d | %d | %d |\n", r.Kernel, r.Arch, r.Registers, r.SharedBytes, r.StackBytes, r.SpillStores, r.SpillLoads)
-				}
-			}
-		}
-		return nil
+		return printResources(srcs)
 	}
 	for _, arch := range cuda.Archs {
 		dir := filepath.Join("ptx", arch)
@@ -59,6 +46,34 @@ func run(resources bool) error {
 				return fmt.Errorf("write %s: %w", p, err)
 			}
 			fmt.Printf("wrote %s (%d bytes)\n", p, len(ptx))
+		}
+	}
+	return nil
+}
+
+// printResources prints one markdown row per kernel with its ptxas
+// statistics on every architecture.
+func printResources(srcs []cuda.KernelSource) error {
+	fmt.Println("| kernel | registers sm_80 / sm_90 | static smem bytes/block | stack bytes sm_80 / sm_90 | spill bytes (stores+loads) sm_80 / sm_90 |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, s := range srcs {
+		per := map[string]map[string]cuda.KernelResources{}
+		for _, arch := range cuda.Archs {
+			_, rs, err := cuda.CompileKernel(s, arch)
+			if err != nil {
+				return err
+			}
+			for _, r := range rs {
+				if per[r.Kernel] == nil {
+					per[r.Kernel] = map[string]cuda.KernelResources{}
+				}
+				per[r.Kernel][arch] = r
+			}
+		}
+		for _, k := range s.Kernels {
+			a, b := per[k]["sm_80"], per[k]["sm_90"]
+			fmt.Printf("| %s | %d / %d | %d | %d / %d | %d / %d |\n", k, a.Registers, b.Registers, a.SharedBytes,
+				a.StackBytes, b.StackBytes, a.SpillStores+a.SpillLoads, b.SpillStores+b.SpillLoads)
 		}
 	}
 	return nil
