@@ -33,6 +33,7 @@ var shapes = []shape{
 	{2, 17, 24, 4, 67},
 	{1, 33, 18, 6, 3},
 	{2, 64, 32, 2, 64},
+	{1, 3, 20, 4, 130}, // few rows, many columns: MatmulForwardT's column split
 }
 
 func randf(r *rand.Rand, n int, scale float32) []float32 {

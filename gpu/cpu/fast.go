@@ -475,5 +475,16 @@ func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int
 			copy(out[n*OC:n*OC+OC], bias)
 		}
 	}
-	gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
+	if N > 8 || OC < 64 {
+		gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
+		return
+	}
+	// A few rows (decoding) are matrix-vector products that gemm runs on one
+	// goroutine; split the columns (in 16-wide panels) across cores instead,
+	// since streaming the weight is the whole cost.
+	panels := (OC + 15) / 16
+	parallelFor(&b.wg, panels, 4, func(_, lo, hi int) {
+		c0, c1 := lo*16, min(hi*16, OC)
+		gemm.Sgemm(false, false, N, c1-c0, C, 1, inp, C, weightT[c0:], OC, beta, out[c0:], OC)
+	})
 }
