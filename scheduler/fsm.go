@@ -102,7 +102,7 @@ type Response struct {
 	Index uint64
 }
 
-var _ raft.FSM = (*FSM)(nil)
+var _ raft.BatchingFSM = (*FSM)(nil)
 
 // Apply implements raft.FSM: it decodes and applies a LogCommand entry
 // and returns a *Response. Other entry types are ignored (nil response).
@@ -110,18 +110,43 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	c, err := DecodeCommand(l.Data)
+	c, err := DecodeCommand(l.Data) // outside the lock: readers keep going
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.st.d.Applied = l.Index
-	if err != nil {
-		return &Response{Err: err, Index: l.Index}
+	return f.apply(l.Index, c, err)
+}
+
+// ApplyBatch implements raft.BatchingFSM: the entries raft commits together
+// are applied under one lock acquisition.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	cmds := make([]Command, len(logs))
+	errs := make([]error, len(logs))
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			cmds[i], errs[i] = DecodeCommand(l.Data)
+		}
 	}
-	err = f.st.Apply(c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = f.apply(l.Index, cmds[i], errs[i])
+		}
+	}
+	return out
+}
+
+func (f *FSM) apply(index uint64, c Command, decodeErr error) *Response {
+	f.st.d.Applied = index
+	if decodeErr != nil {
+		return &Response{Err: decodeErr, Index: index}
+	}
+	err := f.st.Apply(c)
 	// Keep the derived index fresh under the write lock, so planners reading
 	// through Read never have to rebuild it concurrently.
 	f.st.idx.ensure(f.st)
-	return &Response{Err: err, Index: l.Index}
+	return &Response{Err: err, Index: index}
 }
 
 // Read runs fn with the current state under a read lock; the leader plans

@@ -161,24 +161,35 @@ func (s *setSearch) exact(start int, allowed uint64, score int) {
 }
 
 // greedy grows a set from every seed GPU by adding the GPU that adds the
-// most score, then improves each result by single swaps until none helps.
+// most score (ties to the GPU best connected to the candidates still
+// unchosen, so a whole island is preferred to the rest of a broken one),
+// then improves each result by single swaps until none helps.
 func (s *setSearch) greedy() {
+	pot := make([]int, len(s.n.GPUs)) // score from each candidate to all candidates
+	for _, c := range s.cands {
+		for _, r := range s.cands {
+			if r != c {
+				pot[c] += s.n.score(c, r)
+			}
+		}
+	}
 	for _, seed := range s.cands {
 		set := []int{seed}
 		var in uint64 = 1 << uint(seed)
 		score := s.anchorSc[seed]
 		for len(set) < s.k {
-			bestC, bestInc := -1, -1
+			bestC, bestInc, bestPot := -1, -1, -1
 			for _, c := range s.cands {
 				if in&(1<<uint(c)) != 0 || (s.adj != nil && s.adj[c]&in != in) {
 					continue
 				}
-				inc := s.anchorSc[c]
+				inner := 0
 				for _, p := range set {
-					inc += s.n.score(c, p)
+					inner += s.n.score(c, p)
 				}
-				if inc > bestInc {
-					bestC, bestInc = c, inc
+				inc := s.anchorSc[c] + inner
+				if inc > bestInc || (inc == bestInc && pot[c]-inner > bestPot) {
+					bestC, bestInc, bestPot = c, inc, pot[c]-inner
 				}
 			}
 			if bestC < 0 {
