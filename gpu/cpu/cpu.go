@@ -120,8 +120,8 @@ func (b *Backend) View(x gpu.Buffer, off, n int) (gpu.Buffer, error) {
 func (b *Backend) Free(x any) {
 	switch p := x.(type) {
 	case *Buf:
-		if p != nil && p.owner == b {
-			p.root.d = nil
+		// views are not freed on their own: that would free the parent
+		if p != nil && p.owner == b && p.root == p {
 			p.d = nil
 		}
 	case *IntBuf:
