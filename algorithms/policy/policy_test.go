@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -544,5 +545,29 @@ func TestTokenizers(t *testing.T) {
 	}
 	if _, err := NewCharTokenizer(""); !errors.Is(err, ErrTokenizer) {
 		t.Fatal("empty accepted")
+	}
+}
+
+func TestTrainStepSteadyStateAllocations(t *testing.T) {
+	// After the first step every buffer exists; later steps allocate only
+	// the per-kernel closures and views (tens of small objects), never
+	// activations or scratch.
+	m := mustNew(t, cpu.New(), tiny, 71)
+	batch := Batch{Tokens: randSeqs(rand.New(rand.NewPCG(7, 7)), 4, 17, 17, tiny.Vocab)}
+	if _, err := m.TrainStep(batch); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const steps = 5
+	for i := 0; i < steps; i++ {
+		if _, err := m.TrainStep(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	perStep := (after.TotalAlloc - before.TotalAlloc) / steps
+	if perStep > 64<<10 {
+		t.Fatalf("%d bytes allocated per steady-state step", perStep)
 	}
 }
