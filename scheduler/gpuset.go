@@ -3,9 +3,9 @@ package scheduler
 import "math/bits"
 
 // exactSearchLimit is the largest number of candidate sets searched
-// exhaustively (C(8,4) = 70, C(16,8) = 12,870); beyond it a greedy search
-// with local improvement is used.
-const exactSearchLimit = 20000
+// exhaustively (C(8,4) = 70, C(12,6) = 924, C(16,4) = 1,820); beyond it
+// (C(16,8) = 12,870) a greedy search with local improvement is used.
+const exactSearchLimit = 5000
 
 // binomial returns C(n, k), capped at limit+1 so it never overflows.
 func binomial(n, k, limit int) int {
@@ -163,83 +163,108 @@ func (s *setSearch) exact(start int, allowed uint64, score int) {
 // greedy grows a set from every seed GPU by adding the GPU that adds the
 // most score (ties to the GPU best connected to the candidates still
 // unchosen, so a whole island is preferred to the rest of a broken one),
-// then improves each result by single swaps until none helps.
+// then improves the best result by single swaps until none helps.
 func (s *setSearch) greedy() {
-	pot := make([]int, len(s.n.GPUs)) // score from each candidate to all candidates
+	g := len(s.n.GPUs)
+	pot := make([]int, g) // score from each candidate to all candidates
 	for _, c := range s.cands {
 		for _, r := range s.cands {
-			if r != c {
-				pot[c] += s.n.score(c, r)
-			}
+			pot[c] += s.pair(c, r)
 		}
 	}
+	gain := make([]int, g) // anchor score + score to the set being grown
+	set := make([]int, 0, s.k)
+	var bestSet []int
+	bestScore := -1
 	for _, seed := range s.cands {
-		set := []int{seed}
-		var in uint64 = 1 << uint(seed)
-		score := s.anchorSc[seed]
+		copy(gain, s.anchorSc)
+		set = set[:0]
+		var in uint64
+		score := 0
+		add := func(c int) {
+			score += gain[c]
+			set = append(set, c)
+			in |= 1 << uint(c)
+			for _, r := range s.cands {
+				gain[r] += s.pair(r, c)
+			}
+		}
+		add(seed)
 		for len(set) < s.k {
 			bestC, bestInc, bestPot := -1, -1, -1
 			for _, c := range s.cands {
 				if in&(1<<uint(c)) != 0 || (s.adj != nil && s.adj[c]&in != in) {
 					continue
 				}
-				inner := 0
-				for _, p := range set {
-					inner += s.n.score(c, p)
-				}
-				inc := s.anchorSc[c] + inner
-				if inc > bestInc || (inc == bestInc && pot[c]-inner > bestPot) {
-					bestC, bestInc, bestPot = c, inc, pot[c]-inner
+				inc := gain[c]
+				p := pot[c] - (inc - s.anchorSc[c])
+				if inc > bestInc || (inc == bestInc && p > bestPot) {
+					bestC, bestInc, bestPot = c, inc, p
 				}
 			}
 			if bestC < 0 {
 				break
 			}
-			set = append(set, bestC)
-			in |= 1 << uint(bestC)
-			score += bestInc
+			add(bestC)
 		}
 		if len(set) < s.k {
 			continue
 		}
-		set, score = s.improve(set, in, score)
-		sortInts(set)
-		s.consider(set, score)
+		sorted := append([]int(nil), set...)
+		sortInts(sorted)
+		s.consider(sorted, score)
+		if score > bestScore {
+			bestScore, bestSet = score, sorted
+		}
 	}
+	if bestSet != nil {
+		improved, score := s.improve(bestSet, bestScore)
+		sortInts(improved)
+		s.consider(improved, score)
+	}
+}
+
+// pair is the link score of two different slots (0 for i == j).
+func (s *setSearch) pair(i, j int) int {
+	if i == j {
+		return 0
+	}
+	return s.n.score(i, j)
 }
 
 // improve applies the best single swap (member out, non-member in) while one
 // raises the score, at most 4k rounds.
-func (s *setSearch) improve(set []int, in uint64, score int) ([]int, int) {
-	contrib := func(c int, excl int) int {
-		v := s.anchorSc[c]
-		for _, p := range set {
-			if p != excl && p != c {
-				v += s.n.score(c, p)
-			}
+func (s *setSearch) improve(set []int, score int) ([]int, int) {
+	set = append([]int(nil), set...)
+	var in uint64
+	gain := append([]int(nil), s.anchorSc...) // anchor + score to the whole set
+	for _, p := range set {
+		in |= 1 << uint(p)
+		for _, r := range s.cands {
+			gain[r] += s.pair(r, p)
 		}
-		return v
 	}
 	for round := 0; round < 4*s.k; round++ {
 		bestGain, bi, bc := 0, -1, -1
 		for i, out := range set {
-			outC := contrib(out, -1)
+			rest := in &^ (1 << uint(out))
 			for _, c := range s.cands {
-				if in&(1<<uint(c)) != 0 {
+				if in&(1<<uint(c)) != 0 || (s.adj != nil && s.adj[c]&rest != rest) {
 					continue
 				}
-				if s.adj != nil && s.adj[c]&(in&^(1<<uint(out))) != in&^(1<<uint(out)) {
-					continue
-				}
-				if g := contrib(c, out) - outC; g > bestGain {
-					bestGain, bi, bc = g, i, c
+				if d := (gain[c] - s.pair(c, out)) - gain[out]; d > bestGain {
+					bestGain, bi, bc = d, i, c
 				}
 			}
 		}
 		if bi < 0 {
 			break
 		}
-		in = in&^(1<<uint(set[bi])) | 1<<uint(bc)
+		out := set[bi]
+		for _, r := range s.cands {
+			gain[r] += s.pair(r, bc) - s.pair(r, out)
+		}
+		in = in&^(1<<uint(out)) | 1<<uint(bc)
 		set[bi] = bc
 		score += bestGain
 	}

@@ -132,7 +132,8 @@ func BenchmarkGPUSet(b *testing.B) {
 	}{
 		{"exact/4of8", IslandsTopology(2, 4, 2, ScoreCrossCPU), 4},
 		{"exact/2of8", PCIeTopology(2, 2, 2), 2},
-		{"exact/8of16", IslandsTopology(4, 4, 1, ScoreCrossCPU), 8},
+		{"exact/6of12", IslandsTopology(3, 4, 1, ScoreCrossCPU), 6},
+		{"greedy/8of16", IslandsTopology(4, 4, 1, ScoreCrossCPU), 8},
 		{"greedy/8of32", IslandsTopology(4, 8, 2, ScoreCrossCPU), 8},
 		{"greedy/16of64", IslandsTopology(4, 16, 1, ScoreSameCPU), 16},
 	}
