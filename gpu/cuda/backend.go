@@ -217,7 +217,8 @@ func (b *Backend) View(x gpu.Buffer, off, n int) (gpu.Buffer, error) {
 }
 
 // Free releases the allocation behind x (for a view, its parent's: as in
-// gpu/cpu). Later use reports ErrBuffer.
+// gpu/cpu); x may be a *Buffer, *IntBuffer or *BF16Buffer of this backend.
+// Later use reports ErrBuffer.
 func (b *Backend) Free(x any) {
 	var root *allocation
 	switch p := x.(type) {
@@ -226,6 +227,10 @@ func (b *Backend) Free(x any) {
 			root = p.root
 		}
 	case *IntBuffer:
+		if p != nil && p.owner == b {
+			root = p.root
+		}
+	case *BF16Buffer:
 		if p != nil && p.owner == b {
 			root = p.root
 		}

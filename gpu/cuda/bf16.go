@@ -36,17 +36,6 @@ func (b *Backend) AllocBF16(n int) (*BF16Buffer, error) {
 	return &BF16Buffer{owner: b, root: &allocation{ptr: p}, ptr: p, n: n}, nil
 }
 
-// FreeBF16 releases x.
-func (b *Backend) FreeBF16(x *BF16Buffer) {
-	if x == nil || x.owner != b || x.root.freed {
-		return
-	}
-	x.root.freed = true
-	if err := b.dev.Free(x.root.ptr); err != nil {
-		b.fail(fmt.Errorf("FreeBF16: %w: %v", ErrDevice, err))
-	}
-}
-
 func (b *Backend) h(op, name string, x *BF16Buffer, need int) uintptr {
 	if b.err != nil {
 		return 0

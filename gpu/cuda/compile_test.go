@@ -161,3 +161,11 @@ func TestSourcesParse(t *testing.T) {
 		}
 	}
 }
+
+func TestCompileErrorLog(t *testing.T) {
+	requireNVRTC(t)
+	_, err := Compile(`extern "C" __global__ void k(float* x) { x[0] = undefined_name; }`, "bad.cu", nil, "compute_80")
+	if err == nil || !strings.Contains(err.Error(), "undefined_name") {
+		t.Fatalf("compile of a broken kernel: %v; want an error quoting the NVRTC log", err)
+	}
+}

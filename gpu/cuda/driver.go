@@ -1,11 +1,11 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -159,7 +159,10 @@ func probeDevice(api *driverAPI, ordinal int) (deviceInfo, error) {
 	_ = api.deviceGetName(&name[0], int32(len(name)), dev)
 	_ = api.deviceGetAttr(&major, attrCCMajor, dev)
 	_ = api.deviceGetAttr(&minor, attrCCMinor, dev)
-	info := deviceInfo{ordinal: ordinal, name: strings.TrimRight(string(name), "\x00"), major: int(major), minor: int(minor)}
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	info := deviceInfo{ordinal: ordinal, name: string(name), major: int(major), minor: int(minor)}
 	if major < 8 {
 		return info, fmt.Errorf("%w: device %d (%s) has compute capability %d.%d; the kernels need >= 8.0",
 			ErrUnavailable, ordinal, info.name, major, minor)
