@@ -91,7 +91,11 @@ type FSM struct {
 }
 
 // NewFSM returns an FSM over an empty state.
-func NewFSM() *FSM { return &FSM{st: NewState()} }
+func NewFSM() *FSM {
+	st := NewState()
+	st.idx.ensure(st) // readers must never find the index stale
+	return &FSM{st: st}
+}
 
 // Response is what FSM.Apply returns (raft's ApplyFuture.Response()).
 type Response struct {

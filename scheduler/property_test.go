@@ -325,3 +325,37 @@ func TestFSMRefusesGarbage(t *testing.T) {
 		t.Error("non-command entry produced a response")
 	}
 }
+
+// TestFSMConcurrentReaders applies a log while readers plan through Read;
+// run with -race to check that planning never writes to the shared state.
+func TestFSMConcurrentReaders(t *testing.T) {
+	log, _ := randomLog(t, 21, 150)
+	f := NewFSM()
+	done := make(chan struct{})
+	errs := make(chan error, 2)
+	for r := 0; r < 2; r++ {
+		go func() {
+			p := Planner{}
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				f.Read(func(s *State) {
+					_, _ = p.Place(s, Request{Resources: Resources{GPUs: 2}})
+					_, _ = p.PlaceGroup(s, GroupSpecN(1, 2, 1, StrictPack))
+					_ = s.Nodes()
+				})
+			}
+		}()
+	}
+	applyLog(t, f, log, 1)
+	close(done)
+	for r := 0; r < 2; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
