@@ -124,6 +124,7 @@ panel:
 	ADDQ $192, DI
 	DECQ CX
 	JNZ  block
+	VZEROUPPER
 	RET
 
 // func packBN16(rows int, src *float32, ld int, dst *float32)
