@@ -14,9 +14,9 @@ type benchShape struct {
 }
 
 // gptShapes are the GPT's matmuls for a linear layer with R = B*T rows,
-// input width in and output width out: forward Y = X·W (NN: R×out, k=in),
-// input gradient dX = dY·Wᵀ (NT: R×in, k=out), weight gradient
-// dW = Xᵀ·dY (TN: in×out, k=R).
+// input width in and output width out, W stored in×out: forward Y = X·W
+// (NN: R×out, k=in), input gradient dX = dY·Wᵀ (NT: R×in, k=out), weight
+// gradient dW = Xᵀ·dY (TN: in×out, k=R). Names are R x in x out.
 func gptShapes() []benchShape {
 	var s []benchShape
 	for _, l := range []struct{ rows, in, out int }{
@@ -28,6 +28,10 @@ func gptShapes() []benchShape {
 			benchShape{tag + "/NN", false, false, l.rows, l.out, l.in},
 			benchShape{tag + "/NT", false, true, l.rows, l.in, l.out},
 			benchShape{tag + "/TN", true, false, l.in, l.out, l.rows},
+			// llm.c stores W as out×in: forward Y = X·Wᵀ is NT with
+			// k = in (its dX = dY·W is NN and dW = dYᵀ·X is TN, the same
+			// kinds of product as above).
+			benchShape{tag + "/fwdNT", false, true, l.rows, l.out, l.in},
 		)
 	}
 	return s
