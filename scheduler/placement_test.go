@@ -209,3 +209,21 @@ func ExamplePlanner_Place() {
 	fmt.Println(pl, err)
 	// Output: node-1 gpus=[0 1 2 3] <nil>
 }
+
+func TestPackPrefersBetterConnectedNodeAmongEquals(t *testing.T) {
+	topo := IslandsTopology(2, 4, 2, ScoreCrossCPU)
+	s := newStateWith(t, SimNode("a", 64, 1<<40, topo), SimNode("b", 64, 1<<40, topo), SimNode("c", 64, 1<<40, topo))
+	occupy(t, s, "a", 0, 1, 4, 5) // free 2,3,6,7: two halves of islands
+	occupy(t, s, "b", 0, 1, 2, 3) // free 4,5,6,7: one whole island
+	// c is empty: PACK prefers the 4-free nodes, and among those the one
+	// whose free GPUs form an NVLink island.
+	pl, err := Planner{}.Place(s, Request{Resources: Resources{GPUs: 4}})
+	if err != nil || pl.Node != "b" || !reflect.DeepEqual(GPUIndices(pl.GPUs), []int{4, 5, 6, 7}) {
+		t.Fatalf("place = %v, %v; want b [4 5 6 7]", pl, err)
+	}
+	// For two GPUs both a and b offer an NVLinked pair: the first (a) wins.
+	pl, err = Planner{}.Place(s, Request{Resources: Resources{GPUs: 2}})
+	if err != nil || pl.Node != "a" || !reflect.DeepEqual(GPUIndices(pl.GPUs), []int{2, 3}) {
+		t.Fatalf("place = %v, %v; want a [2 3]", pl, err)
+	}
+}

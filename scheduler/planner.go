@@ -64,62 +64,94 @@ func (p Planner) start(n int) int {
 
 // fitNode returns the GPUs n would give req now, or false.
 func fitNode(n *Node, req Request, anchor uint64) ([]GPUAlloc, bool) {
+	g, _, ok := fitNodeScore(n, req, anchor)
+	return g, ok
+}
+
+// fitNodeScore is fitNode that also returns the GPU set's link score.
+func fitNodeScore(n *Node, req Request, anchor uint64) ([]GPUAlloc, int, bool) {
 	if !n.schedulable() || !labelsMatch(n, req.Labels) {
-		return nil, false
+		return nil, 0, false
 	}
 	r := req.Resources
 	if r.MilliCPU > n.Free.MilliCPU || r.MemoryBytes > n.Free.MemoryBytes {
-		return nil, false
+		return nil, 0, false
 	}
 	for k, v := range r.Custom {
 		if v > 0 && v > n.Free.Custom[k]+1e-9 {
-			return nil, false
+			return nil, 0, false
 		}
 	}
-	return pickGPUs(n, r, req.MinLinkScore, n.wholeFreeMask(), anchor)
+	return pickGPUsScore(n, r, req.MinLinkScore, n.wholeFreeMask(), anchor)
+}
+
+// idealScore is the best score k GPUs could have on n: every pair linked
+// as well as n's best pair.
+func idealScore(n *Node, k int) int {
+	best := 0
+	for i, row := range n.Topology {
+		for j, v := range row {
+			if i != j && v > best {
+				best = v
+			}
+		}
+	}
+	return k * (k - 1) / 2 * best
 }
 
 // pickGPUs chooses the devices for r among the whole-free slots in mask (or
 // by best fit for a fraction).
 func pickGPUs(n *Node, r Resources, minScore int, mask uint64, anchor uint64) ([]GPUAlloc, bool) {
+	g, _, ok := pickGPUsScore(n, r, minScore, mask, anchor)
+	return g, ok
+}
+
+// pickGPUsScore is pickGPUs that also returns the set's link score.
+func pickGPUsScore(n *Node, r Resources, minScore int, mask uint64, anchor uint64) ([]GPUAlloc, int, bool) {
 	switch {
 	case r.GPUs == 0:
-		return nil, true
+		return nil, 0, true
 	case r.fractionalGPU():
 		sl, ok := pickFraction(n, q(r.GPUs))
 		if !ok {
-			return nil, false
+			return nil, 0, false
 		}
-		return []GPUAlloc{{Index: n.GPUs[sl].Index, Fraction: q(r.GPUs)}}, true
+		return []GPUAlloc{{Index: n.GPUs[sl].Index, Fraction: q(r.GPUs)}}, 0, true
 	}
 	k := r.wholeGPUs()
 	if bits.OnesCount64(mask) < k {
-		return nil, false
+		return nil, 0, false
 	}
-	set, _, ok := bestGPUSet(n, mask, k, minScore, anchor)
+	set, score, ok := bestGPUSet(n, mask, k, minScore, anchor)
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	out := make([]GPUAlloc, len(set))
 	for i, sl := range set {
 		out[i] = GPUAlloc{Index: n.GPUs[sl].Index, Fraction: 1}
 	}
-	return out, true
+	return out, score, true
 }
+
+// topologyCandidates is how many equally loaded nodes a multi-GPU request
+// compares to find the best-connected free GPUs.
+const topologyCandidates = 8
 
 // findNode searches the index for a node that takes req now.
 func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) {
 	s := v.s
 	x := &s.idx
+	var score int
 	try := func(n *Node) (Placement, bool) {
 		if o.exclude[n.ID] {
 			return Placement{}, false
 		}
 		n = v.node(n)
-		gpus, ok := fitNode(n, req, o.anchors[n.ID])
+		gpus, sc, ok := fitNodeScore(n, req, o.anchors[n.ID])
 		if !ok {
 			return Placement{}, false
 		}
+		score = sc
 		return Placement{Node: n.ID, GPUs: gpus, Bundle: AnyBundle}, true
 	}
 	for _, id := range o.prefer {
@@ -131,10 +163,26 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 	}
 	var found Placement
 	ok := false
+	multi := req.Resources.wholeGPUs() >= 2
+	// scan takes the first fitting node of a bucket; for a multi-GPU
+	// request it compares up to topologyCandidates fitting nodes of the
+	// bucket (equally good by count) and keeps the best-connected GPU set,
+	// stopping early at a set as good as the node's topology allows.
 	scan := func(b bitset) bool {
+		seen, bestScore := 0, -1
 		b.each(p.start(len(x.order)), func(i int) bool {
-			found, ok = try(x.order[i])
-			return !ok
+			pl, fits := try(x.order[i])
+			if !fits {
+				return true
+			}
+			if score > bestScore {
+				found, bestScore, ok = pl, score, true
+			}
+			seen++
+			if !multi || seen >= topologyCandidates || score >= idealScore(x.order[i], req.Resources.wholeGPUs()) {
+				return false
+			}
+			return true
 		})
 		return ok
 	}
