@@ -475,7 +475,7 @@ func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int
 			copy(out[n*OC:n*OC+OC], bias)
 		}
 	}
-	if N > 8 || OC < 64 {
+	if N > 8 || OC < 64 || N*C*OC < 1<<17 {
 		gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
 		return
 	}
