@@ -19,7 +19,7 @@ type Optim struct {
 	Beta1       float32 // AdamW beta1
 	Beta2       float32 // AdamW beta2
 	Eps         float32 // AdamW epsilon
-	WeightDecay float32 // applied to 2-D weight matrices only
+	WeightDecay float32 // applied to 2-D matrices (embeddings included), not to biases or LayerNorm
 	ClipNorm    float32 // global gradient-norm clip; 0 disables
 }
 
