@@ -181,3 +181,11 @@ func resolve[T, A, R any](h Handle[T], m func(*T, context.Context, A) (R, error)
 	}
 	return mi, nil
 }
+
+// HandleOf wraps a runtime's Ref as a typed handle. Runtimes and transports
+// use it; programs get handles from Spawn and GetActor, which check the type.
+func HandleOf[T any](ref Ref) Handle[T] { return Handle[T]{ref: ref} }
+
+// FutureOf wraps a promise as a typed future. Runtimes use it for results
+// that arrive by other paths.
+func FutureOf[R any](p *Promise) *Future[R] { return &Future[R]{p: p} }

@@ -9,14 +9,22 @@ import (
 // with the msgpack-encoded result or an error. It is also an ObjectRef, so a
 // pending result can be handed to another call.
 type Promise struct {
-	done     chan struct{}
-	resolved atomic.Bool
-	data     []byte
-	err      error
+	done      chan struct{}
+	resolved  atomic.Bool
+	data      []byte
+	err       error
+	onResolve func([]byte, error)
 }
 
 // NewPromise returns an unresolved promise.
 func NewPromise() *Promise { return &Promise{done: make(chan struct{})} }
+
+// NewPromiseFunc returns an unresolved promise that calls fn with the
+// outcome when it is resolved, on the resolving goroutine. Transports use it
+// to send a reply without a goroutine waiting per call.
+func NewPromiseFunc(fn func(data []byte, err error)) *Promise {
+	return &Promise{done: make(chan struct{}), onResolve: fn}
+}
 
 // Resolve sets the outcome. Later calls are ignored and report false, so a
 // race between a reply and a failure resolves once.
@@ -26,6 +34,9 @@ func (p *Promise) Resolve(data []byte, err error) bool {
 	}
 	p.data, p.err = data, err
 	close(p.done)
+	if p.onResolve != nil {
+		p.onResolve(data, err)
+	}
 	return true
 }
 

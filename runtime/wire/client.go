@@ -1,0 +1,204 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"troupe/actors"
+)
+
+// Client is the caller's side of one connection to a worker process. Many
+// goroutines share it; calls are multiplexed by ID.
+type Client struct {
+	c      *conn
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*clientCall
+	err     error // set once the connection is gone
+	done    chan struct{}
+}
+
+// clientCall is a call waiting for its reply.
+type clientCall struct {
+	reply *actors.Promise
+	stop  func() bool // stops the cancellation watcher, if any
+}
+
+// Dial connects to a worker's call server. network is "tcp" or "unix".
+func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("wire: dial %s %s: %w", network, addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return NewClient(nc, maxFrame), nil
+}
+
+// NewClient runs the client side over an established connection.
+func NewClient(nc net.Conn, maxFrame int) *Client {
+	cl := &Client{c: newConn(nc, maxFrame), pending: map[uint64]*clientCall{}, done: make(chan struct{})}
+	go cl.readReplies()
+	return cl
+}
+
+// Close closes the connection; pending calls fail with ErrClosed.
+func (cl *Client) Close() error {
+	cl.c.close(ErrClosed)
+	<-cl.done
+	return nil
+}
+
+// Done is closed once the connection is gone.
+func (cl *Client) Done() <-chan struct{} { return cl.done }
+
+// Err reports why the connection ended, or nil.
+func (cl *Client) Err() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.err
+}
+
+func (cl *Client) readReplies() {
+	err := cl.c.readLoop(func(f *frame) error {
+		if f.kind != kindReply {
+			return fmt.Errorf("%w: kind %d from a server", ErrMalformed, f.kind)
+		}
+		cl.mu.Lock()
+		call := cl.pending[f.callID]
+		delete(cl.pending, f.callID)
+		cl.mu.Unlock()
+		if call == nil {
+			return nil // a reply to a call already failed locally
+		}
+		if call.stop != nil {
+			call.stop()
+		}
+		if f.status == statusOK {
+			call.reply.Resolve(f.data, nil)
+		} else {
+			call.reply.Resolve(nil, decodeError(f.data))
+		}
+		return nil
+	})
+	cl.mu.Lock()
+	cl.err = err
+	pending := cl.pending
+	cl.pending = nil
+	cl.mu.Unlock()
+	for _, call := range pending {
+		if call.stop != nil {
+			call.stop()
+		}
+		call.reply.Resolve(nil, fmt.Errorf("call lost: %w", err))
+	}
+	close(cl.done)
+}
+
+// Invoke sends one call to actorID. The outcome arrives through inv.Reply.
+func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
+	id := cl.nextID.Add(1)
+	f := frame{kind: kindCall, callID: id, actor: actorID, method: inv.Method, data: inv.Arg}
+	var later actors.ObjectRef
+	if inv.ArgRef != nil {
+		if p, ok := inv.ArgRef.(*actors.Promise); ok {
+			if data, err, ready := p.Result(); ready && err == nil {
+				f.data = data
+			} else {
+				later = inv.ArgRef
+			}
+		} else {
+			later = inv.ArgRef
+		}
+		if later != nil {
+			f.flags |= flagArgLater
+			f.data = nil
+		}
+	}
+	call := &clientCall{reply: inv.Reply}
+	if inv.Ctx != nil && inv.Ctx.Done() != nil {
+		if err := inv.Ctx.Err(); err != nil {
+			inv.Reply.Resolve(nil, fmt.Errorf("call %s: not sent: %w", inv.Method, err))
+			return
+		}
+		f.flags |= flagCancel
+	}
+	cl.mu.Lock()
+	if cl.pending == nil {
+		err := cl.err
+		cl.mu.Unlock()
+		inv.Reply.Resolve(nil, fmt.Errorf("call %s: %w", inv.Method, err))
+		return
+	}
+	cl.pending[id] = call
+	cl.mu.Unlock()
+	if f.flags&flagCancel != 0 {
+		call.stop = context.AfterFunc(inv.Ctx, func() { cl.c.send(&frame{kind: kindCancel, callID: id}) })
+	}
+	if err := cl.c.send(&f); err != nil {
+		cl.fail(id, fmt.Errorf("call %s: %w", inv.Method, err))
+		return
+	}
+	if later != nil {
+		go cl.sendArgLater(id, inv, later)
+	}
+}
+
+// sendArgLater waits for a call's argument and sends it after the call.
+func (cl *Client) sendArgLater(id uint64, inv *actors.Invocation, ref actors.ObjectRef) {
+	ctx := inv.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	data, err := ref.Wait(ctx)
+	f := frame{kind: kindArg, callID: id, data: data}
+	if err != nil {
+		f.kind, f.data = kindArgErr, encodeError(err)
+	}
+	if serr := cl.c.send(&f); serr != nil {
+		cl.fail(id, fmt.Errorf("call %s: argument: %w", inv.Method, serr))
+	}
+}
+
+// fail resolves a pending call locally.
+func (cl *Client) fail(id uint64, err error) {
+	cl.mu.Lock()
+	call := cl.pending[id]
+	delete(cl.pending, id)
+	cl.mu.Unlock()
+	if call != nil {
+		if call.stop != nil {
+			call.stop()
+		}
+		call.reply.Resolve(nil, err)
+	}
+}
+
+// Ref returns an actors.Ref for an actor served over this connection. kill
+// ends the actor through the control plane; nil refuses Kill.
+func (cl *Client) Ref(id, name, typeName string, kill func(ctx context.Context, reason string) error) actors.Ref {
+	return &remoteRef{cl: cl, id: id, name: name, typeName: typeName, kill: kill}
+}
+
+type remoteRef struct {
+	cl                 *Client
+	id, name, typeName string
+	kill               func(ctx context.Context, reason string) error
+}
+
+func (r *remoteRef) ID() string                    { return r.id }
+func (r *remoteRef) Name() string                  { return r.name }
+func (r *remoteRef) TypeName() string              { return r.typeName }
+func (r *remoteRef) Invoke(inv *actors.Invocation) { r.cl.Invoke(r.id, inv) }
+func (r *remoteRef) Kill(ctx context.Context, reason string) error {
+	if r.kill == nil {
+		return fmt.Errorf("kill %s: not supported on this connection", r.id)
+	}
+	return r.kill(ctx, reason)
+}

@@ -1,0 +1,25 @@
+// Package wire is troupe's direct call path between processes: a framed,
+// multiplexed protocol over one long-lived stream connection (TCP, or a Unix
+// socket between processes of one node) that carries actor invocations from
+// a caller straight to the worker hosting the actor, and their replies back.
+//
+// gRPC carries the control plane; calls take this path because measuring
+// showed gRPC's per-message cost (HTTP/2 framing, flow control, one goroutine
+// per stream) caps a ping-pong far below a plain framed socket on the same
+// machine.
+//
+// Frame layout (little endian):
+//
+//	u32 length of the rest | u8 kind | body
+//	call:   uvarint callID | string actor | string method | u8 flags | bytes arg
+//	arg:    uvarint callID | bytes arg              (a call's deferred argument)
+//	argerr: uvarint callID | bytes error            (its argument failed)
+//	reply:  uvarint callID | u8 status | bytes payload (result, or an error)
+//	cancel: uvarint callID
+//
+// where string and bytes are a uvarint length then the bytes. Calls on one
+// connection reach the server in the order they were invoked, so per-actor
+// order holds. A call whose argument is a future not resolved yet is sent at
+// once with flagArgLater, and its argument follows in an arg frame when
+// ready: order is kept and the callee, not the caller, waits.
+package wire

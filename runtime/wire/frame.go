@@ -1,0 +1,159 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Frame kinds.
+const (
+	kindCall   byte = 1
+	kindArg    byte = 2
+	kindArgErr byte = 3
+	kindReply  byte = 4
+	kindCancel byte = 5
+)
+
+// Call flags.
+const (
+	flagArgLater byte = 1 << 0 // the argument follows in an arg frame
+	flagCancel   byte = 1 << 1 // the caller may cancel: track the call
+)
+
+// Reply statuses.
+const (
+	statusOK  byte = 0
+	statusErr byte = 1 // payload is an encoded error (see errors.go)
+)
+
+// DefaultMaxFrame bounds one frame: larger arguments or results are refused
+// with ErrFrameTooLarge instead of being buffered whole.
+const DefaultMaxFrame = 64 << 20
+
+var (
+	// ErrFrameTooLarge: a frame exceeds the connection's limit.
+	ErrFrameTooLarge = errors.New("wire: frame too large")
+	// ErrMalformed: a frame could not be decoded.
+	ErrMalformed = errors.New("wire: malformed frame")
+	// ErrClosed: the connection is closed.
+	ErrClosed = errors.New("wire: connection closed")
+)
+
+// frame is one decoded frame. Byte slices alias the frame's buffer.
+type frame struct {
+	kind   byte
+	callID uint64
+	actor  string
+	method string
+	flags  byte
+	status byte
+	data   []byte
+}
+
+// appendFrame appends f's encoding, length prefix included, to b.
+func appendFrame(b []byte, f *frame) []byte {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0, f.kind)
+	b = binary.AppendUvarint(b, f.callID)
+	switch f.kind {
+	case kindCall:
+		b = appendBytes(b, f.actor)
+		b = appendBytes(b, f.method)
+		b = append(b, f.flags)
+		b = appendBytes(b, f.data)
+	case kindArg, kindArgErr:
+		b = appendBytes(b, f.data)
+	case kindReply:
+		b = append(b, f.status)
+		b = appendBytes(b, f.data)
+	case kindCancel:
+	}
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+func appendBytes[S string | []byte](b []byte, s S) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeFrame decodes the body of a frame (after the length prefix). It
+// never panics on bad input.
+func decodeFrame(body []byte) (frame, error) {
+	var f frame
+	if len(body) < 1 {
+		return f, fmt.Errorf("%w: empty frame", ErrMalformed)
+	}
+	f.kind = body[0]
+	r := reader{b: body[1:]}
+	f.callID = r.uvarint()
+	switch f.kind {
+	case kindCall:
+		f.actor = string(r.bytes())
+		f.method = string(r.bytes())
+		f.flags = r.byte()
+		f.data = r.bytes()
+	case kindArg, kindArgErr:
+		f.data = r.bytes()
+	case kindReply:
+		f.status = r.byte()
+		f.data = r.bytes()
+	case kindCancel:
+	default:
+		return f, fmt.Errorf("%w: unknown kind %d", ErrMalformed, f.kind)
+	}
+	if r.err != nil {
+		return f, fmt.Errorf("%w: kind %d: %v", ErrMalformed, f.kind, r.err)
+	}
+	if len(r.b) != 0 {
+		return f, fmt.Errorf("%w: kind %d: %d trailing bytes", ErrMalformed, f.kind, len(r.b))
+	}
+	return f, nil
+}
+
+// reader decodes fields, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errors.New("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) < 1 {
+		r.err = errors.New("truncated")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("length %d exceeds the %d bytes left", n, len(r.b))
+		return nil
+	}
+	s := r.b[:n:n]
+	r.b = r.b[n:]
+	return s
+}

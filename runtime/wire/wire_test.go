@@ -1,0 +1,248 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"troupe/actors"
+)
+
+// echo is the test actor.
+type echo struct{ n int }
+
+func newEcho(ctx context.Context, start int) (*echo, error) { return &echo{n: start}, nil }
+
+func (e *echo) Add(ctx context.Context, d int) (int, error)         { e.n += d; return e.n, nil }
+func (e *echo) Bytes(ctx context.Context, b []byte) ([]byte, error) { return b, nil }
+func (e *echo) Fail(ctx context.Context, s string) (int, error)     { return 0, errors.New(s) }
+func (e *echo) Panic(ctx context.Context, s string) (int, error)    { panic(s) }
+func (e *echo) Crash(ctx context.Context, s string) (int, error)    { panic(actors.Crash(s)) }
+func (e *echo) Block(ctx context.Context, _ int) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+func init() { actors.MustRegister("wire.echo", newEcho) }
+
+// host is an in-memory Host of actors.Instances.
+type host struct {
+	mu   sync.Mutex
+	byID map[string]*actors.Instance
+}
+
+func (h *host) Lookup(id string) (Target, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	in, ok := h.byID[id]
+	return in, ok
+}
+
+func (h *host) spawn(t testing.TB, id string, spec actors.Spec) {
+	t.Helper()
+	in, err := actors.NewInstance(context.Background(), spec, actors.ActorInfo{ID: id, Node: "n1"}, actors.InstanceHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.byID[id] = in
+	h.mu.Unlock()
+}
+
+// pair starts a server and a client joined by a loopback TCP connection.
+func pair(t testing.TB, maxFrame int) (*host, *Client) {
+	t.Helper()
+	h := &host{byID: map[string]*actors.Instance{}}
+	srv := NewServer(h, maxFrame)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	cl, err := Dial(context.Background(), "tcp", l.Addr().String(), maxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close(); srv.Close() })
+	return h, cl
+}
+
+func spec(start int, opts ...actors.Option) actors.Spec {
+	s := actors.Spec{Type: "wire.echo", Config: []byte{byte(start)}}
+	for _, o := range opts {
+		o(&s)
+	}
+	return s
+}
+
+func handle(cl *Client, id string) actors.Handle[echo] {
+	return actors.HandleOf[echo](cl.Ref(id, "", "wire.echo", nil))
+}
+
+func TestCallsAndOrderOverTheWire(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(5))
+	a := handle(cl, "a")
+	if v, err := actors.Call(ctx, a, (*echo).Add, 1).Get(ctx); err != nil || v != 6 {
+		t.Fatalf("Add = %d, %v", v, err)
+	}
+	var futs []*actors.Future[int]
+	for i := 0; i < 2000; i++ {
+		futs = append(futs, actors.Call(ctx, a, (*echo).Add, 1))
+	}
+	for i, f := range futs {
+		if v, err := f.Get(ctx); err != nil || v != 7+i {
+			t.Fatalf("call %d = %d, %v; want %d in order", i, v, err, 7+i)
+		}
+	}
+}
+
+func TestErrorsKeepTheirTypes(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0, actors.MaxRestarts(1)))
+	a := handle(cl, "a")
+	if _, err := actors.Call(ctx, a, (*echo).Fail, "plain failure").Get(ctx); err == nil || err.Error() != "plain failure" {
+		t.Errorf("method error: %v", err)
+	}
+	var ce *actors.CallError
+	if _, err := actors.Call(ctx, a, (*echo).Panic, "bang").Get(ctx); !errors.As(err, &ce) || ce.Panic != "bang" || ce.Stack == "" {
+		t.Errorf("panic: %v", err)
+	}
+	if _, err := actors.Call(ctx, a, (*echo).Crash, "fault").Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Errorf("crash with a restart left: %v", err)
+	}
+	var died *actors.ActorDiedError
+	if _, err := actors.Call(ctx, a, (*echo).Crash, "fault 2").Get(ctx); !errors.As(err, &died) || died.Cause != "fault 2" || died.Node != "n1" {
+		t.Errorf("crash without restarts: %v", err)
+	}
+	if _, err := actors.Call(ctx, handle(cl, "nobody"), (*echo).Add, 1).Get(ctx); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("unknown actor: %v", err)
+	}
+	h.spawn(t, "b", spec(0))
+	p := actors.NewPromise()
+	cl.Invoke("b", &actors.Invocation{Method: "Nope", Arg: []byte{1}, Reply: p})
+	if _, err := p.Wait(ctx); !errors.Is(err, actors.ErrNoSuchMethod) {
+		t.Errorf("unknown method: %v", err)
+	}
+	p = actors.NewPromise()
+	cl.Invoke("b", &actors.Invocation{Method: "Add", Arg: []byte{0xc1}, Reply: p})
+	if _, err := p.Wait(ctx); !errors.Is(err, actors.ErrDecode) {
+		t.Errorf("malformed argument: %v", err)
+	}
+}
+
+func TestFutureArgumentIsAwaitedByTheCallee(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0))
+	a := handle(cl, "a")
+	// The argument is a future nobody has resolved yet; calls behind it
+	// must still run after it.
+	p := actors.NewPromise()
+	dependent := actors.CallRef(ctx, a, (*echo).Add, actors.FutureOf[int](p))
+	after := actors.Call(ctx, a, (*echo).Add, 1)
+	p.Resolve([]byte{10}, nil)
+	if v, err := dependent.Get(ctx); err != nil || v != 10 {
+		t.Fatalf("dependent = %d, %v", v, err)
+	}
+	if v, err := after.Get(ctx); err != nil || v != 11 {
+		t.Fatalf("after = %d, %v; want 11 (order kept)", v, err)
+	}
+	bad := actors.NewPromise()
+	failing := actors.CallRef(ctx, a, (*echo).Add, actors.FutureOf[int](bad))
+	bad.Resolve(nil, errors.New("upstream broke"))
+	if _, err := failing.Get(ctx); err == nil || !strings.Contains(err.Error(), "upstream broke") {
+		t.Fatalf("failed dependency: %v", err)
+	}
+}
+
+func TestCancellationReachesTheCallee(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0))
+	a := handle(cl, "a")
+	cctx, cancel := context.WithCancel(ctx)
+	f := actors.Call(cctx, a, (*echo).Block, 0)
+	cancel()
+	if _, err := f.Get(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	if v, err := actors.Call(ctx, a, (*echo).Add, 2).Get(ctx); err != nil || v != 2 {
+		t.Fatalf("actor after cancel: %d, %v", v, err)
+	}
+}
+
+func TestFrameLimits(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 4096)
+	h.spawn(t, "a", spec(0))
+	a := handle(cl, "a")
+	if _, err := actors.Call(ctx, a, (*echo).Bytes, make([]byte, 8192)).Get(ctx); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized argument: %v", err)
+	}
+	if v, err := actors.Call(ctx, a, (*echo).Bytes, []byte("fits")).Get(ctx); err != nil || string(v) != "fits" {
+		t.Fatalf("small call after refusal: %q, %v", v, err)
+	}
+}
+
+func TestConnectionLossFailsPendingCalls(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0))
+	a := handle(cl, "a")
+	f := actors.Call(ctx, a, (*echo).Block, 0) // never returns by itself
+	cl.c.nc.Close()                            // the worker vanished
+	if _, err := f.Get(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("pending call after loss: %v", err)
+	}
+	if _, err := actors.Call(ctx, a, (*echo).Add, 1).Get(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after loss: %v", err)
+	}
+}
+
+func TestServerRejectsGarbage(t *testing.T) {
+	h := &host{byID: map[string]*actors.Instance{}}
+	srv := NewServer(h, 1024)
+	for _, junk := range [][]byte{
+		{0xff, 0xff, 0xff, 0x7f},                 // length beyond the limit
+		{2, 0, 0, 0, 9, 1},                       // unknown kind
+		{3, 0, 0, 0, kindCall, 1, 200},           // truncated call
+		{2, 0, 0, 0, kindReply, 1},               // a reply sent to a server
+		{7, 0, 0, 0, kindCall, 1, 0, 0, 0, 0, 9}, // trailing bytes
+	} {
+		a, b := net.Pipe()
+		done := make(chan struct{})
+		go func() { srv.ServeConn(a); close(done) }()
+		go io.Copy(io.Discard, b)
+		b.Write(junk)
+		<-done // the server hung up instead of crashing
+		b.Close()
+	}
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add(appendFrame(nil, &frame{kind: kindCall, callID: 7, actor: "a", method: "Add", flags: flagCancel, data: []byte{1}})[4:])
+	f.Add(appendFrame(nil, &frame{kind: kindReply, callID: 1 << 40, status: statusErr, data: encodeError(errors.New("x"))})[4:])
+	f.Add(appendFrame(nil, &frame{kind: kindCancel, callID: 3})[4:])
+	f.Add([]byte{kindArg, 0x80})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fr, err := decodeFrame(body)
+		if err != nil {
+			return
+		}
+		// What decodes re-encodes to the same bytes.
+		again := appendFrame(nil, &fr)[4:]
+		if string(again) != string(body) {
+			t.Fatalf("round trip changed the frame: %x -> %x", body, again)
+		}
+		if fr.kind == kindReply && fr.status == statusErr {
+			decodeError(fr.data)
+		}
+	})
+}
