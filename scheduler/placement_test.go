@@ -227,3 +227,22 @@ func TestPackPrefersBetterConnectedNodeAmongEquals(t *testing.T) {
 		t.Fatalf("place = %v, %v; want a [2 3]", pl, err)
 	}
 }
+
+func TestFractionsPreferSharedGPUs(t *testing.T) {
+	topo := NVSwitchTopology(2, 1)
+	s := newStateWith(t, SimNode("a", 8, 1<<30, topo), SimNode("b", 8, 1<<30, topo))
+	frac := func(id ActorID, node NodeID, f float64) {
+		mustApply(t, s, &CreateActor{Spec: ActorSpec{ID: id, Request: Request{Resources: Resources{GPUs: f}}},
+			Placement: &Placement{Node: node, GPUs: []GPUAlloc{{Index: 0, Fraction: f}}, Bundle: AnyBundle}})
+	}
+	frac("x", "a", 0.8) // a: GPU 0 has 0.2 left
+	frac("y", "b", 0.4) // b: GPU 0 has 0.6 left
+	pl, err := Planner{}.Place(s, Request{Resources: Resources{GPUs: 0.5}})
+	if err != nil || pl.Node != "b" || pl.GPUs[0].Index != 0 {
+		t.Fatalf("place = %v, %v; want b GPU 0 (shared) rather than a whole GPU on a", pl, err)
+	}
+	pl, err = Planner{}.Place(s, Request{Resources: Resources{GPUs: 0.2}})
+	if err != nil || pl.Node != "a" || pl.GPUs[0].Index != 0 {
+		t.Fatalf("place = %v, %v; want a GPU 0 (exact fit)", pl, err)
+	}
+}

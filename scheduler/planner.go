@@ -142,6 +142,7 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 	s := v.s
 	x := &s.idx
 	var score int
+	sharedOnly := false // when set, a fraction must land on an already shared GPU
 	try := func(n *Node) (Placement, bool) {
 		if o.exclude[n.ID] {
 			return Placement{}, false
@@ -149,6 +150,9 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 		n = v.node(n)
 		gpus, sc, ok := fitNodeScore(n, req, o.anchors[n.ID])
 		if !ok {
+			return Placement{}, false
+		}
+		if sharedOnly && len(gpus) == 1 && n.GPUs[n.slot(gpus[0].Index)].Free >= 1 {
 			return Placement{}, false
 		}
 		score = sc
@@ -207,8 +211,12 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 	}
 	// Pack: fractions first go where a GPU is already shared, then every
 	// request goes to the node left with the fewest whole free GPUs.
-	if r.fractionalGPU() && scan(x.partial) {
-		return found, true
+	if r.fractionalGPU() {
+		sharedOnly = true
+		if scan(x.partial) {
+			return found, true
+		}
+		sharedOnly = false
 	}
 	for b := k; b <= x.maxGPUs; b++ {
 		if scan(x.buckets[b]) {
