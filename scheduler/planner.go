@@ -85,20 +85,6 @@ func fitNodeScore(n *Node, req Request, anchor uint64) ([]GPUAlloc, int, bool) {
 	return pickGPUsScore(n, r, req.MinLinkScore, n.wholeFreeMask(), anchor)
 }
 
-// idealScore is the best score k GPUs could have on n: every pair linked
-// as well as n's best pair.
-func idealScore(n *Node, k int) int {
-	best := 0
-	for i, row := range n.Topology {
-		for j, v := range row {
-			if i != j && v > best {
-				best = v
-			}
-		}
-	}
-	return k * (k - 1) / 2 * best
-}
-
 // pickGPUs chooses the devices for r among the whole-free slots in mask (or
 // by best fit for a fraction).
 func pickGPUs(n *Node, r Resources, minScore int, mask uint64, anchor uint64) ([]GPUAlloc, bool) {
@@ -183,7 +169,7 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 				found, bestScore, ok = pl, score, true
 			}
 			seen++
-			if !multi || seen >= topologyCandidates || score >= idealScore(x.order[i], req.Resources.wholeGPUs()) {
+			if !multi || seen >= topologyCandidates || score >= x.ideal[i][req.Resources.wholeGPUs()] {
 				return false
 			}
 			return true

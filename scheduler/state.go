@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sort"
 )
@@ -177,6 +178,10 @@ type index struct {
 	partial bitset
 	key     []int // current bucket per ordinal, -1 when not schedulable
 	maxGPUs int
+	// ideal[i][k] is the best link score k GPUs can have on node i's
+	// topology (shared between nodes with the same matrix), so a search can
+	// stop at a node offering that.
+	ideal [][]int
 }
 
 func (x *index) ensure(s *State) {
@@ -208,6 +213,39 @@ func (x *index) ensure(s *State) {
 		x.key[i] = -1
 		x.place(i, n)
 	}
+	x.ideal = make([][]int, len(x.order))
+	byTopo := map[string][]int{}
+	var kb []byte
+	for i, n := range x.order {
+		kb = kb[:0]
+		for _, row := range n.Topology {
+			for _, v := range row {
+				kb = binary.AppendUvarint(kb, uint64(v))
+			}
+		}
+		kb = binary.AppendUvarint(kb, uint64(len(n.GPUs)))
+		id, ok := byTopo[string(kb)]
+		if !ok {
+			id = idealScores(n)
+			byTopo[string(kb)] = id
+		}
+		x.ideal[i] = id
+	}
+}
+
+// idealScores returns, for k = 0..len(n.GPUs), the best link score of k
+// GPUs on n's topology.
+func idealScores(n *Node) []int {
+	out := make([]int, len(n.GPUs)+1)
+	all := uint64(1)<<uint(len(n.GPUs)) - 1
+	if len(n.GPUs) == 64 {
+		all = ^uint64(0)
+	}
+	for k := 2; k <= len(n.GPUs) && n.Topology != nil; k++ {
+		_, sc, _ := bestGPUSet(n, all, k, 0, 0)
+		out[k] = sc
+	}
+	return out
 }
 
 // place files ordinal i under its current bucket (key must be -1 or stale
