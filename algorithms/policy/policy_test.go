@@ -552,6 +552,9 @@ func TestTrainStepSteadyStateAllocations(t *testing.T) {
 	// After the first step every buffer exists; later steps allocate only
 	// the per-kernel closures and views (tens of small objects), never
 	// activations or scratch.
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
 	m := mustNew(t, cpu.New(), tiny, 71)
 	batch := Batch{Tokens: randSeqs(rand.New(rand.NewPCG(7, 7)), 4, 17, 17, tiny.Vocab)}
 	if _, err := m.TrainStep(batch); err != nil {
