@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"troupe/actors"
@@ -44,7 +45,7 @@ type Options struct {
 
 	Layers, Heads, Width int
 
-	Steps    int
+	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
 	Envs     int // environments per step
 	LR       float32
@@ -66,8 +67,8 @@ type Options struct {
 	CkptEvery    int     // steps between checkpoints (0: end only)
 
 	OutDir   string
-	Progress io.Writer // progress bar (nil: none)
-	Log      io.Writer // one-line messages (nil: none)
+	Progress io.Writer `json:"-"` // progress bar (nil: none)
+	Log      io.Writer `json:"-"` // one-line messages (nil: none)
 }
 
 // Defaults fills zero fields with the planpath AT-GRPO defaults.
@@ -86,9 +87,6 @@ func (o *Options) Defaults() {
 	}
 	if o.Width == 0 {
 		o.Width = 64
-	}
-	if o.Steps == 0 {
-		o.Steps = 30
 	}
 	if o.K == 0 {
 		o.K = 4
@@ -134,6 +132,7 @@ type Result struct {
 	Evals       []Point           // every evaluation, step order
 	Steps       int               // RL steps run
 	Wall        time.Duration     // whole run including warm start and evals
+	CPU         time.Duration     // process CPU time over the run (load-independent; all cells of a process share it)
 	TrainWall   time.Duration     // RL steps only
 	TokensPerS  float64           // generated+trained tokens per second of RL
 	Checkpoints map[string]string // final checkpoint files by policy name
@@ -196,6 +195,7 @@ func Budget(cfg envs.Config) int {
 func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	o.Defaults()
 	start := time.Now()
+	cpu0 := cpuTime()
 	var res Result
 	logf := func(format string, a ...any) {
 		if o.Log != nil {
@@ -342,7 +342,11 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	default:
 		return res, fmt.Errorf("unknown algorithm %q (atgrpo, joyagents)", o.Algo)
 	}
-	bar := NewBar(o.Progress, o.Steps)
+	progress := o.Progress
+	if o.Steps == 0 {
+		progress = nil
+	}
+	bar := NewBar(progress, o.Steps)
 	t0 := time.Now()
 	tokens0 := totalTokens(ctx, team)
 	var hist []StepRecord
@@ -372,7 +376,9 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	bar.Done()
 	res.Steps = o.Steps
 	res.TrainWall = time.Since(t0)
-	res.TokensPerS = float64(totalTokens(ctx, team)-tokens0) / res.TrainWall.Seconds()
+	if o.Steps > 0 {
+		res.TokensPerS = float64(totalTokens(ctx, team)-tokens0) / res.TrainWall.Seconds()
+	}
 	pf, err := evaluate(o.Steps)
 	if err != nil {
 		return res, fmt.Errorf("evaluate: %w", err)
@@ -402,7 +408,19 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		logf("metrics: %s, plot: %s", filepath.Join(o.OutDir, "metrics.jsonl"), filepath.Join(o.OutDir, "curves.png"))
 	}
 	res.Wall = time.Since(start)
+	res.CPU = cpuTime() - cpu0
+	logf("wall %s, process CPU %s", res.Wall.Round(time.Second), res.CPU.Round(time.Second))
 	return res, nil
+}
+
+// cpuTime is the process's user+system CPU time: on a shared machine the
+// steadier measure of work than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fillUpd(r *StepRecord, upd map[string]rl.UpdateStats) {

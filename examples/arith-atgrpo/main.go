@@ -1,0 +1,22 @@
+// Command arith-atgrpo trains a reasoner and a tool agent on multi-step
+// arithmetic word problems with AT-GRPO on the embedded cluster (per-role
+// policy actors): warm start, RL, held-out evaluation, metrics, plot,
+// checkpoints.
+//
+//	go run ./examples/arith-atgrpo
+package main
+
+import (
+	"troupe/algorithms/envs"
+	"troupe/examples/internal/recipe"
+)
+
+func main() {
+	recipe.Main("arith-atgrpo", "Arithmetic AT-GRPO: multi-step word problems solved by a reasoner and a tool agent.", recipe.Options{
+		Name: "arith AT-GRPO", Env: "arith", Algo: "atgrpo", PerRole: true,
+		EnvConfig: envs.Config{Steps: 2},
+		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
+		WarmEpisodes: 600, WarmEpochs: 6, WarmNoise: 0.2,
+		EvalEvery: 10, CkptEvery: 20,
+	})
+}

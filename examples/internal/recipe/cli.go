@@ -1,0 +1,81 @@
+package recipe
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"troupe/runtime"
+)
+
+// Main is a training script's main: it registers flags whose defaults are
+// the fields of o, parses the command line, runs the recipe on the embedded
+// cluster (or the cluster in $TROUPE_ADDRESS) and exits non-zero on error.
+func Main(prog, doc string, o Options) {
+	o.Defaults()
+	fs := flag.NewFlagSet(prog, flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\nUsage: go run ./examples/%s [flags]\n\nFlags:\n", doc, prog)
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.Steps, "steps", o.Steps, "RL training steps (0: warm start and evaluation only)")
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed for weights, sampling and training environments")
+	fs.StringVar(&o.OutDir, "out", "runs/"+prog, "output directory (metrics.jsonl, curves.png, checkpoints)")
+	size := fs.Int("size", o.EnvConfig.Width, "grid width and height (planpath 5..10, sokoban 5..8; 0: default)")
+	fs.Float64Var(&o.EnvConfig.ObstacleRate, "obstacles", o.EnvConfig.ObstacleRate, "obstacle rate (planpath, sokoban; 0: default)")
+	fs.IntVar(&o.EnvConfig.TurnBudget, "turns", o.EnvConfig.TurnBudget, "turn budget per episode (0: the environment's default)")
+	fs.IntVar(&o.EnvConfig.Holes, "holes", o.EnvConfig.Holes, "sudoku4 empty cells (0: default)")
+	fs.IntVar(&o.EnvConfig.Steps, "arith-steps", o.EnvConfig.Steps, "arith operations per problem (0: 2 or 3)")
+	perRole := fs.Bool("per-role", o.PerRole, "one policy per role (false: one shared policy)")
+	fs.BoolVar(&o.Single, "single", o.Single, "single-agent baseline: only the proposing role acts")
+	fs.IntVar(&o.K, "k", o.K, "branches per group (AT-GRPO K, JoyAgents G)")
+	fs.IntVar(&o.Envs, "envs", o.Envs, "environments per step")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "transformer layers")
+	fs.IntVar(&o.Width, "width", o.Width, "model width")
+	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
+	lr := fs.Float64("lr", float64(o.LR), "RL learning rate")
+	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "gradient steps per RL update")
+	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
+	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
+	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")
+	warmLR := fs.Float64("warm-lr", float64(o.WarmLR), "warm-start learning rate")
+	fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out evaluation episodes")
+	fs.IntVar(&o.EvalEvery, "eval-every", o.EvalEvery, "steps between held-out evaluations (0: start and end only)")
+	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
+	evalTemp := fs.Float64("eval-temp", float64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
+	if o.Algo == "joyagents" {
+		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
+		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory evolution")
+	}
+	_ = fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))
+		os.Exit(2)
+	}
+	if *size != 0 {
+		o.EnvConfig.Width, o.EnvConfig.Height = *size, *size
+	}
+	o.PerRole = *perRole
+	o.LR, o.WarmLR, o.EvalTemp = float32(*lr), float32(*warmLR), float32(*evalTemp)
+	if o.Steps < 0 {
+		fmt.Fprintf(os.Stderr, "%s: --steps %d must not be negative\n", prog, o.Steps)
+		os.Exit(2)
+	}
+	o.Progress, o.Log = os.Stderr, os.Stdout
+	ctx := context.Background()
+	rt, err := runtime.Init(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		os.Exit(1)
+	}
+	res, err := Run(ctx, rt, o)
+	rt.Shutdown(context.Background())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		os.Exit(1)
+	}
+	fmt.Printf("done in %s: held-out success %.0f%% after the warm start -> %.0f%% after %d RL steps\n",
+		res.Wall.Round(1e9), 100*res.WarmSuccess, 100*res.Final.Success, res.Steps)
+}

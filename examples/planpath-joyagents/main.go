@@ -1,0 +1,25 @@
+// Command planpath-joyagents trains the Plan-Path team with JoyAgents-R1
+// (node-wise Monte Carlo sampling, marginal-benefit top-K selection, memory
+// evolution) on the embedded cluster, the per-role policies being actors:
+// the same warm start, held-out evaluation, metrics, plot and checkpoints as
+// planpath-atgrpo.
+//
+//	go run ./examples/planpath-joyagents
+//	go run ./examples/planpath-joyagents --topk 4 --memory=false
+package main
+
+import (
+	"troupe/algorithms/envs"
+	"troupe/examples/internal/recipe"
+)
+
+func main() {
+	recipe.Main("planpath-joyagents", "Plan-Path JoyAgents-R1: node-wise sampling, top-K agent selection and memory.", recipe.Options{
+		Name: "planpath 6x6 JoyAgents-R1", Env: "planpath", Algo: "joyagents", PerRole: true,
+		EnvConfig: envs.Config{Width: 6, Height: 6},
+		Steps:     30, K: 6, Envs: 4, LR: 3e-4, Seed: 1,
+		JoyMemory:    true,
+		WarmEpisodes: 800, WarmEpochs: 8, WarmNoise: 0.2,
+		EvalEvery: 10, CkptEvery: 20,
+	})
+}
