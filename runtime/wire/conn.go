@@ -9,74 +9,94 @@ import (
 	"sync"
 )
 
-// conn is one framed connection: a coalescing writer and a reader loop.
+// conn is one framed connection: a writer goroutine that sends whatever
+// frames have queued since its last write in one write, and a reader loop.
+// Queuing a frame costs no system call, so a caller that pipelines many
+// calls, or many actors replying at once, share writes.
 type conn struct {
 	nc       net.Conn
 	maxFrame int
 
-	mu       sync.Mutex
-	buf      []byte // frames waiting to be written
-	spare    []byte
-	flushing bool
-	err      error // first write or read error; the connection is dead
+	mu      sync.Mutex
+	drained *sync.Cond // signalled when the writer takes the buffer
+	buf     []byte     // frames waiting to be written
+	spare   []byte
+	woken   bool  // the writer has been signalled and not yet taken buf
+	err     error // first write or read error; the connection is dead
 
+	wake      chan struct{}
 	closeOnce sync.Once
 	closed    chan struct{}
 }
+
+// maxQueued bounds the bytes queued for writing: a sender past it waits, so
+// a slow peer pushes back instead of growing memory without end.
+const maxQueued = 16 << 20
 
 func newConn(nc net.Conn, maxFrame int) *conn {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
-	return &conn{nc: nc, maxFrame: maxFrame, closed: make(chan struct{})}
+	c := &conn{nc: nc, maxFrame: maxFrame, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	c.drained = sync.NewCond(&c.mu)
+	go c.writeLoop()
+	return c
 }
 
-// send queues f and writes it, together with whatever other goroutines
-// queue meanwhile: the goroutine that finds no write in progress becomes
-// the flusher and writes until the buffer is empty, so pipelined frames
-// leave in large writes and a lone frame leaves at once.
+// send queues f for the writer goroutine.
 func (c *conn) send(f *frame) error {
 	if n := len(f.data) + len(f.actor) + len(f.method) + 32; n > c.maxFrame {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame)
 	}
 	c.mu.Lock()
+	for len(c.buf) > maxQueued && c.err == nil {
+		c.drained.Wait()
+	}
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
 		return err
 	}
 	c.buf = appendFrame(c.buf, f)
-	if c.flushing {
-		c.mu.Unlock()
-		return nil
+	wake := !c.woken
+	c.woken = true
+	c.mu.Unlock()
+	if wake {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
-	c.flushing = true
-	var err error
-	for len(c.buf) > 0 {
+	return nil
+}
+
+// writeLoop writes queued frames until the connection closes.
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.closed:
+			return
+		}
+		c.mu.Lock()
 		out := c.buf
 		c.buf = c.spare[:0]
+		c.woken = false
+		c.drained.Broadcast()
 		c.mu.Unlock()
-		_, err = c.nc.Write(out)
+		if len(out) == 0 {
+			continue
+		}
+		if _, err := c.nc.Write(out); err != nil {
+			c.fail(fmt.Errorf("%w: write: %v", ErrClosed, err))
+			return
+		}
 		c.mu.Lock()
 		if cap(out) <= 1<<20 { // keep ordinary buffers, drop huge ones
 			c.spare = out[:0]
-		} else {
-			c.spare = nil
 		}
-		if err != nil {
-			if c.err == nil {
-				c.err = fmt.Errorf("%w: write: %v", ErrClosed, err)
-			}
-			c.buf = nil
-			break
-		}
+		c.mu.Unlock()
 	}
-	c.flushing = false
-	c.mu.Unlock()
-	if err != nil {
-		c.close(err)
-	}
-	return nil
 }
 
 // readLoop decodes frames until the connection fails, handing each to
@@ -124,6 +144,8 @@ func (c *conn) close(err error) {
 		if c.err == nil {
 			c.err = err
 		}
+		c.buf = nil
+		c.drained.Broadcast()
 		c.mu.Unlock()
 		c.nc.Close()
 		close(c.closed)

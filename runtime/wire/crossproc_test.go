@@ -1,0 +1,269 @@
+package wire
+
+// Cross-process benchmarks: the test binary re-executes itself as a peer
+// process that serves the troupe call path, a raw TCP echo and a bare gRPC
+// echo (unary and bidirectional stream), so all four are measured side by
+// side in one run with the same 64-byte payload.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+
+	"troupe/actors"
+)
+
+const peerEnv = "TROUPE_WIRE_BENCH_PEER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(peerEnv) == "1" {
+		runPeer()
+		return
+	}
+	code := m.Run()
+	stopPeer()
+	os.Exit(code)
+}
+
+// payload is the 64-byte message of every ping-pong.
+var payload = make([]byte, 64)
+
+// rawCodec lets bare gRPC carry []byte without protobuf.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], b...)
+	return nil
+}
+func (rawCodec) Name() string { return "troupe-bench-raw" }
+func init()                   { encoding.RegisterCodec(rawCodec{}) }
+
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "bench.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{MethodName: "Unary", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		var b []byte
+		if err := dec(&b); err != nil {
+			return nil, err
+		}
+		return &b, nil
+	}}},
+	Streams: []grpc.StreamDesc{{StreamName: "Stream", ServerStreams: true, ClientStreams: true, Handler: func(srv any, st grpc.ServerStream) error {
+		var b []byte
+		for {
+			if err := st.RecvMsg(&b); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+			if err := st.SendMsg(&b); err != nil {
+				return err
+			}
+		}
+	}}},
+}
+
+// runPeer serves until its standard input closes.
+func runPeer() {
+	h := &host{byID: map[string]*actors.Instance{}}
+	for i := 0; i < 4; i++ {
+		in, err := actors.NewInstance(context.Background(), actors.Spec{Type: "wire.echo", Config: []byte{0}}, actors.ActorInfo{ID: fmt.Sprint("e", i)}, actors.InstanceHooks{})
+		if err != nil {
+			panic(err)
+		}
+		h.byID[fmt.Sprint("e", i)] = in
+	}
+	wl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go NewServer(h, 0).Serve(wl)
+	tl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c) // raw TCP echo
+		}
+	}()
+	gl, _ := net.Listen("tcp", "127.0.0.1:0")
+	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	gs.RegisterService(&echoDesc, struct{}{})
+	go gs.Serve(gl)
+	fmt.Printf("%s %s %s\n", wl.Addr(), tl.Addr(), gl.Addr())
+	io.Copy(io.Discard, os.Stdin)
+}
+
+var peer struct {
+	once             sync.Once
+	cmd              *exec.Cmd
+	stdin            io.Closer
+	wire, tcp, grpcA string
+	err              error
+}
+
+func startPeer(b *testing.B) {
+	peer.once.Do(func() {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), peerEnv+"=1")
+		cmd.Stderr = os.Stderr
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if peer.err = cmd.Start(); peer.err != nil {
+			return
+		}
+		peer.cmd, peer.stdin = cmd, in
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			peer.err = fmt.Errorf("peer did not start: %v", err)
+			return
+		}
+		f := strings.Fields(line)
+		peer.wire, peer.tcp, peer.grpcA = f[0], f[1], f[2]
+	})
+	if peer.err != nil {
+		b.Fatal(peer.err)
+	}
+}
+
+func stopPeer() {
+	if peer.cmd != nil {
+		peer.stdin.Close()
+		peer.cmd.Wait()
+	}
+}
+
+func reportRate(b *testing.B, unit string) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+}
+
+// BenchmarkCrossProcess compares, across two processes on this machine, a
+// raw TCP ping-pong, bare gRPC (unary and a bidirectional stream), and
+// troupe actor calls (sync, pipelined, and 4 callers × 4 actors).
+func BenchmarkCrossProcess(b *testing.B) {
+	startPeer(b)
+	ctx := context.Background()
+
+	b.Run("tcp-pingpong", func(b *testing.B) {
+		c, err := net.Dial("tcp", peer.tcp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for i := 0; i < b.N; i++ {
+			binary.LittleEndian.PutUint64(payload, uint64(i))
+			if _, err := c.Write(payload); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, "calls/s")
+	})
+
+	gc, err := grpc.NewClient(peer.grpcA, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(nil), grpc.CallContentSubtype("troupe-bench-raw")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gc.Close()
+	b.Run("grpc-unary", func(b *testing.B) {
+		out := []byte(nil)
+		for i := 0; i < b.N; i++ {
+			in := payload
+			if err := gc.Invoke(ctx, "/bench.Echo/Unary", &in, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, "calls/s")
+	})
+	b.Run("grpc-stream", func(b *testing.B) {
+		st, err := gc.NewStream(ctx, &echoDesc.Streams[0], "/bench.Echo/Stream")
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := []byte(nil)
+		for i := 0; i < b.N; i++ {
+			in := payload
+			if err := st.SendMsg(&in); err != nil {
+				b.Fatal(err)
+			}
+			if err := st.RecvMsg(&out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		st.CloseSend()
+		reportRate(b, "calls/s")
+	})
+
+	cl, err := Dial(ctx, "tcp", peer.wire, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	e := make([]actors.Handle[echo], 4)
+	for i := range e {
+		e[i] = handle(cl, fmt.Sprint("e", i))
+	}
+	b.Run("troupe-sync", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := actors.Call(ctx, e[0], (*echo).Bytes, payload).Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, "calls/s")
+	})
+	b.Run("troupe-pipelined", func(b *testing.B) {
+		const window = 2000
+		futs := make([]*actors.Future[[]byte], 0, window)
+		for i := 0; i < b.N; i++ {
+			futs = append(futs, actors.Call(ctx, e[0], (*echo).Bytes, payload))
+			if len(futs) == window || i == b.N-1 {
+				if _, err := futs[len(futs)-1].Get(ctx); err != nil {
+					b.Fatal(err)
+				}
+				futs = futs[:0]
+			}
+		}
+		reportRate(b, "calls/s")
+	})
+	b.Run("troupe-n2n-4x4", func(b *testing.B) {
+		// 4 caller goroutines, each pipelining to its own actor.
+		var wg sync.WaitGroup
+		per := (b.N + 3) / 4
+		for c := 0; c < 4; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				const window = 500
+				futs := make([]*actors.Future[[]byte], 0, window)
+				for i := 0; i < per; i++ {
+					futs = append(futs, actors.Call(ctx, e[c], (*echo).Bytes, payload))
+					if len(futs) == window || i == per-1 {
+						if _, err := futs[len(futs)-1].Get(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+						futs = futs[:0]
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(per*4)/b.Elapsed().Seconds(), "calls/s")
+	})
+}
