@@ -379,6 +379,18 @@ func (s *State) markDead(a *Actor) {
 	}
 	delRel(s.rel.inGroup, a.Spec.Request.Group, a.Spec.ID)
 	delRel(s.rel.ofJob, a.Spec.JobID, a.Spec.ID)
+	s.d.Deaths++
+	a.DeathSeq = s.d.Deaths
+	s.dead = append(s.dead, a.Spec.ID)
+	for len(s.dead)-s.deadHead > MaxDeadActors {
+		delete(s.d.Actors, s.dead[s.deadHead])
+		s.dead[s.deadHead] = ""
+		s.deadHead++
+	}
+	if s.deadHead > 1024 && s.deadHead*2 > len(s.dead) { // compact
+		s.dead = append(s.dead[:0], s.dead[s.deadHead:]...)
+		s.deadHead = 0
+	}
 }
 
 func (s *State) placeActorCmd(c *PlaceActor) error {

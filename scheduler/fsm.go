@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -18,7 +19,7 @@ const snapshotVersion = 1
 // its nodes, actors, placement groups and jobs sorted by ID, so equal states
 // encode to equal bytes.
 func (s *State) MarshalBinary() ([]byte, error) {
-	snap := snapshot{Applied: s.d.Applied}
+	snap := snapshot{Applied: s.d.Applied, Deaths: s.d.Deaths}
 	snap.Nodes = s.sortedNodes() // not the index: MarshalBinary runs under FSM's read lock
 	snap.Actors = s.Actors()
 	snap.Groups = s.Groups()
@@ -48,7 +49,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	}
 	var d stateData
 	d.init()
-	d.Applied = snap.Applied
+	d.Applied, d.Deaths = snap.Applied, snap.Deaths
 	for _, n := range snap.Nodes {
 		if n == nil || n.ID == "" || d.Nodes[n.ID] != nil {
 			return fmt.Errorf("decode state: %w: missing or repeated node", ErrMalformed)
@@ -79,6 +80,12 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	*s = State{d: d}
 	s.idx.dirty = true
 	s.rebuildRelations()
+	for _, a := range snap.Actors {
+		if a.State == ActorDead {
+			s.dead = append(s.dead, a.Spec.ID)
+		}
+	}
+	sort.Slice(s.dead, func(i, j int) bool { return d.Actors[s.dead[i]].DeathSeq < d.Actors[s.dead[j]].DeathSeq })
 	return nil
 }
 

@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -119,5 +121,33 @@ func TestRegisterNodeRules(t *testing.T) {
 		if err := s.Apply(&RegisterNode{Node: ni}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("bad node %d: %v", i, err)
 		}
+	}
+}
+
+func TestDeadActorsArePrunedDeterministically(t *testing.T) {
+	s := newStateWith(t, SimNode("a", 64, 1<<40, nil))
+	var restored *State
+	for i := 0; i < MaxDeadActors+50; i++ {
+		spec := ActorSpec{ID: ActorID(fmt.Sprintf("a%06d", i)), Request: Request{Resources: Resources{MilliCPU: 1}}}
+		cmds := []Command{&CreateActor{Spec: spec, Placement: &Placement{Node: "a", Bundle: AnyBundle}}, &KillActor{Actor: spec.ID}}
+		mustApply(t, s, cmds...)
+		if restored != nil {
+			mustApply(t, restored, cmds...)
+		}
+		if i == MaxDeadActors-20 {
+			restored = NewState()
+			if err := restored.UnmarshalBinary(snapshotBytes(t, s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := len(s.Actors()); n != MaxDeadActors {
+		t.Fatalf("%d actors remembered, want %d", n, MaxDeadActors)
+	}
+	if s.Actor("a000049") != nil || s.Actor("a000050") == nil {
+		t.Fatal("pruned the wrong actors: the oldest deaths go first")
+	}
+	if !bytes.Equal(snapshotBytes(t, s), snapshotBytes(t, restored)) {
+		t.Fatal("a state restored mid-way prunes differently")
 	}
 }

@@ -19,7 +19,16 @@ type State struct {
 	d   stateData
 	idx index
 	rel relations
+	// dead lists dead actors oldest first (by DeathSeq) from deadHead on;
+	// beyond MaxDeadActors the oldest are forgotten.
+	dead     []ActorID
+	deadHead int
 }
+
+// MaxDeadActors is how many dead actors the state remembers (for status and
+// death causes); older ones are forgotten, deterministically in the order
+// they died, so the state does not grow without bound.
+const MaxDeadActors = 10000
 
 // stateData is the state proper (everything but derived lookups).
 type stateData struct {
@@ -30,6 +39,8 @@ type stateData struct {
 	Jobs   map[JobID]*Job
 	// Applied is the raft index of the last applied log entry.
 	Applied uint64
+	// Deaths counts actor deaths; Actor.DeathSeq orders the dead for pruning.
+	Deaths uint64
 }
 
 // snapshot is the serialized form of stateData: maps become slices sorted
@@ -40,6 +51,7 @@ type snapshot struct {
 	Groups  []*PlacementGroup `msgpack:"groups"`
 	Jobs    []*Job            `msgpack:"jobs"`
 	Applied uint64            `msgpack:"applied"`
+	Deaths  uint64            `msgpack:"deaths"`
 }
 
 // NewState returns an empty cluster state.

@@ -215,6 +215,9 @@ type Actor struct {
 	DeathCause string `msgpack:"cause,omitempty"`
 	// PendingReason says why the actor is waiting for placement.
 	PendingReason string `msgpack:"pending,omitempty"`
+	// DeathSeq orders dead actors by death (0 while not dead); the oldest
+	// beyond MaxDeadActors are forgotten.
+	DeathSeq uint64 `msgpack:"deathseq,omitempty"`
 	// CreatedAt and UpdatedAt are command timestamps (Unix nanoseconds).
 	CreatedAt int64 `msgpack:"created"`
 	// UpdatedAt is the timestamp of the last change.
