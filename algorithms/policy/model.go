@@ -38,6 +38,7 @@ type Model struct {
 	Optim Optim
 
 	sizes    [numGroups]int
+	nparams  int
 	params   gpu.Buffer
 	pv       views // views of params
 	grads    gpu.Buffer
@@ -109,7 +110,7 @@ func newEmpty(be gpu.Backend, cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, be: be, Optim: DefaultOptim(), sizes: cfg.groupSizes(), groups: cfg.groups()}
+	m := &Model{cfg: cfg, be: be, Optim: DefaultOptim(), sizes: cfg.groupSizes(), groups: cfg.groups(), nparams: cfg.NumParams()}
 	var err error
 	if m.params, m.pv, err = m.allocParams("weights"); err != nil {
 		return nil, err
@@ -168,7 +169,7 @@ func (m *Model) Config() Config { return m.cfg }
 func (m *Model) Backend() gpu.Backend { return m.be }
 
 // NumParams is the number of parameters.
-func (m *Model) NumParams() int { return m.cfg.NumParams() }
+func (m *Model) NumParams() int { return m.nparams }
 
 // Steps is the number of optimizer steps taken.
 func (m *Model) Steps() int { return m.step }

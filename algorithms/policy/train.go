@@ -43,6 +43,10 @@ type acts struct {
 	dres, dA, dB, dl gpu.Buffer // backward scratch: (BT,C), (BT,4C), (BT,4C), (BT,C)
 	dlogits          gpu.Buffer
 
+	// views of the scratch at the last backward's N
+	viewN                         int
+	vA, vB, vl, vres, vatty, vqkv gpu.Buffer
+
 	hostIn, hostTg []int32
 	hostW, hostOut []float32
 	all            []any
@@ -232,19 +236,23 @@ func (m *Model) backward(B, T int) {
 		last = a.layers[L-1].res3
 	}
 	// Zero clears a whole buffer: work on views of exactly this batch's
-	// size so a smaller batch does not pay for the capacity.
-	view := func(x gpu.Buffer, n int) gpu.Buffer {
-		v, err := be.View(x, 0, n)
-		if err != nil {
-			return x // keeps the error path in the backend: a too-short buffer fails the op
+	// size so a smaller batch does not pay for the capacity (cached per N).
+	if a.viewN != N {
+		view := func(x gpu.Buffer, n int) gpu.Buffer {
+			v, err := be.View(x, 0, n)
+			if err != nil {
+				return x // a too-short buffer then fails the op with a clear error
+			}
+			return v
 		}
-		return v
+		a.vA, a.vB, a.vl, a.vres = view(a.dA, N*4*C), view(a.dB, N*4*C), view(a.dl, N*C), view(a.dres, N*C)
+		a.vatty, a.vqkv = view(a.dB, N*C), view(a.dA, N*3*C) // reuse: free again by then
+		a.viewN = N
 	}
-	dA, dB, dl := view(a.dA, N*4*C), view(a.dB, N*4*C), view(a.dl, N*C)
-	datty, dqkv := view(a.dB, N*C), view(a.dA, N*3*C) // reuse: free again by then
+	dA, dB, dl, datty, dqkv := a.vA, a.vB, a.vl, a.vatty, a.vqkv
 	be.Zero(dl)
 	be.MatmulBackward(dl, g.all[pWte], nil, a.dlogits, a.lnf, p.all[pWte], N, C, V)
-	be.Zero(view(a.dres, N*C))
+	be.Zero(a.vres)
 	be.LayerNormBackward(a.dres, g.all[pLnfw], g.all[pLnfb], dl, last, p.all[pLnfw], a.lnfM, a.lnfR, N, C)
 	// dres is the gradient of the residual stream; the projections' outputs
 	// are added to it, so their gradient is dres itself.
@@ -366,7 +374,7 @@ func (m *Model) Step() (float64, error) {
 			return 0, err
 		}
 	}
-	norm := math.Sqrt(be.SumSquares(m.grads, m.cfg.NumParams()))
+	norm := math.Sqrt(be.SumSquares(m.grads, m.nparams))
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm, fmt.Errorf("policy: gradient norm is %v; step skipped", norm)
 	}

@@ -53,6 +53,7 @@ type Backend struct {
 	partial []float64
 	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
 	ones    []float32      // all ones, for bias gradients as a matmul
+	job     job            // the kernel being dispatched (see pool.go)
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -191,7 +192,8 @@ func (b *Backend) dims(op string, ds ...int) bool {
 	p := 1
 	for _, d := range ds {
 		if d < 1 || d > maxElems || p > maxElems/d {
-			b.fail(gpu.ShapeError(op, "sizes %v", ds))
+			// copy so ds itself does not escape: dims runs on every op
+			b.fail(gpu.ShapeError(op, "sizes %v", append([]int(nil), ds...)))
 			return false
 		}
 		p *= d

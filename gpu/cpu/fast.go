@@ -99,75 +99,77 @@ func tanhf(x float32) float32 {
 	return x * p / q
 }
 
+// Each parallel kernel is a top-level function reading its arguments from
+// the Backend's job (a closure would be heap-allocated on every call).
+
+// job resets and returns the Backend's job for kernel fn.
+func (b *Backend) newJob(fn func(j *job, chunk, lo, hi int)) *job {
+	b.job = job{fn: fn}
+	return &b.job
+}
+
 func (b *Backend) encoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
-	parallelFor(&b.wg, B*T, grainRows*4, func(_, lo, hi int) {
-		for r := lo; r < hi; r++ {
-			t := r % T
-			o := out[r*C : r*C+C]
-			w := wte[int(inp[r])*C:][:C]
-			p := wpe[t*C:][:C]
-			for i := range o {
-				o[i] = w[i] + p[i]
-			}
+	j := b.newJob(kEncoderForward)
+	j.f[0], j.f[1], j.f[2], j.ints = out, wte, wpe, inp
+	j.n[0], j.n[1] = T, C
+	parallelFor(&b.wg, B*T, grainRows*4, j)
+}
+
+func kEncoderForward(j *job, _, lo, hi int) {
+	out, wte, wpe, inp := j.f[0], j.f[1], j.f[2], j.ints
+	T, C := j.n[0], j.n[1]
+	for r := lo; r < hi; r++ {
+		t := r % T
+		o := out[r*C : r*C+C]
+		w := wte[int(inp[r])*C:][:C]
+		p := wpe[t*C:][:C]
+		for i := range o {
+			o[i] = w[i] + p[i]
 		}
-	})
+	}
 }
 
 func (b *Backend) layerNormForward(out, mean, rstd, inp, weight, bias []float32, N, C int) {
-	weight, bias = weight[:C], bias[:C]
-	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
-		for n := lo; n < hi; n++ {
-			x := inp[n*C : n*C+C]
-			var m float32
-			for _, v := range x {
-				m += v
-			}
-			m /= float32(C)
-			var vr float32
-			for _, v := range x {
-				d := v - m
-				vr += d * d
-			}
-			vr /= float32(C)
-			s := float32(1 / math.Sqrt(float64(vr)+1e-5))
-			o := out[n*C : n*C+C]
-			for i, v := range x {
-				o[i] = (v-m)*s*weight[i] + bias[i]
-			}
-			mean[n], rstd[n] = m, s
+	j := b.newJob(kLayerNormForward)
+	j.f = [6][]float32{out, mean, rstd, inp, weight[:C], bias[:C]}
+	j.n[0] = C
+	parallelFor(&b.wg, N, grainRows, j)
+}
+
+func kLayerNormForward(j *job, _, lo, hi int) {
+	out, mean, rstd, inp, weight, bias := j.f[0], j.f[1], j.f[2], j.f[3], j.f[4], j.f[5]
+	C := j.n[0]
+	for n := lo; n < hi; n++ {
+		x := inp[n*C : n*C+C]
+		var m float32
+		for _, v := range x {
+			m += v
 		}
-	})
+		m /= float32(C)
+		var vr float32
+		for _, v := range x {
+			d := v - m
+			vr += d * d
+		}
+		vr /= float32(C)
+		s := float32(1 / math.Sqrt(float64(vr)+1e-5))
+		o := out[n*C : n*C+C]
+		for i, v := range x {
+			o[i] = (v-m)*s*weight[i] + bias[i]
+		}
+		mean[n], rstd[n] = m, s
+	}
 }
 
 func (b *Backend) layerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd []float32, N, C int) {
-	weight = weight[:C]
 	sc := b.scratchFor(2 * C)
 	for _, s := range sc {
 		clear(s)
 	}
-	parallelFor(&b.wg, N, grainRows, func(chunk, lo, hi int) {
-		dw, db := sc[chunk][:C], sc[chunk][C:2*C]
-		for n := lo; n < hi; n++ {
-			x, d, di := inp[n*C:n*C+C], dout[n*C:n*C+C], dinp[n*C:n*C+C]
-			m, s := mean[n], rstd[n]
-			var dm, dnm float32
-			for i := range x {
-				norm := (x[i] - m) * s
-				dn := weight[i] * d[i]
-				dm += dn
-				dnm += dn * norm
-			}
-			dm /= float32(C)
-			dnm /= float32(C)
-			for i := range x {
-				norm := (x[i] - m) * s
-				dn := weight[i] * d[i]
-				db[i] += d[i]
-				dw[i] += norm * d[i]
-				di[i] += (dn - dm - norm*dnm) * s
-			}
-		}
-	})
+	j := b.newJob(kLayerNormBackward)
+	j.f = [6][]float32{dinp, dout, inp, weight[:C], mean, rstd}
+	j.n[0], j.sc = C, sc
+	parallelFor(&b.wg, N, grainRows, j)
 	for _, s := range sc {
 		for i := 0; i < C; i++ {
 			dweight[i] += s[i]
@@ -176,17 +178,50 @@ func (b *Backend) layerNormBackward(dinp, dweight, dbias, dout, inp, weight, mea
 	}
 }
 
+func kLayerNormBackward(j *job, chunk, lo, hi int) {
+	dinp, dout, inp, weight, mean, rstd := j.f[0], j.f[1], j.f[2], j.f[3], j.f[4], j.f[5]
+	C := j.n[0]
+	dw, db := j.sc[chunk][:C], j.sc[chunk][C:2*C]
+	for n := lo; n < hi; n++ {
+		x, d, di := inp[n*C:n*C+C], dout[n*C:n*C+C], dinp[n*C:n*C+C]
+		m, s := mean[n], rstd[n]
+		var dm, dnm float32
+		for i := range x {
+			norm := (x[i] - m) * s
+			dn := weight[i] * d[i]
+			dm += dn
+			dnm += dn * norm
+		}
+		dm /= float32(C)
+		dnm /= float32(C)
+		for i := range x {
+			norm := (x[i] - m) * s
+			dn := weight[i] * d[i]
+			db[i] += d[i]
+			dw[i] += norm * d[i]
+			di[i] += (dn - dm - norm*dnm) * s
+		}
+	}
+}
+
 func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
 	beta := float32(0)
 	if bias != nil {
 		beta = 1
-		parallelFor(&b.wg, N, grainRows*4, func(_, lo, hi int) {
-			for n := lo; n < hi; n++ {
-				copy(out[n*OC:n*OC+OC], bias)
-			}
-		})
+		j := b.newJob(kFillRows)
+		j.f[0], j.f[1] = out, bias
+		parallelFor(&b.wg, N, grainRows*4, j)
 	}
 	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, beta, out, OC)
+}
+
+// kFillRows copies f[1] (one row) into rows lo..hi of f[0].
+func kFillRows(j *job, _, lo, hi int) {
+	out, row := j.f[0], j.f[1]
+	OC := len(row)
+	for n := lo; n < hi; n++ {
+		copy(out[n*OC:n*OC+OC], row)
+	}
 }
 
 func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int) {
@@ -226,245 +261,317 @@ func softmaxRowsCausal(a []float32, T int) {
 }
 
 func (b *Backend) attentionForward(out, att, qkv []float32, B, T, C, NH int) {
+	j := b.newJob(kAttentionForward)
+	j.f[0], j.f[1], j.f[2] = out, att, qkv
+	j.n[0], j.n[1], j.n[2] = T, C, NH
+	parallelFor(&b.wg, B*NH, 1, j)
+}
+
+func kAttentionForward(j *job, _, lo, hi int) {
+	out, att, qkv := j.f[0], j.f[1], j.f[2]
+	T, C, NH := j.n[0], j.n[1], j.n[2]
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	C3 := 3 * C
-	parallelFor(&b.wg, B*NH, 1, func(_, lo, hi int) {
-		for bh := lo; bh < hi; bh++ {
-			bb, h := bh/NH, bh%NH
-			base := bb * T * C3
-			q := qkv[base+h*hs:]
-			k := qkv[base+C+h*hs:]
-			v := qkv[base+2*C+h*hs:]
-			a := att[bh*T*T : (bh+1)*T*T]
-			// Full T×T scores via gemm (the masked upper half costs less than
-			// a ragged loop would lose), then the causal softmax.
-			gemm.Sgemm(false, true, T, T, hs, scale, q, C3, k, C3, 0, a, T)
-			softmaxRowsCausal(a, T)
-			gemm.Sgemm(false, false, T, hs, T, 1, a, T, v, C3, 0, out[bb*T*C+h*hs:], C)
-		}
-	})
+	for bh := lo; bh < hi; bh++ {
+		bb, h := bh/NH, bh%NH
+		base := bb * T * C3
+		q := qkv[base+h*hs:]
+		k := qkv[base+C+h*hs:]
+		v := qkv[base+2*C+h*hs:]
+		a := att[bh*T*T : (bh+1)*T*T]
+		// Full T×T scores via gemm (the masked upper half costs less than a
+		// ragged loop would lose), then the causal softmax.
+		gemm.Sgemm(false, true, T, T, hs, scale, q, C3, k, C3, 0, a, T)
+		softmaxRowsCausal(a, T)
+		gemm.Sgemm(false, false, T, hs, T, 1, a, T, v, C3, 0, out[bb*T*C+h*hs:], C)
+	}
 }
 
 func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int) {
+	sc := b.scratchFor(T * T)
+	j := b.newJob(kAttentionBackward)
+	j.f[0], j.f[1], j.f[2], j.f[3] = dqkv, dout, qkv, att
+	j.n[0], j.n[1], j.n[2] = T, C, NH
+	j.sc = sc
+	parallelFor(&b.wg, B*NH, 1, j)
+}
+
+func kAttentionBackward(j *job, chunk, lo, hi int) {
+	dqkv, dout, qkv, att := j.f[0], j.f[1], j.f[2], j.f[3]
+	T, C, NH := j.n[0], j.n[1], j.n[2]
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	C3 := 3 * C
-	sc := b.scratchFor(T * T)
-	parallelFor(&b.wg, B*NH, 1, func(chunk, lo, hi int) {
-		d := sc[chunk]
-		for bh := lo; bh < hi; bh++ {
-			bb, h := bh/NH, bh%NH
-			base := bb * T * C3
-			q, k, v := qkv[base+h*hs:], qkv[base+C+h*hs:], qkv[base+2*C+h*hs:]
-			dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
-			do := dout[bb*T*C+h*hs:]
-			a := att[bh*T*T : (bh+1)*T*T]
-			// datt = dout · Vᵀ ; dV += attᵀ · dout
-			gemm.Sgemm(false, true, T, T, hs, 1, do, C, v, C3, 0, d, T)
-			gemm.Sgemm(true, false, T, hs, T, 1, a, T, do, C, 1, dv, C3)
-			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
-			for t := 0; t < T; t++ {
-				ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
-				var dot float32
-				for s, x := range ar {
-					dot += x * dr[s]
-				}
-				for s, x := range ar {
-					dr[s] = x * (dr[s] - dot) * scale
-				}
-				clear(dr[t+1:])
+	d := j.sc[chunk]
+	for bh := lo; bh < hi; bh++ {
+		bb, h := bh/NH, bh%NH
+		base := bb * T * C3
+		q, k, v := qkv[base+h*hs:], qkv[base+C+h*hs:], qkv[base+2*C+h*hs:]
+		dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
+		do := dout[bb*T*C+h*hs:]
+		a := att[bh*T*T : (bh+1)*T*T]
+		// datt = dout · Vᵀ ; dV += attᵀ · dout
+		gemm.Sgemm(false, true, T, T, hs, 1, do, C, v, C3, 0, d, T)
+		gemm.Sgemm(true, false, T, hs, T, 1, a, T, do, C, 1, dv, C3)
+		// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
+		for t := 0; t < T; t++ {
+			ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
+			var dot float32
+			for s, x := range ar {
+				dot += x * dr[s]
 			}
-			// dQ += dpre · K ; dK += dpreᵀ · Q
-			gemm.Sgemm(false, false, T, hs, T, 1, d, T, k, C3, 1, dq, C3)
-			gemm.Sgemm(true, false, T, hs, T, 1, d, T, q, C3, 1, dk, C3)
+			for s, x := range ar {
+				dr[s] = x * (dr[s] - dot) * scale
+			}
+			clear(dr[t+1:])
 		}
-	})
+		// dQ += dpre · K ; dK += dpreᵀ · Q
+		gemm.Sgemm(false, false, T, hs, T, 1, d, T, k, C3, 1, dq, C3)
+		gemm.Sgemm(true, false, T, hs, T, 1, d, T, q, C3, 1, dk, C3)
+	}
 }
 
 func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH int) {
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
 	C2 := 2 * C
 	for bb := 0; bb < B; bb++ {
 		copy(cache[(bb*maxT+pos)*C2:][:C2], qkv[bb*3*C+C:][:C2])
 	}
 	sc := b.scratchFor(pos + 1)
-	parallelFor(&b.wg, B*NH, 4, func(chunk, lo, hi int) {
-		w := sc[chunk][:pos+1]
-		for bh := lo; bh < hi; bh++ {
-			bb, h := bh/NH, bh%NH
-			q := qkv[bb*3*C+h*hs:][:hs]
-			rows := cache[bb*maxT*C2:]
-			// scores (1×pos+1) = q·Kᵀ, K rows strided by 2C in the cache
-			gemm.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
-			maxv := w[0]
-			for _, x := range w[1:] {
-				maxv = max(maxv, x)
-			}
-			inv := 1 / expShift(w, maxv)
-			for s := range w {
-				w[s] *= inv
-			}
-			// out (1×hs) = weights · V
-			gemm.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
+	j := b.newJob(kAttentionDecode)
+	j.f[0], j.f[1], j.f[2] = out, cache, qkv
+	j.n[0], j.n[1], j.n[2], j.n[3] = maxT, pos, C, NH
+	j.sc = sc
+	parallelFor(&b.wg, B*NH, 4, j)
+}
+
+func kAttentionDecode(j *job, chunk, lo, hi int) {
+	out, cache, qkv := j.f[0], j.f[1], j.f[2]
+	maxT, pos, C, NH := j.n[0], j.n[1], j.n[2], j.n[3]
+	hs := C / NH
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	C2 := 2 * C
+	w := j.sc[chunk][:pos+1]
+	for bh := lo; bh < hi; bh++ {
+		bb, h := bh/NH, bh%NH
+		q := qkv[bb*3*C+h*hs:][:hs]
+		rows := cache[bb*maxT*C2:]
+		// scores (1×pos+1) = q·Kᵀ, K rows strided by 2C in the cache
+		gemm.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
+		maxv := w[0]
+		for _, x := range w[1:] {
+			maxv = max(maxv, x)
 		}
-	})
+		inv := 1 / expShift(w, maxv)
+		for s := range w {
+			w[s] *= inv
+		}
+		// out (1×hs) = weights · V
+		gemm.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
+	}
 }
 
 func (b *Backend) geluForward(out, inp []float32, N int) {
-	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
-		o, in := out[lo:hi], inp[lo:hi]
-		v := geluFwdVec(o, in)
-		o, in = o[v:], in[v:]
-		for i, x := range in {
-			u := float32(geluScale) * (x + 0.044715*x*x*x)
-			o[i] = 0.5 * x * (1 + tanhf(u))
-		}
-	})
+	j := b.newJob(kGeluForward)
+	j.f[0], j.f[1] = out, inp
+	parallelFor(&b.wg, N, grainElems/4, j)
+}
+
+func kGeluForward(j *job, _, lo, hi int) {
+	o, in := j.f[0][lo:hi], j.f[1][lo:hi]
+	v := geluFwdVec(o, in)
+	o, in = o[v:], in[v:]
+	for i, x := range in {
+		u := float32(geluScale) * (x + 0.044715*x*x*x)
+		o[i] = 0.5 * x * (1 + tanhf(u))
+	}
 }
 
 func (b *Backend) geluBackward(dinp, inp, dout []float32, N int) {
-	parallelFor(&b.wg, N, grainElems/4, func(_, lo, hi int) {
-		di, in, do := dinp[lo:hi], inp[lo:hi], dout[lo:hi]
-		v := geluBwdVec(di, in, do)
-		di, in, do = di[v:], in[v:], do[v:]
-		for i, x := range in {
-			u := float32(geluScale) * (x + 0.044715*x*x*x)
-			th := tanhf(u)
-			g := 0.5*(1+th) + 0.5*x*(1-th*th)*float32(geluScale)*(1+3*0.044715*x*x)
-			di[i] += g * do[i]
-		}
-	})
+	j := b.newJob(kGeluBackward)
+	j.f[0], j.f[1], j.f[2] = dinp, inp, dout
+	parallelFor(&b.wg, N, grainElems/4, j)
+}
+
+func kGeluBackward(j *job, _, lo, hi int) {
+	di, in, do := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
+	v := geluBwdVec(di, in, do)
+	di, in, do = di[v:], in[v:], do[v:]
+	for i, x := range in {
+		u := float32(geluScale) * (x + 0.044715*x*x*x)
+		th := tanhf(u)
+		g := 0.5*(1+th) + 0.5*x*(1-th*th)*float32(geluScale)*(1+3*0.044715*x*x)
+		di[i] += g * do[i]
+	}
 }
 
 func (b *Backend) residualForward(out, x, y []float32, N int) {
-	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
-		o, a, c := out[lo:hi], x[lo:hi], y[lo:hi]
-		for i := range o {
-			o[i] = a[i] + c[i]
-		}
-	})
+	j := b.newJob(kResidualForward)
+	j.f[0], j.f[1], j.f[2] = out, x, y
+	parallelFor(&b.wg, N, grainElems, j)
+}
+
+func kResidualForward(j *job, _, lo, hi int) {
+	o, a, c := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
+	for i := range o {
+		o[i] = a[i] + c[i]
+	}
 }
 
 func (b *Backend) residualBackward(da, db, dout []float32, N int) {
-	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
-		x, y, d := da[lo:hi], db[lo:hi], dout[lo:hi]
-		for i, v := range d {
-			x[i] += v
-			y[i] += v
-		}
-	})
+	j := b.newJob(kResidualBackward)
+	j.f[0], j.f[1], j.f[2] = da, db, dout
+	parallelFor(&b.wg, N, grainElems, j)
+}
+
+func kResidualBackward(j *job, _, lo, hi int) {
+	x, y, d := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
+	for i, v := range d {
+		x[i] += v
+		y[i] += v
+	}
 }
 
 // softmaxGather writes probs = softmax(logits) and per row either the
 // cross-entropy (ce) lse - logit[target] or the log-prob logit[target] - lse.
 func (b *Backend) softmaxGather(out, probs, logits []float32, targets []int32, N, V int, ce bool) {
-	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
-		for n := lo; n < hi; n++ {
-			l, p := logits[n*V:n*V+V], probs[n*V:n*V+V]
-			tgt := l[targets[n]]
-			maxv := l[0]
-			for _, v := range l[1:] {
-				maxv = max(maxv, v)
-			}
-			copy(p, l) // no-op when probs aliases logits
-			sum := expShift(p, maxv)
-			inv := 1 / sum
-			for i := range p {
-				p[i] *= inv
-			}
-			lse := maxv + float32(math.Log(float64(sum)))
-			if ce {
-				out[n] = lse - tgt
-			} else {
-				out[n] = tgt - lse
-			}
+	j := b.newJob(kSoftmaxGather)
+	j.f[0], j.f[1], j.f[2], j.ints = out, probs, logits, targets
+	j.n[0], j.flag = V, ce
+	parallelFor(&b.wg, N, grainRows, j)
+}
+
+func kSoftmaxGather(j *job, _, lo, hi int) {
+	out, probs, logits, targets := j.f[0], j.f[1], j.f[2], j.ints
+	V := j.n[0]
+	for n := lo; n < hi; n++ {
+		l, p := logits[n*V:n*V+V], probs[n*V:n*V+V]
+		tgt := l[targets[n]]
+		maxv := l[0]
+		for _, v := range l[1:] {
+			maxv = max(maxv, v)
 		}
-	})
+		copy(p, l) // no-op when probs aliases logits
+		sum := expShift(p, maxv)
+		inv := 1 / sum
+		for i := range p {
+			p[i] *= inv
+		}
+		lse := maxv + float32(math.Log(float64(sum)))
+		if j.flag {
+			out[n] = lse - tgt
+		} else {
+			out[n] = tgt - lse
+		}
+	}
 }
 
 // softmaxGatherBackward: dlogits += (probs - onehot) * d[n] * -sign, where
 // sign is -1 for cross-entropy and +1 for log-prob.
 func (b *Backend) softmaxGatherBackward(dlogits, probs, d []float32, targets []int32, N, V int, sign float32) {
-	parallelFor(&b.wg, N, grainRows, func(_, lo, hi int) {
-		for n := lo; n < hi; n++ {
-			f := -sign * d[n]
-			if f == 0 {
-				continue
-			}
-			dl, p := dlogits[n*V:n*V+V], probs[n*V:n*V+V]
-			for i, x := range p {
-				dl[i] += x * f
-			}
-			dl[targets[n]] -= f
+	j := b.newJob(kSoftmaxGatherBackward)
+	j.f[0], j.f[1], j.f[2], j.ints = dlogits, probs, d, targets
+	j.n[0], j.x[0] = V, sign
+	parallelFor(&b.wg, N, grainRows, j)
+}
+
+func kSoftmaxGatherBackward(j *job, _, lo, hi int) {
+	dlogits, probs, d, targets := j.f[0], j.f[1], j.f[2], j.ints
+	V, sign := j.n[0], j.x[0]
+	for n := lo; n < hi; n++ {
+		f := -sign * d[n]
+		if f == 0 {
+			continue
 		}
-	})
+		dl, p := dlogits[n*V:n*V+V], probs[n*V:n*V+V]
+		for i, x := range p {
+			dl[i] += x * f
+		}
+		dl[targets[n]] -= f
+	}
 }
 
 func (b *Backend) adamW(params, grads, m, v []float32, N int, h gpu.AdamW, scale float32) {
 	b1, b2 := h.Beta1, h.Beta2
 	c1 := float32(1 - math.Pow(float64(b1), float64(h.Step)))
 	c2 := float32(1 - math.Pow(float64(b2), float64(h.Step)))
-	lr, eps, wd := h.LR, h.Eps, h.WeightDecay
 	k := &b.adamK
-	for i, x := range [10]float32{scale, b1, 1 - b1, b2, 1 - b2, 1 / c1, 1 / c2, eps, lr, wd} {
+	for i, x := range [10]float32{scale, b1, 1 - b1, b2, 1 - b2, 1 / c1, 1 / c2, h.Eps, h.LR, h.WeightDecay} {
 		for j := range k[i] {
 			k[i][j] = x
 		}
 	}
-	parallelFor(&b.wg, N, grainElems, func(_, lo, hi int) {
-		p, g, ms, vs := params[lo:hi], grads[lo:hi], m[lo:hi], v[lo:hi]
-		done := adamwVec(p, g, ms, vs, k)
-		p, g, ms, vs = p[done:], g[done:], ms[done:], vs[done:]
-		for i := range p {
-			gi := g[i] * scale
-			mi := b1*ms[i] + (1-b1)*gi
-			vi := b2*vs[i] + (1-b2)*gi*gi
-			ms[i], vs[i] = mi, vi
-			den := float32(math.Sqrt(float64(vi/c2))) + eps
-			p[i] -= lr * ((mi/c1)/den + wd*p[i])
-		}
-	})
+	j := b.newJob(kAdamW)
+	j.f[0], j.f[1], j.f[2], j.f[3] = params, grads, m, v
+	j.x = [8]float32{scale, b1, b2, c1, c2, h.Eps, h.LR, h.WeightDecay}
+	j.k = k
+	parallelFor(&b.wg, N, grainElems, j)
+}
+
+func kAdamW(j *job, _, lo, hi int) {
+	p, g, ms, vs := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi], j.f[3][lo:hi]
+	scale, b1, b2, c1, c2, eps, lr, wd := j.x[0], j.x[1], j.x[2], j.x[3], j.x[4], j.x[5], j.x[6], j.x[7]
+	done := adamwVec(p, g, ms, vs, j.k)
+	p, g, ms, vs = p[done:], g[done:], ms[done:], vs[done:]
+	for i := range p {
+		gi := g[i] * scale
+		mi := b1*ms[i] + (1-b1)*gi
+		vi := b2*vs[i] + (1-b2)*gi*gi
+		ms[i], vs[i] = mi, vi
+		den := float32(math.Sqrt(float64(vi/c2))) + eps
+		p[i] -= lr * ((mi/c1)/den + wd*p[i])
+	}
 }
 
 func (b *Backend) sumSquares(x []float32, N int) float64 {
-	part := b.partials()
-	parallelFor(&b.wg, N, grainElems, func(chunk, lo, hi int) {
-		var s float64
-		xs := x[lo:hi]
-		// float32 partial sums of 256 keep the float64 conversions rare.
-		for len(xs) > 0 {
-			k := min(256, len(xs))
-			var f float32
-			for _, v := range xs[:k] {
-				f += v * v
-			}
-			s += float64(f)
-			xs = xs[k:]
-		}
-		part[chunk] = s
-	})
+	j := b.newJob(kSumSquares)
+	j.f[0], j.part = x, b.partials()
+	parallelFor(&b.wg, N, grainElems, j)
 	var s float64
-	for _, p := range part {
+	for _, p := range j.part {
 		s += p
 	}
 	return s
 }
 
+func kSumSquares(j *job, chunk, lo, hi int) {
+	var s float64
+	xs := j.f[0][lo:hi]
+	// float32 partial sums of 256 keep the float64 conversions rare
+	for len(xs) > 0 {
+		k := min(256, len(xs))
+		var f float32
+		for _, v := range xs[:k] {
+			f += v * v
+		}
+		s += float64(f)
+		xs = xs[k:]
+	}
+	j.part[chunk] = s
+}
+
+const transposeTile = 32 // cache-friendly blocks
+
 func (b *Backend) transpose(dst, src []float32, rows, cols int) {
-	const tile = 32 // cache-friendly blocks
-	parallelFor(&b.wg, (rows+tile-1)/tile, 1, func(_, lo, hi int) {
-		for r0 := lo * tile; r0 < min(hi*tile, rows); r0 += tile {
-			for c0 := 0; c0 < cols; c0 += tile {
-				for r := r0; r < min(r0+tile, rows); r++ {
-					for c := c0; c < min(c0+tile, cols); c++ {
-						dst[c*rows+r] = src[r*cols+c]
-					}
+	j := b.newJob(kTranspose)
+	j.f[0], j.f[1] = dst, src
+	j.n[0], j.n[1] = rows, cols
+	parallelFor(&b.wg, (rows+transposeTile-1)/transposeTile, 1, j)
+}
+
+func kTranspose(j *job, _, lo, hi int) {
+	dst, src := j.f[0], j.f[1]
+	rows, cols := j.n[0], j.n[1]
+	const tile = transposeTile
+	for r0 := lo * tile; r0 < min(hi*tile, rows); r0 += tile {
+		for c0 := 0; c0 < cols; c0 += tile {
+			for r := r0; r < min(r0+tile, rows); r++ {
+				for c := c0; c < min(c0+tile, cols); c++ {
+					dst[c*rows+r] = src[r*cols+c]
 				}
 			}
 		}
-	})
+	}
 }
 
 func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int) {
@@ -482,9 +589,16 @@ func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int
 	// A few rows (decoding) are matrix-vector products that gemm runs on one
 	// goroutine; split the columns (in 16-wide panels) across cores instead,
 	// since streaming the weight is the whole cost.
-	panels := (OC + 15) / 16
-	parallelFor(&b.wg, panels, 4, func(_, lo, hi int) {
-		c0, c1 := lo*16, min(hi*16, OC)
-		gemm.Sgemm(false, false, N, c1-c0, C, 1, inp, C, weightT[c0:], OC, beta, out[c0:], OC)
-	})
+	j := b.newJob(kMatmulColumns)
+	j.f[0], j.f[1], j.f[2] = out, inp, weightT
+	j.n[0], j.n[1], j.n[2] = N, C, OC
+	j.x[0] = beta
+	parallelFor(&b.wg, (OC+15)/16, 4, j)
+}
+
+func kMatmulColumns(j *job, _, lo, hi int) {
+	out, inp, weightT := j.f[0], j.f[1], j.f[2]
+	N, C, OC := j.n[0], j.n[1], j.n[2]
+	c0, c1 := lo*16, min(hi*16, OC)
+	gemm.Sgemm(false, false, N, c1-c0, C, 1, inp, C, weightT[c0:], OC, j.x[0], out[c0:], OC)
 }

@@ -11,10 +11,25 @@ import (
 // extra chunk.
 
 type task struct {
-	fn     func(chunk, lo, hi int)
+	j      *job
 	chunk  int
 	lo, hi int
 	wg     *sync.WaitGroup
+}
+
+// job is one parallel kernel call: a top-level kernel function and its
+// arguments. Each Backend owns one and reuses it, so dispatching a kernel
+// allocates nothing (a closure would escape to the heap on every call).
+type job struct {
+	fn   func(j *job, chunk, lo, hi int)
+	f    [6][]float32
+	ints []int32
+	n    [4]int
+	x    [8]float32
+	flag bool
+	sc   [][]float32
+	part []float64
+	k    *[10][8]float32
 }
 
 var (
@@ -32,7 +47,7 @@ func startPool() {
 	for i := 1; i < poolN; i++ {
 		go func() {
 			for t := range poolCh {
-				t.fn(t.chunk, t.lo, t.hi)
+				t.j.fn(t.j, t.chunk, t.lo, t.hi)
 				t.wg.Done()
 			}
 		}()
@@ -47,9 +62,9 @@ func workers() int {
 }
 
 // parallelFor splits [0,n) into at most workers() contiguous chunks of at
-// least grain items and runs fn on each, chunk 0 on the calling goroutine. It
+// least grain items and runs j.fn on each, chunk 0 on the calling goroutine. It
 // returns when all chunks are done. chunk indexes per-chunk scratch.
-func parallelFor(wg *sync.WaitGroup, n, grain int, fn func(chunk, lo, hi int)) {
+func parallelFor(wg *sync.WaitGroup, n, grain int, j *job) {
 	w := workers()
 	if grain < 1 {
 		grain = 1
@@ -60,7 +75,7 @@ func parallelFor(wg *sync.WaitGroup, n, grain int, fn func(chunk, lo, hi int)) {
 	}
 	if chunks <= 1 {
 		if n > 0 {
-			fn(0, 0, n)
+			j.fn(j, 0, 0, n)
 		}
 		return
 	}
@@ -72,8 +87,8 @@ func parallelFor(wg *sync.WaitGroup, n, grain int, fn func(chunk, lo, hi int)) {
 			wg.Done()
 			continue
 		}
-		poolCh <- task{fn: fn, chunk: c, lo: lo, hi: hi, wg: wg}
+		poolCh <- task{j: j, chunk: c, lo: lo, hi: hi, wg: wg}
 	}
-	fn(0, 0, min(per, n))
+	j.fn(j, 0, 0, min(per, n))
 	wg.Wait()
 }
