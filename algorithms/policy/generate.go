@@ -276,10 +276,18 @@ func (m *Model) decodeStep(d *decodeState, tw *transposed, B, pos int, wantLogit
 	}
 	var qkvT, attT, fcT, projT, wteT gpu.Buffer
 	be.UploadInt(d.tok, d.hostTok[:B])
-	wpe, err := be.View(p.all[pWpe], pos*C, C)
-	if err != nil {
-		return fmt.Errorf("policy: position %d: %w", pos, err)
+	if m.wpeRows == nil { // one view per position, made once
+		m.wpeRows = make([]gpu.Buffer, m.cfg.Context)
+		for t := range m.wpeRows {
+			v, err := be.View(p.all[pWpe], t*C, C)
+			if err != nil {
+				m.wpeRows = nil
+				return fmt.Errorf("policy: position %d: %w", t, err)
+			}
+			m.wpeRows[t] = v
+		}
 	}
+	wpe := m.wpeRows[pos]
 	be.EncoderForward(d.x, d.tok, p.all[pWte], wpe, B, 1, C, V)
 	for l := range p.layers {
 		lp := &p.layers[l]

@@ -53,8 +53,9 @@ type Model struct {
 
 	// wver counts weight changes; tw (transposed weights for decoding) is
 	// rebuilt when its version is older.
-	wver int
-	tw   *transposed
+	wver    int
+	tw      *transposed
+	wpeRows []gpu.Buffer // per-position views of wpe for decoding
 }
 
 // views are per-tensor views of a flat parameter-shaped buffer.
