@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 
@@ -160,6 +161,9 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 // and returns the paths by policy name.
 func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return out, fmt.Errorf("save: %w", err)
+	}
 	for _, name := range t.Names {
 		p := filepath.Join(dir, prefix+name+".safetensors")
 		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, SaveRequest{Path: p, Meta: meta}).Get(ctx); err != nil {

@@ -30,6 +30,9 @@ type cell struct {
 	ID   string
 	Desc string
 	Opt  recipe.Options
+	// InitFrom names an earlier cell whose warm-start checkpoints this cell
+	// starts from (same regime and settings, so the same warm start).
+	InitFrom string
 }
 
 // outcome is what a cell produced.
@@ -73,6 +76,7 @@ func main() {
 	defer rt.Shutdown(context.Background())
 	start := time.Now()
 	var outs []outcome
+	done := map[string]bool{}
 	for _, c := range all {
 		if len(want) > 0 && !want[c.ID] {
 			continue
@@ -81,6 +85,11 @@ func main() {
 		o.Seed = *seed
 		o.OutDir = filepath.Join(*out, c.ID)
 		o.Progress, o.Log = os.Stderr, os.Stdout
+		if c.InitFrom != "" {
+			if _, ok := done[c.InitFrom]; ok {
+				o.Init = filepath.Join(*out, c.InitFrom, "warm-")
+			}
+		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
 		res, err := recipe.Run(ctx, rt, o)
 		if err != nil {
@@ -88,6 +97,7 @@ func main() {
 			os.Exit(1)
 		}
 		outs = append(outs, outcome{ID: c.ID, Desc: c.Desc, Result: res, Opt: o})
+		done[c.ID] = true
 		// Write after every cell so an interrupted run still leaves a table.
 		if err := write(*doc, *out, outs, time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "results:", err)
@@ -117,17 +127,17 @@ func cells(steps int) []cell {
 	with := func(o recipe.Options, f func(*recipe.Options)) recipe.Options { f(&o); return o }
 	return []cell{
 		{"single-grpo", "single agent (planner alone): warm start, then GRPO with turn-wise groups",
-			with(base, func(o *recipe.Options) { o.Single, o.Name = true, "single agent + GRPO" })},
+			with(base, func(o *recipe.Options) { o.Single, o.Name = true, "single agent + GRPO" }), ""},
 		{"atgrpo-shared", "tool + planner, one shared policy: warm start, then AT-GRPO",
-			with(base, func(o *recipe.Options) { o.Name = "AT-GRPO shared policy" })},
+			with(base, func(o *recipe.Options) { o.Name = "AT-GRPO shared policy" }), ""},
 		{"atgrpo-perrole", "tool + planner, one policy per role: warm start, then AT-GRPO",
-			with(base, func(o *recipe.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" })},
-		{"joyagents", "tool + planner, per-role: warm start, then JoyAgents-R1 (G=6, all groups, memory)",
-			with(joy, func(o *recipe.Options) { o.Name = "JoyAgents-R1" })},
+			with(base, func(o *recipe.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" }), ""},
+		{"joyagents", "tool + planner, per-role: the per-role warm start, then JoyAgents-R1 (G=6, all groups, memory)",
+			with(joy, func(o *recipe.Options) { o.Name = "JoyAgents-R1" }), "atgrpo-perrole"},
 		{"joyagents-top2", "JoyAgents-R1 with marginal-benefit top-K = 2 groups per step",
-			with(joy, func(o *recipe.Options) { o.JoyTopK, o.Name = 2, "JoyAgents-R1 top-2" })},
+			with(joy, func(o *recipe.Options) { o.JoyTopK, o.Name = 2, "JoyAgents-R1 top-2" }), "atgrpo-perrole"},
 		{"joyagents-nomem", "JoyAgents-R1 without memory evolution",
-			with(joy, func(o *recipe.Options) { o.JoyMemory, o.Name = false, "JoyAgents-R1 no memory" })},
+			with(joy, func(o *recipe.Options) { o.JoyMemory, o.Name = false, "JoyAgents-R1 no memory" }), "atgrpo-perrole"},
 	}
 }
 
@@ -144,16 +154,18 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	fmt.Fprintf(&b, "on the embedded cluster, policies as actors, and evaluated on the same **100 held-out 6×6 grids**\n")
 	fmt.Fprintf(&b, "(22%% obstacles, seeds 1000000..1000099, never trained on) with independent rollouts (one sampled\n")
 	fmt.Fprintf(&b, "action per turn, temperature 1, no branching). Success = the planner reaches the goal within the turn budget.\n\n")
-	fmt.Fprintf(&b, "| method | troupe (tiny GPT) | paper (Qwen3-1.7B) | policies × params | RL steps | wall time |\n")
+	fmt.Fprintf(&b, "| method | troupe (tiny GPT) | paper (Qwen3-1.7B) | policies × params | RL steps | wall time (process CPU) |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---|---:|---:|\n")
 	row := func(name, paper string, o outcome, warm bool) {
 		r := o.Result
 		succ := pct(r.Final.Success)
 		steps := fmt.Sprint(r.Steps)
-		wall := r.Wall.Round(time.Second).String()
+		wall := fmt.Sprintf("%s (CPU %s)", r.Wall.Round(time.Second), r.CPU.Round(time.Second))
 		if warm {
 			succ, steps = pct(r.WarmSuccess), "0 (warm start only)"
-			wall = "(part of " + o.ID + ")"
+			wall = r.WarmWall.Round(time.Second).String() + " (SFT)"
+		} else if o.Opt.Init != "" {
+			wall += " + shared warm start"
 		}
 		fmt.Fprintf(&b, "| %s | **%s** | %s | %d × %dk (L%d C%d) | %s | %s |\n", name, succ, paper, r.Policies, r.Params/1000, o.Opt.Layers, o.Opt.Width, steps, wall)
 	}

@@ -37,6 +37,7 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
 	lr := fs.Float64("lr", float64(o.LR), "RL learning rate")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "gradient steps per RL update")
+	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
 	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
 	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
 	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")

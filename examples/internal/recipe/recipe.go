@@ -56,6 +56,10 @@ type Options struct {
 	JoyTopK   int
 	JoyMemory bool
 
+	// Init, if set, is a checkpoint path prefix: policy <name> starts from
+	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
+	// is skipped.
+	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
 	WarmEpochs   int     // SFT passes
 	WarmNoise    float64 // planner-side noise in transcripts (visits off-path states)
@@ -132,6 +136,7 @@ type Result struct {
 	Evals       []Point           // every evaluation, step order
 	Steps       int               // RL steps run
 	Wall        time.Duration     // whole run including warm start and evals
+	WarmWall    time.Duration     // the warm start (SFT) alone
 	CPU         time.Duration     // process CPU time over the run (load-independent; all cells of a process share it)
 	TrainWall   time.Duration     // RL steps only
 	TokensPerS  float64           // generated+trained tokens per second of RL
@@ -226,7 +231,19 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Epochs:       o.Epochs,
 		MaxNewTokens: maxNew,
 	}
-	team, err := agent.SpawnTeam(ctx, rt, agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc})
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
+	if o.Init != "" {
+		tc.Checkpoints = map[string]string{}
+		names := []string{rl.SharedName}
+		if o.PerRole {
+			names = roles
+		}
+		for _, n := range names {
+			tc.Checkpoints[n] = o.Init + n + ".safetensors"
+		}
+		o.WarmEpisodes = 0
+	}
+	team, err := agent.SpawnTeam(ctx, rt, tc)
 	if err != nil {
 		return res, err
 	}
@@ -285,6 +302,12 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			s := st[name]
 			logf("warm start %s: %d examples from %d expert episodes (%d solved), %d SFT steps, loss %.3f -> %.3f, %.1fs",
 				name, len(ex), ts.Episodes, ts.Successes, s.Steps, s.FirstLoss, s.LastLoss, time.Since(t0).Seconds())
+		}
+		res.WarmWall = time.Since(t0)
+		if o.OutDir != "" {
+			if _, err := team.Save(ctx, o.OutDir, "warm-", map[string]string{"env": o.Env, "stage": "warm start"}); err != nil {
+				return res, err
+			}
 		}
 	}
 	evalFactory := EnvFactory(o.Env, ecfg, HeldOutSeed)
