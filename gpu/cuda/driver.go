@@ -140,7 +140,18 @@ type deviceInfo struct {
 	major, minor int
 }
 
+// minDriverVersion is CUDA 11.8, whose PTX ISA (7.8) NVRTC 11.8 emits.
+const minDriverVersion = 11080
+
 func probeDevice(api *driverAPI, ordinal int) (deviceInfo, error) {
+	var ver int32
+	if err := api.check("cuDriverGetVersion", api.driverVersion(&ver)); err != nil {
+		return deviceInfo{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if ver < minDriverVersion {
+		return deviceInfo{}, fmt.Errorf("%w: the NVIDIA driver supports CUDA %d.%d; the kernels' PTX needs 11.8 or newer",
+			ErrUnavailable, ver/1000, ver%1000/10)
+	}
 	var n int32
 	if err := api.check("cuDeviceGetCount", api.deviceGetCount(&n)); err != nil {
 		return deviceInfo{}, fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -80,3 +80,36 @@ func TestEmuDriverPath(t *testing.T) {
 func TestEmuDriverPolicyStep(t *testing.T) {
 	checkPolicySteps(t, newFakeDriverBackend(t))
 }
+
+// TestEmuSelectCUDA checks Select's CUDA branches with the fake driver as
+// libcuda (TROUPE_LIBCUDA).
+func TestEmuSelectCUDA(t *testing.T) {
+	loadEmu(t)
+	t.Setenv("TROUPE_LIBCUDA", emuLibPath)
+	ok, reason := Available()
+	if !ok || reason != "cuda:0 (troupe CUDA emulator, sm_80)" {
+		t.Fatalf("Available() = %v, %q", ok, reason)
+	}
+	for _, v := range []string{"", "cuda"} {
+		t.Setenv("TROUPE_BACKEND", v)
+		be, note, err := Select()
+		if err != nil {
+			t.Fatalf("TROUPE_BACKEND=%q: %v", v, err)
+		}
+		cb, isCUDA := be.(*Backend)
+		if !isCUDA || !strings.HasPrefix(note, "cuda:0 (troupe CUDA emulator") {
+			t.Fatalf("TROUPE_BACKEND=%q: got %T, note %q", v, be, note)
+		}
+		x, err := cb.Alloc(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb.Upload(x, []float32{1, 2, 3})
+		if s := cb.SumSquares(x, 3); s != 14 {
+			t.Fatalf("SumSquares on the selected backend = %v, want 14", s)
+		}
+		if err := cb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

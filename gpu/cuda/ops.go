@@ -128,6 +128,10 @@ func (b *Backend) attnDims(op string, B, T, C, NH int) bool {
 		b.fail(gpu.ShapeError(op, "C=%d not divisible by NH=%d", C, NH))
 		return false
 	}
+	if B*NH > 65535 {
+		b.fail(gpu.ShapeError(op, "B*NH=%d exceeds the attention grid's 65535", B*NH))
+		return false
+	}
 	if C/NH > attMaxHS {
 		b.fail(gpu.ShapeError(op, "head size %d exceeds the kernels' %d", C/NH, attMaxHS))
 		return false

@@ -5,38 +5,27 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 
 	"troupe/gpu"
 	"troupe/gpu/cpu"
 )
 
-var (
-	availOnce   sync.Once
-	availOK     bool
-	availReason string
-)
-
 // Available reports whether the CUDA backend can run here: the driver
-// library loads, cuInit succeeds and device 0 has compute capability >= 8.0.
-// reason is one line, e.g. "cuda: unavailable: no NVIDIA driver (...)" or
-// "cuda:0 (NVIDIA A100-SXM4-80GB, sm_80)". The probe runs once per process.
+// library loads, cuInit succeeds, the driver accepts PTX ISA 7.8 (CUDA
+// 11.8) and device 0 has compute capability >= 8.0. reason is one line,
+// e.g. "cuda: unavailable: no NVIDIA driver (...)" or
+// "cuda:0 (NVIDIA A100-SXM4-80GB, sm_80)". The driver library is loaded
+// once per process; the device probe is cheap and not cached.
 func Available() (ok bool, reason string) {
-	availOnce.Do(func() {
-		api, err := loadDriver()
-		if err != nil {
-			availReason = oneLine(err.Error())
-			return
-		}
-		info, err := probeDevice(api, 0)
-		if err != nil {
-			availReason = oneLine(err.Error())
-			return
-		}
-		availOK = true
-		availReason = fmt.Sprintf("cuda:0 (%s, sm_%d%d)", info.name, info.major, info.minor)
-	})
-	return availOK, availReason
+	api, err := loadDriver()
+	if err != nil {
+		return false, oneLine(err.Error())
+	}
+	info, err := probeDevice(api, 0)
+	if err != nil {
+		return false, oneLine(err.Error())
+	}
+	return true, fmt.Sprintf("cuda:0 (%s, sm_%d%d)", info.name, info.major, info.minor)
 }
 
 func oneLine(s string) string {
