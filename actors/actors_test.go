@@ -203,10 +203,15 @@ func TestConstructorFailureFailsSpawn(t *testing.T) {
 	if _, err := actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{PanicCtor: true}); err == nil || !strings.Contains(err.Error(), "constructor panicked: constructor exploded") {
 		t.Fatalf("err = %v", err)
 	}
-	// The failed spawns released what they held.
+	// The failed spawns are recorded dead and hold nothing.
 	st, _ := rt.Status(ctx)
-	if len(st.Actors) != 0 {
-		t.Fatalf("actors after failed spawns: %+v", st.Actors)
+	for _, a := range st.Actors {
+		if a.State != "DEAD" || !strings.Contains(a.Death, "constructor") {
+			t.Fatalf("actor after a failed spawn: %+v", a)
+		}
+	}
+	if used := st.Nodes[0].Used; used.CPUs != 0 || used.GPUs != 0 {
+		t.Fatalf("resources held after failed spawns: %+v", used)
 	}
 }
 
@@ -397,8 +402,8 @@ func TestSpawnErrors(t *testing.T) {
 		{"negative memory", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.Memory(-1))), "Memory(-1)"},
 		{"bad MaxRestarts", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.MaxRestarts(-2))), "MaxRestarts(-2)"},
 		{"bad MaxConcurrency", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.MaxConcurrency(-1))), "MaxConcurrency(-1)"},
-		{"infeasible GPUs", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.GPUs(1))), "needs GPUs=1"},
-		{"infeasible custom", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.Resources(map[string]float64{"tpu": 1}))), "needs tpu=1"},
+		{"infeasible GPUs", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.GPUs(1))), "short of GPUs"},
+		{"infeasible custom", spawnErr(actors.Spawn[Acc](ctx, rt, "Acc", AccConfig{}, actors.Resources(map[string]float64{"tpu": 1}))), "short of tpu"},
 	}
 	for _, c := range cases {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {

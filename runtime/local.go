@@ -2,101 +2,95 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"sort"
-	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"troupe/actors"
+	"troupe/gpu"
+	"troupe/scheduler"
 )
 
 // localNodeID names the one node of the embedded cluster.
 const localNodeID = "local"
 
 // local is the embedded single-process cluster: one node that is control
-// plane and worker at once. Actors are actors.Instances in this process;
-// spawns that do not fit the free resources wait in arrival order.
+// plane and worker at once. Its control-plane state is the same
+// scheduler.State a multi-node cluster replicates through raft, changed by
+// the same commands (applied directly: there is nobody to replicate to), so
+// placement, GPU topology scoring and queuing behave as on a cluster.
+// Actors are actors.Instances in this process.
 type local struct {
-	simulated bool
+	inv     *gpu.Inventory
+	planner scheduler.Planner
+	now     func() time.Time
 
 	mu      sync.Mutex
-	pool    *pool
+	state   *scheduler.State
 	nextID  uint64
-	actors  map[string]*localActor // by ID, live and dead
-	named   map[string]*localActor // live named actors
-	waiters []*waiter              // spawns waiting for resources, FIFO
+	actors  map[scheduler.ActorID]*localActor // live actors
+	waiting map[scheduler.ActorID]chan struct{}
+	// restarts of dead actors: restarts happen in place here, so the
+	// scheduler state (which counts re-placements) does not see them.
+	deadRestarts map[scheduler.ActorID]int
 	closed  bool
 }
 
-// localActor is one actor of the embedded cluster.
+// localActor is one live actor of the embedded cluster.
 type localActor struct {
 	l    *local
-	id   string
+	id   scheduler.ActorID
 	spec actors.Spec
 	inst *actors.Instance
-	gpus []int
-
-	mu       sync.Mutex
-	state    string
-	restarts int
-	death    string
-}
-
-// waiter is a spawn waiting for resources.
-type waiter struct {
-	res   actors.ResourceSet
-	ready chan []int // receives the GPU indices once resources are taken
 }
 
 func newLocal(cfg config) (*local, error) {
-	total := actors.ResourceSet{CPUs: float64(goruntime.NumCPU()), MemoryBytes: machineMemory()}
+	inv, err := gpu.Open(gpu.Options{Simulate: cfg.simulateGPUs})
+	if err != nil {
+		return nil, fmt.Errorf("init: GPUs: %w", err)
+	}
+	cpus := float64(goruntime.NumCPU())
 	if cfg.overrideCPUs {
-		total.CPUs = cfg.cpus
+		cpus = cfg.cpus
 	}
+	mem := machineMemory()
 	if cfg.overrideMem {
-		total.MemoryBytes = cfg.memoryBytes
+		mem = cfg.memoryBytes
 	}
-	l := &local{actors: map[string]*localActor{}, named: map[string]*localActor{}}
-	if cfg.simulateGPUs != "" {
-		n, err := simulatedGPUCount(cfg.simulateGPUs)
-		if err != nil {
-			return nil, fmt.Errorf("init: %w", err)
+	node := scheduler.NodeInfo{
+		ID:        localNodeID,
+		Address:   "in-process",
+		Resources: scheduler.Resources{MilliCPU: int64(cpus * 1000), MemoryBytes: mem, Custom: scheduler.CustomResources(cfg.customRes)},
+	}
+	for _, d := range inv.Devices() {
+		g := scheduler.GPUInfo{Index: d.Index, UUID: d.UUID, Model: d.Name}
+		if d.MemoryTotal != nil {
+			g.MemoryBytes = int64(*d.MemoryTotal)
 		}
-		total.GPUs = float64(n)
-		l.simulated = true
+		node.GPUs = append(node.GPUs, g)
 	}
-	if len(cfg.customRes) > 0 {
-		total.Custom = cfg.customRes
+	if t := inv.Topology(); t != nil && t.Len() == len(node.GPUs) && t.Len() > 0 {
+		node.Topology = t.Scores
 	}
-	if err := total.Validate(); err != nil {
+	l := &local{inv: inv, now: time.Now, state: scheduler.NewState(),
+		actors: map[scheduler.ActorID]*localActor{}, waiting: map[scheduler.ActorID]chan struct{}{}, deadRestarts: map[scheduler.ActorID]int{}}
+	if err := l.state.Apply(&scheduler.RegisterNode{Node: node, At: l.now().UnixNano()}); err != nil {
+		inv.Close()
 		return nil, fmt.Errorf("init: node resources: %w", err)
 	}
-	l.pool = newPool(total)
 	return l, nil
 }
 
-// simulatedGPUCount reads TROUPE_SIMULATE_GPUS: a count, or a profile name.
-func simulatedGPUCount(v string) (int, error) {
-	if n, err := strconv.Atoi(v); err == nil {
-		if n < 0 || n > 1024 {
-			return 0, fmt.Errorf("TROUPE_SIMULATE_GPUS=%q: count must be 0..1024", v)
-		}
-		return n, nil
-	}
-	if n, ok := simulatedProfileSizes[v]; ok {
-		return n, nil
-	}
-	names := make([]string, 0, len(simulatedProfileSizes))
-	for k := range simulatedProfileSizes {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return 0, fmt.Errorf("TROUPE_SIMULATE_GPUS=%q: not a count or a known profile (%v)", v, names)
+// toRequest converts an actors resource request to the scheduler's.
+func toRequest(r actors.ResourceSet) scheduler.Request {
+	return scheduler.Request{Resources: scheduler.Resources{
+		MilliCPU: int64(r.CPUs*1000 + 0.5), MemoryBytes: r.MemoryBytes, GPUs: r.GPUs, Custom: scheduler.CustomResources(r.Custom),
+	}}
 }
-
-// simulatedProfileSizes are the GPU counts of the simulated profiles.
-var simulatedProfileSizes = map[string]int{"dgx-h100": 8, "dgx-a100": 8, "2x4-nvlink": 8, "pcie-4": 4}
 
 // SpawnActor implements actors.Runtime.
 func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
@@ -112,119 +106,116 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 		l.mu.Unlock()
 		return nil, fmt.Errorf("spawn %s: %w", label, ErrShutdown)
 	}
-	if err := l.pool.infeasible(spec.Resources); err != nil {
+	if spec.Name != "" && l.state.ActorByName("", spec.Name) != nil {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("spawn %s: %w", label, err)
-	}
-	if spec.Name != "" {
-		if _, dup := l.named[spec.Name]; dup {
-			l.mu.Unlock()
-			return nil, fmt.Errorf("spawn %s: %w: an actor named %q is alive", label, actors.ErrDuplicate, spec.Name)
-		}
-	}
-	var gpus []int
-	ok := false
-	if len(l.waiters) == 0 { // nobody queued ahead of us
-		gpus, ok = l.pool.allocate(spec.Resources)
-	}
-	var w *waiter
-	if !ok {
-		w = &waiter{res: spec.Resources, ready: make(chan []int, 1)}
-		l.waiters = append(l.waiters, w)
+		return nil, fmt.Errorf("spawn %s: %w: an actor named %q is alive", label, actors.ErrDuplicate, spec.Name)
 	}
 	l.nextID++
-	id := fmt.Sprintf("%08x", l.nextID)
+	id := scheduler.ActorID(fmt.Sprintf("%08x", l.nextID))
+	aspec := scheduler.ActorSpec{ID: id, Name: spec.Name, Class: spec.Type, MaxRestarts: spec.MaxRestarts,
+		Request: toRequest(spec.Resources), Args: spec.Config}
+	cmd, err := l.planner.CreateActor(l.state, aspec, l.now().UnixNano())
+	if err == nil {
+		err = l.state.Apply(cmd)
+	}
+	if err != nil {
+		l.mu.Unlock()
+		if errors.Is(err, scheduler.ErrInfeasible) {
+			_, reason, _ := strings.Cut(err.Error(), scheduler.ErrInfeasible.Error()+": ")
+			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, reason)
+		}
+		return nil, fmt.Errorf("spawn %s: %w", label, err)
+	}
+	var placed chan struct{}
+	if cmd.Placement == nil { // queued until resources free up
+		placed = make(chan struct{})
+		l.waiting[id] = placed
+	}
 	l.mu.Unlock()
 
-	if w != nil {
+	if placed != nil {
 		select {
-		case gpus = <-w.ready:
+		case <-placed:
 		case <-ctx.Done():
 			l.mu.Lock()
-			select {
-			case gpus = <-w.ready: // granted just now: give it back
-				l.pool.release(spec.Resources, gpus)
-				l.admitLocked()
-			default:
-				l.removeWaiterLocked(w)
-			}
+			delete(l.waiting, id)
+			l.applyLocked(&scheduler.KillActor{Actor: id, Cause: "spawn cancelled while waiting for resources"})
 			l.mu.Unlock()
 			return nil, fmt.Errorf("spawn %s: waiting for resources (%s): %w", label, spec.Resources, ctx.Err())
 		}
 	}
 
-	a := &localActor{l: l, id: id, spec: spec, gpus: gpus, state: "ALIVE"}
-	info := actors.ActorInfo{ID: id, Name: spec.Name, Node: localNodeID, GPUs: gpus}
-	inst, err := actors.NewInstance(ctx, spec, info, actors.InstanceHooks{
-		Restarted: func(n int, cause string) { a.mu.Lock(); a.restarts = n; a.mu.Unlock() },
-		Died:      a.died,
-	})
+	l.mu.Lock()
+	a := l.state.Actor(id)
+	gpus := scheduler.GPUIndices(a.GPUs)
+	l.mu.Unlock()
+	la := &localActor{l: l, id: id, spec: spec}
+	info := actors.ActorInfo{ID: string(id), Name: spec.Name, Node: localNodeID, GPUs: gpus}
+	inst, err := actors.NewInstance(ctx, spec, info, actors.InstanceHooks{Died: la.died})
 	if err != nil {
 		l.mu.Lock()
-		l.pool.release(spec.Resources, gpus)
-		l.admitLocked()
+		l.applyLocked(&scheduler.KillActor{Actor: id, Cause: "constructor failed: " + err.Error()})
 		l.mu.Unlock()
 		return nil, err
 	}
-	a.inst = inst
+	la.inst = inst
 	l.mu.Lock()
-	if spec.Name != "" {
-		if _, dup := l.named[spec.Name]; dup { // lost a race for the name
-			l.mu.Unlock()
-			inst.Kill("name taken")
-			return nil, fmt.Errorf("spawn %s: %w: an actor named %q is alive", label, actors.ErrDuplicate, spec.Name)
-		}
-		l.named[spec.Name] = a
-	}
-	l.actors[id] = a
+	l.applyLocked(&scheduler.ActorStarted{Actor: id, Address: "in-process"})
+	l.actors[id] = la
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
 		inst.Kill("cluster shut down")
 		return nil, fmt.Errorf("spawn %s: %w", label, ErrShutdown)
 	}
-	return a, nil
+	return la, nil
 }
 
 // ErrShutdown: the runtime was shut down.
-var ErrShutdown = fmt.Errorf("runtime is shut down")
+var ErrShutdown = errors.New("runtime is shut down")
 
-// admitLocked grants resources to waiting spawns, in arrival order, each
-// that fits now.
-func (l *local) admitLocked() {
-	kept := l.waiters[:0]
-	for _, w := range l.waiters {
-		if gpus, ok := l.pool.allocate(w.res); ok {
-			w.ready <- gpus
-			continue
-		}
-		kept = append(kept, w)
+// applyLocked applies a command and, when it freed resources, places the
+// actors waiting for them. The embedded cluster's commands are built from
+// its own state, so a refusal is a bug; it is reported, not hidden.
+func (l *local) applyLocked(c scheduler.Command) {
+	at := l.now().UnixNano()
+	switch c := c.(type) {
+	case *scheduler.KillActor:
+		c.At = at
+	case *scheduler.ActorStarted:
+		c.At = at
 	}
-	clear(l.waiters[len(kept):])
-	l.waiters = kept
-}
-
-func (l *local) removeWaiterLocked(w *waiter) {
-	for i, x := range l.waiters {
-		if x == w {
-			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-			return
+	if err := l.state.Apply(c); err != nil {
+		panic(fmt.Sprintf("runtime: embedded cluster refused its own command %T: %v", c, err))
+	}
+	if _, frees := c.(*scheduler.KillActor); !frees || len(l.waiting) == 0 {
+		return
+	}
+	cmds, _ := l.planner.PlanPending(l.state, at)
+	for _, pc := range cmds {
+		if err := l.state.Apply(pc); err != nil {
+			panic(fmt.Sprintf("runtime: embedded cluster refused its own placement: %v", err))
+		}
+		if ca, ok := pc.(*scheduler.PlaceActor); ok {
+			if ch := l.waiting[ca.Actor]; ch != nil {
+				delete(l.waiting, ca.Actor)
+				close(ch)
+			}
 		}
 	}
 }
 
 // died releases a dead actor's resources and name.
 func (a *localActor) died(d *actors.ActorDiedError) {
-	a.mu.Lock()
-	a.state, a.death = "DEAD", d.Cause
-	a.mu.Unlock()
 	l := a.l
 	l.mu.Lock()
-	if a.spec.Name != "" && l.named[a.spec.Name] == a {
-		delete(l.named, a.spec.Name)
+	delete(l.actors, a.id)
+	if d.Restarts > 0 {
+		l.deadRestarts[a.id] = d.Restarts
 	}
-	l.pool.release(a.spec.Resources, a.gpus)
-	l.admitLocked()
+	if st := l.state.Actor(a.id); st != nil && st.State != scheduler.ActorDead {
+		l.applyLocked(&scheduler.KillActor{Actor: a.id, Cause: d.Cause})
+	}
 	l.mu.Unlock()
 }
 
@@ -232,38 +223,47 @@ func (a *localActor) died(d *actors.ActorDiedError) {
 func (l *local) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	a := l.named[name]
-	if a == nil {
-		return nil, fmt.Errorf("get actor %q: %w", name, actors.ErrNotFound)
+	if st := l.state.ActorByName("", name); st != nil {
+		if a := l.actors[st.Spec.ID]; a != nil {
+			return a, nil
+		}
 	}
-	return a, nil
+	return nil, fmt.Errorf("get actor %q: %w", name, actors.ErrNotFound)
 }
 
 // Status implements Runtime.
 func (l *local) Status(ctx context.Context) (Status, error) {
 	l.mu.Lock()
-	node := NodeStatus{ID: localNodeID, Role: "embedded", State: "alive", Total: l.pool.total, Used: l.pool.used(), Simulated: l.simulated}
-	for i, f := range l.pool.freeGPU {
-		node.GPUs = append(node.GPUs, GPUStatus{Index: i, Used: 1 - f})
+	defer l.mu.Unlock()
+	var st Status
+	for _, n := range l.state.Nodes() {
+		ns := NodeStatus{ID: string(n.ID), Address: n.Address, Role: "embedded", State: "alive",
+			Total: fromResources(n.Total), Used: fromResources(n.Total.Sub(n.Free)), Simulated: l.inv.Simulated()}
+		for _, g := range n.GPUs {
+			ns.GPUs = append(ns.GPUs, GPUStatus{Index: g.Index, Used: 1 - g.Free})
+		}
+		st.Nodes = append(st.Nodes, ns)
 	}
-	list := make([]*localActor, 0, len(l.actors))
-	for _, a := range l.actors {
-		list = append(list, a)
+	for _, a := range l.state.Actors() {
+		as := ActorStatus{ID: string(a.Spec.ID), Name: a.Spec.Name, Type: a.Spec.Class, State: a.State.String(),
+			Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: fromResources(a.Spec.Request.Resources),
+			Restarts: a.Restarts, Death: a.DeathCause}
+		if a.State == scheduler.ActorPending {
+			as.Death = a.PendingReason
+		}
+		if la := l.actors[a.Spec.ID]; la != nil && la.inst != nil {
+			as.Restarts = la.inst.Info().Restarts // restarts happen in place here
+		} else if n, ok := l.deadRestarts[a.Spec.ID]; ok {
+			as.Restarts = n
+		}
+		st.Actors = append(st.Actors, as)
 	}
-	pending := len(l.waiters)
-	l.mu.Unlock()
-	sort.Slice(list, func(i, j int) bool { return list[i].id < list[j].id })
-	st := Status{Nodes: []NodeStatus{node}}
-	for _, a := range list {
-		a.mu.Lock()
-		st.Actors = append(st.Actors, ActorStatus{ID: a.id, Name: a.spec.Name, Type: a.spec.Type, State: a.state,
-			Node: localNodeID, GPUs: a.gpus, Resources: a.spec.Resources, Restarts: a.restarts, Death: a.death})
-		a.mu.Unlock()
-	}
-	for i := 0; i < pending; i++ {
-		st.Actors = append(st.Actors, ActorStatus{State: "PENDING"})
-	}
+	sort.Slice(st.Actors, func(i, j int) bool { return st.Actors[i].ID < st.Actors[j].ID })
 	return st, nil
+}
+
+func fromResources(r scheduler.Resources) actors.ResourceSet {
+	return actors.ResourceSet{CPUs: r.CPUs(), GPUs: r.GPUs, MemoryBytes: r.MemoryBytes, Custom: map[string]float64(r.Custom)}
 }
 
 // Shutdown implements Runtime: every actor is killed.
@@ -282,11 +282,11 @@ func (l *local) Shutdown(ctx context.Context) error {
 	for _, a := range list {
 		a.inst.Kill("cluster shut down")
 	}
-	return nil
+	return l.inv.Close()
 }
 
 // ID implements actors.Ref.
-func (a *localActor) ID() string { return a.id }
+func (a *localActor) ID() string { return string(a.id) }
 
 // Name implements actors.Ref.
 func (a *localActor) Name() string { return a.spec.Name }

@@ -56,7 +56,7 @@ func TestSimulatedGPUs(t *testing.T) {
 		t.Fatalf("node = %+v", n)
 	}
 	for _, bad := range []string{"-1", "lots", "dgx-h200"} {
-		if _, err := Init(context.Background(), Address(""), SimulateGPUs(bad)); err == nil || !strings.Contains(err.Error(), "TROUPE_SIMULATE_GPUS") {
+		if _, err := Init(context.Background(), Address(""), SimulateGPUs(bad)); err == nil || !strings.Contains(err.Error(), "simulated GPU profile") {
 			t.Errorf("SimulateGPUs(%q): err = %v", bad, err)
 		}
 	}
@@ -163,10 +163,10 @@ func TestInfeasibleFailsAtOnce(t *testing.T) {
 		opt  actors.Option
 		want string
 	}{
-		{actors.CPUs(3), "needs CPUs=3, the largest node has 2"},
-		{actors.Memory(2 << 30), "needs memory=2147483648 bytes"},
-		{actors.GPUs(1), "needs GPUs=1, the largest node has 0"},
-		{actors.Resources(map[string]float64{"tpu": 2}), "needs tpu=2, the largest node has 1"},
+		{actors.CPUs(3), "short of CPU (needs 3, has 2)"},
+		{actors.Memory(2 << 30), "short of memory (needs 2GiB, has 1GiB)"},
+		{actors.GPUs(1), "short of GPUs (needs 1 free GPU, has 0)"},
+		{actors.Resources(map[string]float64{"tpu": 2}), "short of tpu (needs 2, has 1)"},
 	} {
 		_, err := spawnProbe(ctx, rt, c.opt)
 		if !errors.Is(err, actors.ErrInfeasible) || !strings.Contains(err.Error(), c.want) {
@@ -207,5 +207,40 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPlacementFollowsGPUTopology(t *testing.T) {
+	ctx := context.Background()
+	rt := initLocal(t, SimulateGPUs("2x4-nvlink")) // NVLink islands {0-3} and {4-7}
+	gpusOf := func(h actors.Handle[probe]) []int {
+		g, err := actors.Call(ctx, h, (*probe).GPUs, struct{}{}).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	two, err := spawnProbe(ctx, rt, actors.GPUs(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	four, err := spawnProbe(ctx, rt, actors.GPUs(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	island := func(g []int) int { return g[0] / 4 }
+	g2, g4 := gpusOf(two), gpusOf(four)
+	for _, g := range g2 {
+		if island([]int{g}) != island(g2) {
+			t.Fatalf("2-GPU actor spans islands: %v", g2)
+		}
+	}
+	for _, g := range g4 {
+		if island([]int{g}) != island(g4) {
+			t.Fatalf("4-GPU actor spans islands: %v (the 2-GPU actor has %v)", g4, g2)
+		}
+	}
+	if island(g2) == island(g4) {
+		t.Fatalf("both on one island: %v %v", g2, g4)
 	}
 }
