@@ -567,3 +567,36 @@ func TestTrainStepSteadyStateAllocations(t *testing.T) {
 		t.Fatalf("%.1f allocations per steady-state training step, want 0", allocs)
 	}
 }
+
+func TestByteTokenizerModelLearnsText(t *testing.T) {
+	// A byte-level model (vocab 260) learns a short string and regenerates
+	// it greedily from BOS; generation stops at EOS.
+	var bt ByteTokenizer
+	cfg := Config{Layers: 1, Heads: 2, Width: 32, Context: 16, Vocab: ByteVocab}
+	m := mustNew(t, cpu.New(), cfg, 81)
+	m.Optim.LR = 1e-2
+	text := "hello, agent"
+	seq := append(append([]int32{bt.BOS()}, bt.Encode(text)...), bt.EOS())
+	for i := 0; i < 150; i++ {
+		if _, err := m.TrainStep(Batch{Tokens: [][]int32{seq}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := m.Generate([][]int32{{bt.BOS()}}, GenerateOptions{MaxNewTokens: 15, Stop: []int32{bt.EOS()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bt.Decode(out[0]); got != text || out[0][len(out[0])-1] != bt.EOS() {
+		t.Fatalf("generated %q (%v), want %q then EOS", got, out[0], text)
+	}
+	// VocabLimit keeps sampling inside the first ids
+	lim, err := m.Generate([][]int32{{bt.BOS()}}, GenerateOptions{MaxNewTokens: 10, Temperature: 2, Seed: 5, VocabLimit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range lim[0] {
+		if id >= 50 {
+			t.Fatalf("sampled id %d beyond VocabLimit 50", id)
+		}
+	}
+}
