@@ -37,7 +37,7 @@ type local struct {
 	// restarts of dead actors: restarts happen in place here, so the
 	// scheduler state (which counts re-placements) does not see them.
 	deadRestarts map[scheduler.ActorID]int
-	closed  bool
+	closed       bool
 }
 
 // localActor is one live actor of the embedded cluster.
