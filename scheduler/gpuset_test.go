@@ -110,6 +110,12 @@ func TestExactSearchIsOptimal(t *testing.T) {
 				t.Fatalf("trial %d: greedy score %d beats the optimum %d", trial, s.bestScore, best)
 			}
 		}
+		ti := newTopoInfo(n)
+		for _, ms := range []int{0, 1, ScoreSameCPU, ScorePCIeSingleSwitch, 55, ScoreNVLink, 150, 1000} {
+			if got, want := ti.maxCliqueAll(g, ms), maxClique(n, allGPUs(n), ms); got != want {
+				t.Fatalf("trial %d: table clique at %d = %d, search %d", trial, ms, got, want)
+			}
+		}
 		if mc := maxClique(n, cand, minScore); found != (mc >= k) {
 			t.Fatalf("trial %d: maxClique %d vs k %d found %v", trial, mc, k, found)
 		}

@@ -169,7 +169,7 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 				found, bestScore, ok = pl, score, true
 			}
 			seen++
-			if !multi || seen >= topologyCandidates || score >= x.ideal[i][req.Resources.wholeGPUs()] {
+			if !multi || seen >= topologyCandidates || score >= x.topo[i].ideal[req.Resources.wholeGPUs()] {
 				return false
 			}
 			return true
@@ -344,7 +344,8 @@ func countShort(avail, r Resources) int {
 }
 
 // totalMissCount counts what of req n could never give (0: it could).
-func totalMissCount(n *Node, req Request) int {
+// ti, when not nil, is n's precomputed topology information.
+func totalMissCount(n *Node, ti *topoInfo, req Request) int {
 	c := countShort(n.Total, req.Resources)
 	if !labelsMatch(n, req.Labels) {
 		c++
@@ -356,11 +357,13 @@ func totalMissCount(n *Node, req Request) int {
 	case k > len(n.GPUs):
 		c++
 	case k > 1 && req.MinLinkScore > 0:
-		all := uint64(1)<<uint(len(n.GPUs)) - 1
-		if len(n.GPUs) == 64 {
-			all = ^uint64(0)
+		size := 0
+		if ti != nil {
+			size = ti.maxCliqueAll(len(n.GPUs), req.MinLinkScore)
+		} else {
+			size = maxClique(n, allGPUs(n), req.MinLinkScore)
 		}
-		if maxClique(n, all, req.MinLinkScore) < k {
+		if size < k {
 			c++
 		}
 	}
@@ -443,11 +446,11 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 	var best, closest *Node
 	bestMiss, bestCap, closestMiss := 0, -1, 0
 	feasible := false
-	for _, n0 := range s.idx.order {
+	for i, n0 := range s.idx.order {
 		if n0.State == NodeDead {
 			continue
 		}
-		if tm := totalMissCount(n0, req); tm > 0 {
+		if tm := totalMissCount(n0, s.idx.topo[i], req); tm > 0 {
 			if closest == nil || tm < closestMiss {
 				closest, closestMiss = n0, tm
 			}

@@ -190,10 +190,35 @@ type index struct {
 	partial bitset
 	key     []int // current bucket per ordinal, -1 when not schedulable
 	maxGPUs int
-	// ideal[i][k] is the best link score k GPUs can have on node i's
-	// topology (shared between nodes with the same matrix), so a search can
-	// stop at a node offering that.
-	ideal [][]int
+	// topo[i] describes node i's GPU topology (shared between nodes with
+	// the same matrix).
+	topo []*topoInfo
+}
+
+// topoInfo is precomputed for each distinct topology matrix.
+type topoInfo struct {
+	// ideal[k] is the best link score k GPUs can have, so a search can stop
+	// at a node offering that.
+	ideal []int
+	// cliques lists, for each distinct link score v of the matrix in
+	// increasing order, the largest GPU set whose pairs all score ≥ v.
+	cliques []scoreClique
+}
+
+type scoreClique struct{ score, size int }
+
+// maxCliqueAll returns the largest set of n's GPUs whose pairs all score at
+// least minScore, from the precomputed table.
+func (t *topoInfo) maxCliqueAll(gpus, minScore int) int {
+	if minScore <= 0 {
+		return gpus
+	}
+	for _, c := range t.cliques {
+		if c.score >= minScore {
+			return c.size
+		}
+	}
+	return min(gpus, 1)
 }
 
 func (x *index) ensure(s *State) {
@@ -225,8 +250,8 @@ func (x *index) ensure(s *State) {
 		x.key[i] = -1
 		x.place(i, n)
 	}
-	x.ideal = make([][]int, len(x.order))
-	byTopo := map[string][]int{}
+	x.topo = make([]*topoInfo, len(x.order))
+	byTopo := map[string]*topoInfo{}
 	var kb []byte
 	for i, n := range x.order {
 		kb = kb[:0]
@@ -236,28 +261,48 @@ func (x *index) ensure(s *State) {
 			}
 		}
 		kb = binary.AppendUvarint(kb, uint64(len(n.GPUs)))
-		id, ok := byTopo[string(kb)]
+		ti, ok := byTopo[string(kb)]
 		if !ok {
-			id = idealScores(n)
-			byTopo[string(kb)] = id
+			ti = newTopoInfo(n)
+			byTopo[string(kb)] = ti
 		}
-		x.ideal[i] = id
+		x.topo[i] = ti
 	}
 }
 
-// idealScores returns, for k = 0..len(n.GPUs), the best link score of k
-// GPUs on n's topology.
-func idealScores(n *Node) []int {
-	out := make([]int, len(n.GPUs)+1)
-	all := uint64(1)<<uint(len(n.GPUs)) - 1
+// allGPUs returns the mask of every GPU slot of n.
+func allGPUs(n *Node) uint64 {
 	if len(n.GPUs) == 64 {
-		all = ^uint64(0)
+		return ^uint64(0)
 	}
-	for k := 2; k <= len(n.GPUs) && n.Topology != nil; k++ {
+	return uint64(1)<<uint(len(n.GPUs)) - 1
+}
+
+func newTopoInfo(n *Node) *topoInfo {
+	t := &topoInfo{ideal: make([]int, len(n.GPUs)+1)}
+	if n.Topology == nil {
+		return t
+	}
+	all := allGPUs(n)
+	for k := 2; k <= len(n.GPUs); k++ {
 		_, sc, _ := bestGPUSet(n, all, k, 0, 0)
-		out[k] = sc
+		t.ideal[k] = sc
 	}
-	return out
+	var vals []int
+	seen := map[int]bool{}
+	for i, row := range n.Topology {
+		for j, v := range row {
+			if i != j && !seen[v] && v > 0 {
+				seen[v] = true
+				vals = append(vals, v)
+			}
+		}
+	}
+	sort.Ints(vals)
+	for _, v := range vals {
+		t.cliques = append(t.cliques, scoreClique{score: v, size: maxClique(n, all, v)})
+	}
+	return t
 }
 
 // place files ordinal i under its current bucket (key must be -1 or stale
