@@ -3,7 +3,9 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"testing"
+	"time"
 
 	"troupe/gpu"
 )
@@ -33,12 +35,24 @@ func BenchmarkOps(b *testing.B) {
 	}
 	for _, op := range ops {
 		b.Run(fmt.Sprint(op.name), func(b *testing.B) {
+			c0 := cpuTime()
 			for i := 0; i < b.N; i++ {
 				op.fn()
 			}
+			b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 			if err := be.Sync(); err != nil {
 				b.Fatal(err)
 			}
 		})
 	}
+}
+
+// cpuTime is the process's CPU time: on the shared build machine wall time
+// per op swings with other load, CPU time much less.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -280,13 +280,24 @@ func kAttentionForward(j *job, _, lo, hi int) {
 		k := qkv[base+C+h*hs:]
 		v := qkv[base+2*C+h*hs:]
 		a := att[bh*T*T : (bh+1)*T*T]
-		// Full T×T scores via gemm (the masked upper half costs less than a
-		// ragged loop would lose), then the causal softmax.
-		gemm.Sgemm(false, true, T, T, hs, scale, q, C3, k, C3, 0, a, T)
+		o := out[bb*T*C+h*hs:]
+		// Causal blocks: rows r0..r1 only need key columns 0..r1, which
+		// skips ~40% of the products at T=128; the softmax zeroes the
+		// masked entries each block leaves.
+		for r0 := 0; r0 < T; r0 += attBlock {
+			r1 := min(r0+attBlock, T)
+			gemm.Sgemm(false, true, r1-r0, r1, hs, scale, q[r0*C3:], C3, k, C3, 0, a[r0*T:], T)
+		}
 		softmaxRowsCausal(a, T)
-		gemm.Sgemm(false, false, T, hs, T, 1, a, T, v, C3, 0, out[bb*T*C+h*hs:], C)
+		for r0 := 0; r0 < T; r0 += attBlock {
+			r1 := min(r0+attBlock, T)
+			gemm.Sgemm(false, false, r1-r0, hs, r1, 1, a[r0*T:], T, v, C3, 0, o[r0*C:], C)
+		}
 	}
 }
+
+// attBlock is the row-block size of the causal attention products.
+const attBlock = 32
 
 func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int) {
 	sc := b.scratchFor(T * T)
@@ -311,24 +322,29 @@ func kAttentionBackward(j *job, chunk, lo, hi int) {
 		dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
 		do := dout[bb*T*C+h*hs:]
 		a := att[bh*T*T : (bh+1)*T*T]
-		// datt = dout · Vᵀ ; dV += attᵀ · dout
-		gemm.Sgemm(false, true, T, T, hs, 1, do, C, v, C3, 0, d, T)
-		gemm.Sgemm(true, false, T, hs, T, 1, a, T, do, C, 1, dv, C3)
-		// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
-		for t := 0; t < T; t++ {
-			ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
-			var dot float32
-			for s, x := range ar {
-				dot += x * dr[s]
+		// causal row blocks as in the forward: block r0..r1 touches key
+		// positions 0..r1 only
+		for r0 := 0; r0 < T; r0 += attBlock {
+			r1 := min(r0+attBlock, T)
+			// datt = dout · Vᵀ ; dV += attᵀ · dout
+			gemm.Sgemm(false, true, r1-r0, r1, hs, 1, do[r0*C:], C, v, C3, 0, d[r0*T:], T)
+			gemm.Sgemm(true, false, r1, hs, r1-r0, 1, a[r0*T:], T, do[r0*C:], C, 1, dv, C3)
+			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
+			for t := r0; t < r1; t++ {
+				ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
+				var dot float32
+				for s, x := range ar {
+					dot += x * dr[s]
+				}
+				for s, x := range ar {
+					dr[s] = x * (dr[s] - dot) * scale
+				}
+				clear(dr[t+1:])
 			}
-			for s, x := range ar {
-				dr[s] = x * (dr[s] - dot) * scale
-			}
-			clear(dr[t+1:])
+			// dQ += dpre · K ; dK += dpreᵀ · Q
+			gemm.Sgemm(false, false, r1-r0, hs, r1, 1, d[r0*T:], T, k, C3, 1, dq[r0*C3:], C3)
+			gemm.Sgemm(true, false, r1, hs, r1-r0, 1, d[r0*T:], T, q[r0*C3:], C3, 1, dk, C3)
 		}
-		// dQ += dpre · K ; dK += dpreᵀ · Q
-		gemm.Sgemm(false, false, T, hs, T, 1, d, T, k, C3, 1, dq, C3)
-		gemm.Sgemm(true, false, T, hs, T, 1, d, T, q, C3, 1, dk, C3)
 	}
 }
 
