@@ -138,8 +138,9 @@ func (c Config) matmulParams() int {
 
 // ForwardFLOPsPerToken is the floating-point operations of one forward pass
 // per token at sequence length T (multiply-add = 2): the matmuls plus
-// attention's scores and weighted sum. The CPU kernels compute the full
-// T×T score matrix and mask it, so attention is counted over T, not T/2.
+// attention's scores and weighted sum, counted over all T positions as in
+// the usual 6N + 12·L·C·T estimate (the CPU kernels skip part of the masked
+// half, so they do somewhat less).
 func (c Config) ForwardFLOPsPerToken(T int) int {
 	return 2*c.matmulParams() + 4*c.Layers*c.Width*T
 }
