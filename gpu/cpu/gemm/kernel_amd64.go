@@ -17,3 +17,9 @@ var hasAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 func asmKernel(tiles, k int, a *float32, ars, aps, anext int, b *float32, bps int, c *float32, ldc int, alpha, beta float32) {
 	kernel6x16(tiles, k, a, ars, aps, anext, b, bps, c, ldc, alpha, beta)
 }
+
+// fmaPeak runs n×12 register-only 8-wide FMAs (see kernel_amd64.s); only
+// benchmarks use it.
+//
+//go:noescape
+func fmaPeak(n int)
