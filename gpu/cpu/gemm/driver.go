@@ -239,30 +239,35 @@ func rows(threads int, transA bool, m, n, k int, alpha float32, a []float32, lda
 // assembly's wide step).
 const rowChunk = 64
 
-// rowRange computes columns [j0, j1) of every C row for rows.
+// rowRange computes columns [j0, j1) of every C row for rows. It walks
+// 64-column blocks of B on the outside so that, with several rows, a block
+// (k×64) is read from memory once and from cache for the other rows.
 func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	for i := 0; i < m; i++ {
-		var arow []float32
-		aps := 1
-		if transA {
-			arow, aps = a[i:], lda
-		} else {
-			arow = a[i*lda:]
-		}
-		crow := c[i*ldc+j0 : i*ldc+j1]
-		done := rowAsm(k, arow, aps, b[j0:], ldb, crow, j1-j0, alpha, beta)
-		// Remaining columns (all of them without the assembly): scale by
-		// beta, then add alpha*a[p]*B[p, :] row by row (contiguous reads).
-		rest := crow[done:]
-		if len(rest) == 0 {
-			continue
-		}
-		scaleC(1, len(rest), beta, rest, len(rest))
-		for p := 0; p < k; p++ {
-			av := alpha * arow[p*aps]
-			brow := b[p*ldb+j0+done : p*ldb+j1]
-			for j, bv := range brow {
-				rest[j] += av * bv
+	for jb := j0; jb < j1; jb += rowChunk {
+		je := min(jb+rowChunk, j1)
+		for i := 0; i < m; i++ {
+			var arow []float32
+			aps := 1
+			if transA {
+				arow, aps = a[i:], lda
+			} else {
+				arow = a[i*lda:]
+			}
+			crow := c[i*ldc+jb : i*ldc+je]
+			done := rowAsm(k, arow, aps, b[jb:], ldb, crow, je-jb, alpha, beta)
+			// Remaining columns (all of them without the assembly): scale
+			// by beta, then add alpha*a[p]*B[p, :] row by row.
+			rest := crow[done:]
+			if len(rest) == 0 {
+				continue
+			}
+			scaleC(1, len(rest), beta, rest, len(rest))
+			for p := 0; p < k; p++ {
+				av := alpha * arow[p*aps]
+				brow := b[p*ldb+jb+done : p*ldb+je]
+				for j, bv := range brow {
+					rest[j] += av * bv
+				}
 			}
 		}
 	}
