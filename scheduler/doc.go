@@ -73,6 +73,12 @@
 // NodeDraining) stops new placements there; its actors leave as they die or
 // are killed with KillActor{Restart: true} and are re-placed elsewhere.
 //
+// FSM implements raft.BatchingFSM (entries committed together are applied
+// under one lock); its Response carries each command's error. The state
+// remembers at most MaxDeadActors dead actors, forgetting the oldest.
+// PlanPending and NodeDied plan on a deep copy of the state (milliseconds
+// for a 1,000-node cluster), so call them from the leader loop, not per RPC.
+//
 // Benchmark helpers (SimCluster, SimNode, topology builders, ActorSpecN,
 // GroupSpecN, PlanActorBatch) build realistic command streams for raft
 // benchmarks in other packages.

@@ -151,3 +151,23 @@ func TestDeadActorsArePrunedDeterministically(t *testing.T) {
 		t.Fatal("a state restored mid-way prunes differently")
 	}
 }
+
+func TestCloneIsDeepAndEqual(t *testing.T) {
+	_, s := randomLog(t, 31, 300)
+	before := snapshotBytes(t, s)
+	c := s.Clone()
+	if !bytes.Equal(before, snapshotBytes(t, c)) {
+		t.Fatal("clone differs from the original")
+	}
+	// Wreck the clone: the original must not change.
+	for _, n := range c.Nodes() {
+		mustApply(t, c, &UpdateNodeState{Node: n.ID, State: NodeDead, At: 99})
+	}
+	for _, g := range c.Groups() {
+		mustApply(t, c, &RemovePlacementGroup{Group: g.Spec.ID})
+	}
+	if !bytes.Equal(before, snapshotBytes(t, s)) {
+		t.Fatal("changing the clone changed the original")
+	}
+	checkInvariants(t, s)
+}

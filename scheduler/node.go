@@ -207,19 +207,13 @@ func (n *Node) hasPartial() bool {
 	return false
 }
 
-// clone returns a deep copy of n. The topology matrix is shared: it never
-// changes after registration.
+// clone returns a deep copy of n. The topology matrix and labels are
+// shared: they are never modified in place (a re-registration replaces them).
 func (n *Node) clone() *Node {
 	c := *n
 	c.Total = n.Total.Clone()
 	c.Free = n.Free.Clone()
 	c.GPUs = append([]GPU(nil), n.GPUs...)
-	if n.Labels != nil {
-		c.Labels = make(map[string]string, len(n.Labels))
-		for k, v := range n.Labels {
-			c.Labels[k] = v
-		}
-	}
 	return &c
 }
 

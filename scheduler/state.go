@@ -161,17 +161,50 @@ func (s *State) Jobs() []*Job {
 	return out
 }
 
-// Clone returns a deep copy of s (through its snapshot encoding, so it is
-// exactly what a follower restoring a snapshot would hold).
+// Clone returns a deep copy of s: applying commands to the copy leaves s
+// unchanged (the planner plans multi-step decisions on a clone). Parts that
+// never change after creation (specs, topology matrices) are shared.
 func (s *State) Clone() *State {
-	b, err := s.MarshalBinary()
-	if err != nil {
-		panic("scheduler: state does not encode: " + err.Error()) // cannot happen: every field is encodable
+	c := &State{}
+	c.d = stateData{
+		Nodes:  make(map[NodeID]*Node, len(s.d.Nodes)),
+		Actors: make(map[ActorID]*Actor, len(s.d.Actors)),
+		Groups: make(map[GroupID]*PlacementGroup, len(s.d.Groups)),
+		Names:  make(map[string]ActorID, len(s.d.Names)),
+		Jobs:   make(map[JobID]*Job, len(s.d.Jobs)),
 	}
-	c := NewState()
-	if err := c.UnmarshalBinary(b); err != nil {
-		panic("scheduler: state does not decode: " + err.Error())
+	c.d.Applied, c.d.Deaths = s.d.Applied, s.d.Deaths
+	for id, n := range s.d.Nodes {
+		c.d.Nodes[id] = n.clone()
 	}
+	for id, a := range s.d.Actors {
+		ca := *a
+		ca.GPUs = append([]GPUAlloc(nil), a.GPUs...)
+		c.d.Actors[id] = &ca
+	}
+	for id, g := range s.d.Groups {
+		cg := *g
+		cg.Bundles = make([]Bundle, len(g.Bundles))
+		for i, b := range g.Bundles {
+			cb := b
+			cb.Resources = b.Resources.Clone()
+			cb.Free = b.Free.Clone()
+			cb.GPUs = append([]GPUAlloc(nil), b.GPUs...)
+			cb.GPUFree = append([]GPUAlloc(nil), b.GPUFree...)
+			cg.Bundles[i] = cb
+		}
+		c.d.Groups[id] = &cg
+	}
+	for k, v := range s.d.Names {
+		c.d.Names[k] = v
+	}
+	for id, j := range s.d.Jobs {
+		cj := *j
+		c.d.Jobs[id] = &cj
+	}
+	c.dead = append([]ActorID(nil), s.dead[s.deadHead:]...)
+	c.idx.dirty = true
+	c.rebuildRelations()
 	return c
 }
 
