@@ -6,6 +6,15 @@
 // so the algorithms drive policies that live in actors (one shared, or one per
 // role updating in parallel); and a Team that spawns the actors and runs the
 // per-role update fan-out as a compiled actor graph.
+//
+// AT-GRPO's step has a static shape (every policy updates every step), so
+// ATGRPO runs its update as the Team's compiled graph. JoyAgents-R1 updates
+// only the agents that own the top-K groups, a set that changes every step,
+// so joyagents.Trainer drives the same Clients through rl.UpdateAll (one
+// concurrent actor call per selected agent) instead of a static graph. Its
+// memories stay in the trainer's process: joyagents.Trainer takes concrete
+// *joyagents.Memory values, so a memory actor cannot be injected without
+// changing that package.
 package agent
 
 import (

@@ -44,13 +44,19 @@ type outcome struct {
 }
 
 func main() {
-	steps := flag.Int("steps", 40, "RL steps of every AT-GRPO cell (JoyAgents cells run 3/4 of it: each of their steps samples more)")
+	steps := flag.Int("steps", 40, "RL steps of every AT-GRPO cell (JoyAgents cells run half of it: each of their steps samples more)")
 	cellsFlag := flag.String("cells", "", "comma-separated cells to run (default all): "+strings.Join(cellIDs(cells(40)), ", "))
 	out := flag.String("out", "runs/results", "directory for every cell's metrics, plots and checkpoints")
 	doc := flag.String("doc", "docs/results.md", "markdown file to write")
 	seed := flag.Int64("seed", 1, "seed of every cell")
+	layers := flag.Int("layers", 2, "transformer layers of every policy")
+	width := flag.Int("width", 64, "model width of every policy")
+	lr := flag.Float64("lr", 1e-3, "RL learning rate")
 	flag.Parse()
 	all := cells(*steps)
+	for i := range all {
+		all[i].Opt.Layers, all[i].Opt.Width, all[i].Opt.LR = *layers, *width, float32(*lr)
+	}
 	want := map[string]bool{}
 	for _, c := range strings.Split(*cellsFlag, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -123,7 +129,7 @@ func cells(steps int) []cell {
 	}
 	joy := base
 	joy.Algo, joy.PerRole, joy.K, joy.Envs, joy.JoyMemory = "joyagents", true, 6, 4, true
-	joy.Steps = steps * 3 / 4
+	joy.Steps = steps / 2
 	with := func(o recipe.Options, f func(*recipe.Options)) recipe.Options { f(&o); return o }
 	return []cell{
 		{"single-grpo", "single agent (planner alone): warm start, then GRPO with turn-wise groups",
@@ -205,7 +211,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned, so the planner also sees wrong tool suggestions and off-path states), %d epochs of cross-entropy on the answer tokens, batch 32, lr %.0e.\n", o.WarmEpisodes, o.WarmEpisodes-1, 100*o.WarmNoise, o.WarmEpochs, o.WarmLR)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages, clipped loss ε = 0.2, one AdamW step per update (lr %.0e); the per-role updates run as one compiled actor graph (fan-out to the policy actors, Gather of their statistics).\n", o.Envs, o.K, o.LR)
 		fmt.Fprintf(&b, "- Single agent + GRPO: the planner alone (`envs.Config.Single`), the same turn-wise grouped GRPO (AT-GRPO's sampler with one agent).\n")
-		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, memory evolution on unless stated, top-K over all groups unless stated; same policies, warm start and evaluation. Its steps are fewer (3/4) since each samples more.\n")
+		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, memory evolution on unless stated, top-K over all groups unless stated; same policies, warm start and evaluation. Its steps are half as many since each samples more (every node is completed G times to the end).\n")
 		fmt.Fprintf(&b, "- Machine: 2 cores (AMD EPYC, AVX2), shared with other builds while the table was made, so wall times are upper bounds.\n")
 	}
 	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
