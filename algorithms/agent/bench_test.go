@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"context"
+	"testing"
+
+	"troupe/algorithms/envs"
+	"troupe/algorithms/policy"
+	"troupe/algorithms/rl"
+)
+
+// benchPolicy is the training scripts' model: 2 layers, width 64, context 59
+// (planpath 6×6), sampling 2-token answers.
+func benchPolicy(b *testing.B) (*Policy, []string) {
+	p, err := NewPolicy(context.Background(), Config{Name: "shared", Model: policy.Config{Layers: 2, Heads: 4, Width: 64, Context: 59}, Seed: 1, MaxNewTokens: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var prompts []string
+	for s := int64(0); len(prompts) < 32; s++ {
+		e, err := envs.New("planpath", envs.Config{}, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prompts = append(prompts, e.Observe("tool"))
+	}
+	return p, prompts
+}
+
+// BenchmarkSample: 32 planpath prompts × K=4 (one AT-GRPO Sample call),
+// generation plus the scoring pass; tokens = prompt + completion tokens.
+func BenchmarkSample(b *testing.B) {
+	p, prompts := benchPolicy(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	tok := 0
+	for i := 0; i < b.N; i++ {
+		out, err := p.Sample(ctx, SampleRequest{Prompts: prompts, K: 4, Seed: int64(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j, o := range out {
+			for _, c := range o {
+				tok += len(prompts[j]) + 2 + len(c.Tokens)
+			}
+		}
+	}
+	b.ReportMetric(float64(tok)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkUpdate: one GRPO update on 128 samples (forward, loss, backward,
+// AdamW).
+func BenchmarkUpdate(b *testing.B) {
+	p, prompts := benchPolicy(b)
+	ctx := context.Background()
+	out, err := p.Sample(ctx, SampleRequest{Prompts: prompts, K: 4, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var batch []rl.Sample
+	tok := 0
+	for j, o := range out {
+		for k, c := range o {
+			batch = append(batch, rl.Sample{Prompt: prompts[j], Completion: c, Advantage: float64(k) - 1.5})
+			tok += len(prompts[j]) + 2 + len(c.Tokens)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Update(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(tok*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
