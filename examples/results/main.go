@@ -52,7 +52,15 @@ func main() {
 	layers := flag.Int("layers", 2, "transformer layers of every policy")
 	width := flag.Int("width", 64, "model width of every policy")
 	lr := flag.Float64("lr", 1e-3, "RL learning rate")
+	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	flag.Parse()
+	if *from != "" {
+		if err := rewrite(*from, *doc, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "results:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	all := cells(*steps)
 	for i := range all {
 		all[i].Opt.Layers, all[i].Opt.Width, all[i].Opt.LR = *layers, *width, float32(*lr)
@@ -111,6 +119,27 @@ func main() {
 		}
 	}
 	fmt.Printf("wrote %s (%d cells, %s)\n", *doc, len(outs), time.Since(start).Round(time.Second))
+}
+
+// saved is results.json: the outcomes and the total wall time.
+type saved struct {
+	Outcomes []outcome
+	Total    time.Duration
+}
+
+func rewrite(from, doc, out string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	var s saved
+	if err := json.Unmarshal(data, &s); err != nil {
+		// Older files hold just the list of outcomes.
+		if err2 := json.Unmarshal(data, &s.Outcomes); err2 != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	return write(doc, out, s.Outcomes, s.Total)
 }
 
 func cellIDs(cs []cell) []string {
@@ -214,13 +243,17 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, memory evolution on unless stated, top-K over all groups unless stated; same policies, warm start and evaluation. Its steps are half as many since each samples more (every node is completed G times to the end).\n")
 		fmt.Fprintf(&b, "- Machine: 2 cores (AMD EPYC, AVX2), shared with other builds while the table was made, so wall times are upper bounds.\n")
 	}
+	fmt.Fprintf(&b, "\n## Reproduce\n\n```sh\ngo run ./examples/results                   # every cell, then writes this file\n")
+	fmt.Fprintf(&b, "go run ./examples/results --from %s/results.json   # rewrite this file only\n", out)
+	fmt.Fprintf(&b, "go run ./examples/planpath-atgrpo            # the main run alone (per-role AT-GRPO)\n")
+	fmt.Fprintf(&b, "troupe eval --size 6 --role tool=%s/atgrpo-perrole/tool.safetensors \\\n    --role planner=%s/atgrpo-perrole/planner.safetensors\n```\n", out, out)
 	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
 		return err
 	}
 	if err := os.WriteFile(doc, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	js, _ := json.MarshalIndent(outs, "", "  ")
+	js, _ := json.MarshalIndent(saved{Outcomes: outs, Total: total}, "", "  ")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
