@@ -77,6 +77,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		}
 		d.Jobs[j.Spec.ID] = j
 	}
+	tmp := State{d: d}
+	if err := tmp.Check(); err != nil {
+		return fmt.Errorf("decode state: %w", err)
+	}
 	*s = State{d: d}
 	s.idx.dirty = true
 	s.rebuildRelations()

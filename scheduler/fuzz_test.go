@@ -82,3 +82,49 @@ func TestDecodeCommandErrors(t *testing.T) {
 		t.Errorf("NewBatch with a batch: %v", err)
 	}
 }
+
+func FuzzUnmarshalState(f *testing.F) {
+	for _, seed := range []int64{41, 42} {
+		_, s := randomLog(f, seed, 60)
+		f.Add(snapshotBytes(f, s))
+	}
+	f.Add([]byte{snapshotVersion})
+	f.Add([]byte{snapshotVersion, 0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := NewState()
+		if err := s.UnmarshalBinary(data); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		// A restored state is consistent and usable.
+		checkInvariants(t, s)
+		p := Planner{}
+		_, _ = p.Place(s, Request{Resources: Resources{GPUs: 2}})
+		cmds, _ := p.PlanPending(s, 1)
+		for _, c := range cmds {
+			if err := s.Apply(c); err != nil {
+				t.Fatalf("planned command refused on a restored state: %v", err)
+			}
+		}
+		for _, n := range s.Nodes() {
+			_ = s.Apply(&UpdateNodeState{Node: n.ID, State: NodeDead})
+		}
+		checkInvariants(t, s)
+	})
+}
+
+func TestRestoreRefusesInconsistentState(t *testing.T) {
+	_, s := randomLog(t, 43, 100)
+	for _, n := range s.Nodes() {
+		if n.State != NodeDead {
+			n.Free.MilliCPU++ // corrupt the accounting
+			break
+		}
+	}
+	var fresh State
+	if err := fresh.UnmarshalBinary(snapshotBytes(t, s)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("restore of a corrupt state: %v", err)
+	}
+}
