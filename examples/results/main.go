@@ -6,7 +6,7 @@
 // rollouts, and writes the table with model size, steps and wall time per
 // cell next to the paper's Qwen3-1.7B row.
 //
-//	go run ./examples/results                 # all cells (about 30 min on 2 cores)
+//	go run ./examples/results                 # all cells (about an hour on 2 busy cores)
 //	go run ./examples/results --cells atgrpo-perrole,single-grpo --steps 20
 package main
 
@@ -91,6 +91,22 @@ func main() {
 	start := time.Now()
 	var outs []outcome
 	done := map[string]bool{}
+	// Running a subset of cells keeps the other cells of an earlier run in
+	// the same output directory, so cells can be (re)run one at a time.
+	var kept []outcome
+	if len(want) > 0 {
+		if data, err := os.ReadFile(filepath.Join(*out, "results.json")); err == nil {
+			var s saved
+			if json.Unmarshal(data, &s) != nil {
+				_ = json.Unmarshal(data, &s.Outcomes)
+			}
+			for _, o := range s.Outcomes {
+				if !want[o.ID] {
+					kept = append(kept, o)
+				}
+			}
+		}
+	}
 	for _, c := range all {
 		if len(want) > 0 && !want[c.ID] {
 			continue
@@ -100,8 +116,11 @@ func main() {
 		o.OutDir = filepath.Join(*out, c.ID)
 		o.Progress, o.Log = os.Stderr, os.Stdout
 		if c.InitFrom != "" {
-			if _, ok := done[c.InitFrom]; ok {
-				o.Init = filepath.Join(*out, c.InitFrom, "warm-")
+			// Start from that cell's warm start when it ran here (this run
+			// or an earlier one); otherwise warm-start from scratch.
+			prefix := filepath.Join(*out, c.InitFrom, "warm-")
+			if m, _ := filepath.Glob(prefix + "*.safetensors"); done[c.InitFrom] || len(m) > 0 {
+				o.Init = prefix
 			}
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
@@ -113,7 +132,7 @@ func main() {
 		outs = append(outs, outcome{ID: c.ID, Desc: c.Desc, Result: res, Opt: o})
 		done[c.ID] = true
 		// Write after every cell so an interrupted run still leaves a table.
-		if err := write(*doc, *out, outs, time.Since(start)); err != nil {
+		if err := write(*doc, *out, order(all, append(append([]outcome(nil), kept...), outs...)), time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "results:", err)
 			os.Exit(1)
 		}
@@ -142,6 +161,19 @@ func rewrite(from, doc, out string) error {
 	return write(doc, out, s.Outcomes, s.Total)
 }
 
+// order sorts outcomes in cell order.
+func order(all []cell, outs []outcome) []outcome {
+	var res []outcome
+	for _, c := range all {
+		for _, o := range outs {
+			if o.ID == c.ID {
+				res = append(res, o)
+			}
+		}
+	}
+	return res
+}
+
 func cellIDs(cs []cell) []string {
 	var out []string
 	for _, c := range cs {
@@ -167,6 +199,10 @@ func cells(steps int) []cell {
 			with(base, func(o *recipe.Options) { o.Name = "AT-GRPO shared policy" }), ""},
 		{"atgrpo-perrole", "tool + planner, one policy per role: warm start, then AT-GRPO",
 			with(base, func(o *recipe.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" }), ""},
+		{"atgrpo-perrole-long", "AT-GRPO per-role, three times the steps, from the same warm start",
+			with(base, func(o *recipe.Options) {
+				o.PerRole, o.Steps, o.EvalEvery, o.Name = true, 3*steps, 20, "AT-GRPO per-role, long"
+			}), "atgrpo-perrole"},
 		{"joyagents", "tool + planner, per-role: the per-role warm start, then JoyAgents-R1 (G=6, all groups, memory)",
 			with(joy, func(o *recipe.Options) { o.Name = "JoyAgents-R1" }), "atgrpo-perrole"},
 		{"joyagents-top2", "JoyAgents-R1 with marginal-benefit top-K = 2 groups per step",
@@ -214,6 +250,9 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	}
 	if o, ok := by["atgrpo-perrole"]; ok {
 		row("AT-GRPO, per-role policies", "97", o, false)
+	}
+	if o, ok := by["atgrpo-perrole-long"]; ok {
+		row("AT-GRPO, per-role policies, 3× steps", "97", o, false)
 	}
 	for _, id := range []string{"joyagents", "joyagents-top2", "joyagents-nomem"} {
 		if o, ok := by[id]; ok {
