@@ -75,7 +75,21 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 		xmax = xmin + 1
 	}
 	const sc = 2 // font scale
-	left, right, top, bottom := 70, 20, 40, 50
+	// The legend sits above the plot area, wrapped into rows, so it never
+	// hides data.
+	type entry struct{ x, row int }
+	entries := make([]entry, len(c.Series))
+	x0, row := 70, 0
+	for i, s := range c.Series {
+		ew := 30 + len(s.Name)*6*sc + 20
+		if x0+ew > w-10 && x0 > 70 {
+			x0, row = 70, row+1
+		}
+		entries[i] = entry{x0, row}
+		x0 += ew
+	}
+	legendTop := 34
+	left, right, top, bottom := 70, 20, legendTop+(row+1)*11*sc+12, 50
 	pw, ph := w-left-right, h-top-bottom
 	if pw < 50 || ph < 50 {
 		return nil, fmt.Errorf("plot: image %dx%d too small", w, h)
@@ -117,19 +131,12 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 		}
 	}
 	// legend
-	lx, ly := left+12, top+10
-	maxLen := 0
-	for _, s := range c.Series {
-		maxLen = max(maxLen, len(s.Name))
-	}
-	box := image.Rect(lx-6, ly-6, lx+34+maxLen*6*sc, ly+len(c.Series)*10*sc)
-	fill(img, box, color.RGBA{255, 255, 255, 255})
-	rect(img, box, black)
 	for i, s := range c.Series {
 		col := palette[i%len(palette)]
-		y := ly + i*10*sc + 3*sc
-		line(img, lx, y, lx+22, y, col, 3)
-		text(img, lx+30, y-3*sc, s.Name, black, sc)
+		e := entries[i]
+		y := legendTop + e.row*11*sc + 3*sc
+		line(img, e.x, y, e.x+22, y, col, 3)
+		text(img, e.x+30, y-3*sc, s.Name, black, sc)
 	}
 	return img, nil
 }
