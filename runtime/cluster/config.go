@@ -58,7 +58,7 @@ type Timing struct {
 
 // LANTiming is the default: a fast LAN, leader failover well under 2 s,
 // failure detection in about 3 s.
-var LANTiming = Timing{RaftTimeout: 400 * time.Millisecond, ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond,
+var LANTiming = Timing{RaftTimeout: 300 * time.Millisecond, ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond,
 	SuspicionMult: 3, GossipInterval: 100 * time.Millisecond, Reconcile: time.Second}
 
 // FastTiming shortens the timers for loopback clusters (tests, one

@@ -289,8 +289,8 @@ func (n *Node) createLocal(ctx context.Context, specs []scheduler.ActorSpec) ([]
 	r := &placeReq{specs: specs, reply: make(chan placeResult, 1)}
 	select {
 	case n.placeCh <- r:
-	case <-time.After(200 * time.Millisecond):
-		return nil, raft.ErrNotLeader // no placer running: leadership is changing
+	case <-time.After(20 * time.Millisecond):
+		return nil, raft.ErrNotLeader // no placer running (yet): leadership is changing; onLeader retries
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -43,6 +43,7 @@ type procSpec struct {
 	Join   []string `json:"join"`
 	Expect int      `json:"expect"`
 	Token  string   `json:"token"`
+	LAN    bool     `json:"lan,omitempty"` // LANTiming (the default of troupe start) instead of FastTiming
 }
 
 func TestMain(m *testing.M) {
@@ -62,8 +63,12 @@ func runNodeProcess(specJSON string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	timing := FastTiming
+	if ps.LAN {
+		timing = LANTiming
+	}
 	n, err := Start(ctx, Config{NodeID: ps.ID, Role: ps.Role, DataDir: ps.Dir, BindAddr: ps.Bind, GossipPort: ps.Gossip, RaftPort: ps.Raft,
-		Join: ps.Join, BootstrapExpect: ps.Expect, Token: ps.Token, Timing: FastTiming, Logger: log, JoinTimeout: 10 * time.Second,
+		Join: ps.Join, BootstrapExpect: ps.Expect, Token: ps.Token, Timing: timing, Logger: log, JoinTimeout: 10 * time.Second,
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 4 << 30}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start failed:", err)
@@ -102,7 +107,7 @@ func (l lockedBuf) Write(p []byte) (int, error) {
 }
 
 // spawn starts a node process; t.Cleanup kills it.
-func spawn(t *testing.T, ps procSpec) *proc {
+func spawn(t testing.TB, ps procSpec) *proc {
 	t.Helper()
 	b, _ := json.Marshal(ps)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -145,7 +150,7 @@ func (p *proc) kill() {
 }
 
 // loopPort returns a port free on ip.
-func loopPort(t *testing.T, ip string) int {
+func loopPort(t testing.TB, ip string) int {
 	t.Helper()
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -155,7 +160,7 @@ func loopPort(t *testing.T, ip string) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func newSpec(t *testing.T, id, ip string, role Role, token string, dir string) procSpec {
+func newSpec(t testing.TB, id, ip string, role Role, token string, dir string) procSpec {
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), id)
 	}

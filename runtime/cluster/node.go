@@ -27,7 +27,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	wal "github.com/hashicorp/raft-wal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,7 +50,7 @@ type Node struct {
 	// Servers only.
 	raft     *raft.Raft
 	fsm      *scheduler.FSM
-	logStore *wal.WAL
+	logStore *walStore
 	trans    *raft.NetworkTransport
 	planner  scheduler.Planner
 
@@ -164,7 +163,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("raft dir: %w", err)
 	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info, Output: newLogWriter(n.log, "raft"), DisableTime: true})
-	ws, err := wal.Open(filepath.Join(dir, "wal"), wal.WithLogger(hlog.Named("wal")))
+	ws, err := openWAL(filepath.Join(dir, "wal"), hlog.Named("wal"))
 	if err != nil {
 		return fmt.Errorf("raft log %s: %w", dir, err)
 	}
