@@ -67,7 +67,8 @@ type Request struct {
 	// Group, when set, places the actor inside a bundle of that placement
 	// group, consuming the bundle's reservation instead of the node's.
 	Group GroupID `msgpack:"group,omitempty"`
-	// Bundle is the bundle index within Group, or AnyBundle.
+	// Bundle is the bundle index within Group, or AnyBundle to take any
+	// bundle with room. Note the zero value means bundle 0.
 	Bundle int `msgpack:"bundle,omitempty"`
 }
 
