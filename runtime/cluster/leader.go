@@ -40,9 +40,20 @@ func (n *Node) leaderLoop() {
 // committed entry before the leader decides anything), then the placer and
 // the reconcile loop.
 func (n *Node) lead(ctx context.Context) {
-	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
-		n.log.Warn("leader barrier failed; not acting as leader", "err", err)
-		return
+	for {
+		err := n.raft.Barrier(5 * time.Second).Error()
+		if err == nil {
+			break
+		}
+		n.log.Warn("leader barrier failed", "err", err)
+		if !n.isLeader() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	n.log.Info("acting as raft leader", "term", n.raft.Stats()["term"])
 	n.wg.Add(1)

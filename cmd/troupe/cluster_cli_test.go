@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"troupe/runtime/cluster"
+	"troupe/scheduler"
+)
+
+var updateClusterGolden = flag.Bool("update-cluster", false, "rewrite cmd/troupe/testdata/cluster golden files")
+
+func clusterGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "cluster", name)
+	if *updateClusterGolden {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run go test ./cmd/troupe -run Cluster -update-cluster to create): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// sampleStatus is a fixed cluster status: a head with simulated GPUs, a
+// server, a dead worker, actors in several states and a placement group.
+func sampleStatus() *cluster.ClusterStatus {
+	gib := int64(1 << 30)
+	return &cluster.ClusterStatus{
+		ReportedBy: "node-b", Leader: "node-a", LeaderAddr: "10.0.0.1:7370", Term: 7, AppliedIndex: 1234,
+		Servers: []cluster.RaftServer{{ID: "node-a", Address: "10.0.0.1:7372", Suffrage: "Voter", Leader: true},
+			{ID: "node-b", Address: "10.0.0.2:7372", Suffrage: "Voter"}},
+		Nodes: []cluster.NodeView{
+			{ID: "node-a", Address: "10.0.0.1:7370", Role: "head", State: "alive", Labels: map[string]string{"troupe.gpus": "simulated"},
+				Total: scheduler.Resources{MilliCPU: 32000, MemoryBytes: 256 * gib, GPUs: 8}, Used: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 16 * gib, GPUs: 2.5}},
+			{ID: "node-b", Address: "10.0.0.2:7370", Role: "server", State: "draining",
+				Total: scheduler.Resources{MilliCPU: 16000, MemoryBytes: 64 * gib, Custom: map[string]float64{"tpu": 4}}, Used: scheduler.Resources{Custom: map[string]float64{"tpu": 1}}},
+			{ID: "node-c", Address: "10.0.0.3:7370", Role: "worker", State: "dead", Total: scheduler.Resources{MilliCPU: 8000, MemoryBytes: 512 << 20}},
+		},
+		ActorsByState: map[string]int{"ALIVE": 2, "PENDING": 1, "DEAD": 1},
+		Actors: []cluster.ActorView{
+			{ID: "a1", Name: "planner", Namespace: "team", Class: "Policy", State: "ALIVE", Node: "node-a", GPUs: []int{0, 1}, Resources: scheduler.Resources{GPUs: 2}},
+			{ID: "a2", Class: "Policy", State: "ALIVE", Node: "node-a", GPUs: []int{2}, Resources: scheduler.Resources{GPUs: 0.5}},
+			{ID: "a3", Class: "Env", State: "PENDING", Resources: scheduler.Resources{MilliCPU: 64000}, Pending: "no node has CPUs=64 free"},
+			{ID: "a4", Class: "Env", State: "DEAD", Restarts: 2, Death: "node node-c lost: failed gossip probes"},
+		},
+		Groups: []cluster.GroupView{{ID: "pg1", Name: "learners", Strategy: "STRICT_PACK", State: "CREATED", Bundles: []string{"node-a gpus=[0 1]", "node-a gpus=[2 3]"}},
+			{ID: "pg2", Strategy: "SPREAD", State: "PENDING", Bundles: []string{"", ""}, Pending: "no room"}},
+	}
+}
+
+func TestClusterStatusGolden(t *testing.T) {
+	var b bytes.Buffer
+	renderStatus(&b, sampleStatus())
+	clusterGolden(t, "status.txt", b.Bytes())
+	b.Reset()
+	if err := writeJSON(&b, sampleStatus()); err != nil {
+		t.Fatal(err)
+	}
+	clusterGolden(t, "status.json", b.Bytes())
+	b.Reset()
+	renderActors(&b, sampleStatus().Actors)
+	clusterGolden(t, "actors.txt", b.Bytes())
+	b.Reset()
+	renderActors(&b, filterActors(sampleStatus().Actors, "alive"))
+	if got := strings.Count(b.String(), "ALIVE"); got != 2 {
+		t.Errorf("--state alive shows %d alive actors:\n%s", got, b.String())
+	}
+}
+
+func TestClusterParseResources(t *testing.T) {
+	cpu, mem, custom, err := parseResources("cpu=2.5, memory=16G,tpu=2,license=1")
+	if err != nil || *cpu != 2.5 || *mem != 16<<30 || custom["tpu"] != 2 || custom["license"] != 1 {
+		t.Fatalf("got %v %v %v %v", cpu, mem, custom, err)
+	}
+	for _, bad := range []string{"cpu", "cpu=-1", "memory=12Q", "gpu=2", "tpu=x", "=3"} {
+		if _, _, _, err := parseResources(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if n, err := parseBytes("1.5GiB"); err != nil || n != 3<<29 {
+		t.Errorf("1.5GiB = %d %v", n, err)
+	}
+}
+
+func TestClusterTokenSources(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TROUPE_TOKEN", "")
+	if _, err := clusterToken("", dir); err == nil {
+		t.Fatal("no token anywhere accepted")
+	}
+	os.WriteFile(filepath.Join(dir, "token"), []byte("from-file\n"), 0o600)
+	if tok, _ := clusterToken("", dir); tok != "from-file" {
+		t.Errorf("file token = %q", tok)
+	}
+	t.Setenv("TROUPE_TOKEN", "from-env")
+	if tok, _ := clusterToken("", dir); tok != "from-env" {
+		t.Errorf("env token = %q", tok)
+	}
+	if tok, _ := clusterToken("from-flag", dir); tok != "from-flag" {
+		t.Errorf("flag token = %q", tok)
+	}
+}
+
+func TestClusterSimulatedGPUCount(t *testing.T) {
+	gpus, topo, sim, err := nodeGPUs("h:1", "4")
+	if err != nil || len(gpus) != 4 || topo != nil || !sim || gpus[3].Index != 3 {
+		t.Fatalf("4 simulated GPUs: %v %v %v %v", gpus, topo, sim, err)
+	}
+	if _, _, _, err := nodeGPUs("h:1", "999"); err == nil {
+		t.Error("999 GPUs accepted")
+	}
+}
