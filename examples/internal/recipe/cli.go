@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"troupe/runtime"
@@ -35,17 +36,17 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.Layers, "layers", o.Layers, "transformer layers")
 	fs.IntVar(&o.Width, "width", o.Width, "model width")
 	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
-	lr := fs.Float64("lr", float64(o.LR), "RL learning rate")
+	lr := fs.Float64("lr", f64(o.LR), "RL learning rate")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "gradient steps per RL update")
 	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
 	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
 	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
 	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")
-	warmLR := fs.Float64("warm-lr", float64(o.WarmLR), "warm-start learning rate")
+	warmLR := fs.Float64("warm-lr", f64(o.WarmLR), "warm-start learning rate")
 	fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out evaluation episodes")
 	fs.IntVar(&o.EvalEvery, "eval-every", o.EvalEvery, "steps between held-out evaluations (0: start and end only)")
 	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
-	evalTemp := fs.Float64("eval-temp", float64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
+	evalTemp := fs.Float64("eval-temp", f64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
 	if o.Algo == "joyagents" {
 		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
 		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory evolution")
@@ -79,4 +80,11 @@ func Main(prog, doc string, o Options) {
 	}
 	fmt.Printf("done in %s: held-out success %.0f%% after the warm start -> %.0f%% after %d RL steps\n",
 		res.Wall.Round(1e9), 100*res.WarmSuccess, 100*res.Final.Success, res.Steps)
+}
+
+// f64 widens a float32 without showing its binary tail in --help (1e-3, not
+// 0.0010000000474974513).
+func f64(x float32) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+	return v
 }
