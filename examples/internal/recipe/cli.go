@@ -46,6 +46,7 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out evaluation episodes")
 	fs.IntVar(&o.EvalEvery, "eval-every", o.EvalEvery, "steps between held-out evaluations (0: start and end only)")
 	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
+	sampleTemp := fs.Float64("sample-temp", f64(o.SampleTemp), "training sampling temperature (0: 1; above 1 explores states where the policy is confidently wrong)")
 	evalTemp := fs.Float64("eval-temp", f64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
 	if o.Algo == "joyagents" {
 		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
@@ -60,7 +61,7 @@ func Main(prog, doc string, o Options) {
 		o.EnvConfig.Width, o.EnvConfig.Height = *size, *size
 	}
 	o.PerRole = *perRole
-	o.LR, o.WarmLR, o.EvalTemp = float32(*lr), float32(*warmLR), float32(*evalTemp)
+	o.LR, o.WarmLR, o.EvalTemp, o.SampleTemp = float32(*lr), float32(*warmLR), float32(*evalTemp), float32(*sampleTemp)
 	if o.Steps < 0 {
 		fmt.Fprintf(os.Stderr, "%s: --steps %d must not be negative\n", prog, o.Steps)
 		os.Exit(2)

@@ -65,6 +65,7 @@ type Options struct {
 	WarmNoise    float64 // planner-side noise in transcripts (visits off-path states)
 	WarmLR       float32
 
+	SampleTemp   float32 // training sampling temperature (0: 1)
 	EvalEpisodes int     // held-out episodes (100)
 	EvalTemp     float32 // sampling temperature of evaluation (0: 1, on-policy)
 	EvalEvery    int     // steps between mid-training evaluations (0: start and end only)
@@ -230,6 +231,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Loss:         loss,
 		Epochs:       o.Epochs,
 		MaxNewTokens: maxNew,
+		Temperature:  o.SampleTemp,
 	}
 	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
 	if o.Init != "" {
