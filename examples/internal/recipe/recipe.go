@@ -314,8 +314,11 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	}
 	evalFactory := EnvFactory(o.Env, ecfg, HeldOutSeed)
 	evalPols := team.Policies
-	if o.EvalTemp > 0 {
+	switch {
+	case o.EvalTemp > 0:
 		evalPols = team.EvalPolicies(o.EvalTemp)
+	case o.SampleTemp > 0 && o.SampleTemp != 1:
+		evalPols = team.EvalPolicies(1) // evaluate the policy itself, not the exploring sampler
 	}
 	budget := o.MaxTurns
 	if budget == 0 {
