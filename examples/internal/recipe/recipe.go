@@ -155,6 +155,7 @@ type StepRecord struct {
 	Entropy    float64 `json:"entropy,omitempty"`
 	ClipFrac   float64 `json:"clip_frac,omitempty"`
 	Samples    int     `json:"samples,omitempty"`
+	AdvZero    float64 `json:"adv_zero"` // share of samples with advantage 0 (groups whose branches all scored the same)
 	TokensPerS float64 `json:"tokens_per_s,omitempty"`
 	Elapsed    float64 `json:"elapsed_s"`
 	Invalid    float64 `json:"invalid,omitempty"`
@@ -353,7 +354,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		}
 		stepFn = func(ctx context.Context) (StepRecord, error) {
 			s, err := tr.Step(ctx)
-			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.MeanReward, Success: s.SuccessRate, TeamReturn: s.TeamReturn, Samples: s.Samples}
+			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.MeanReward, Success: s.SuccessRate, TeamReturn: s.TeamReturn, Samples: s.Samples, AdvZero: s.Adv.Zero}
 			fillUpd(&r, s.Updates)
 			return r, err
 		}
@@ -363,7 +364,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		tr := &joyagents.Trainer{Config: jc, Policies: team.Policies, NewEnv: func(i int, seed int64) (envs.Env, error) { return envs.New(o.Env, ecfg, seed) }}
 		stepFn = func(ctx context.Context) (StepRecord, error) {
 			s, err := tr.Step(ctx)
-			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.Reward, Success: s.SuccessRate, TeamReturn: s.Accuracy, Samples: s.Counts.NodeSamples + s.Counts.CompletionSamples}
+			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.Reward, Success: s.SuccessRate, TeamReturn: s.Accuracy, Samples: s.Counts.NodeSamples + s.Counts.CompletionSamples, AdvZero: s.Adv.Zero}
 			fillUpd(&r, s.Updates)
 			return r, err
 		}
