@@ -74,6 +74,7 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 			defer c.Close()
 			prefix := fmt.Sprintf("%s-%d-%d-", b.Name(), b.N, time.Now().UnixNano())
 			var next, failed atomic.Int64
+			var firstErr atomic.Value
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
@@ -95,11 +96,13 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 						res, err := c.CreateActors(context.Background(), specs)
 						if err != nil {
 							failed.Add(int64(len(specs)))
+							firstErr.CompareAndSwap(nil, err.Error())
 							continue
 						}
 						for _, r := range res {
 							if r.Err != nil || r.Placement == nil {
 								failed.Add(1)
+								firstErr.CompareAndSwap(nil, fmt.Sprintf("%+v", r))
 							}
 						}
 					}
@@ -109,7 +112,7 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 			el := time.Since(start)
 			b.StopTimer()
 			if f := failed.Load(); f > 0 {
-				b.Fatalf("%d of %d placements failed", f, b.N)
+				b.Fatalf("%d of %d placements failed; first: %v", f, b.N, firstErr.Load())
 			}
 			b.ReportMetric(float64(b.N)/el.Seconds(), "placements/s")
 		})

@@ -132,7 +132,7 @@ func (m *members) get(id string) (member, bool) {
 func (n *Node) newMemberlist(r resolved) (*memberlist.Memberlist, error) {
 	c := memberlist.DefaultLANConfig()
 	c.Name = n.cfg.NodeID
-	c.BindAddr = r.host
+	c.BindAddr = hostOf(n.cfg.BindAddr) // may be 0.0.0.0; others reach us at the advertised host
 	c.BindPort = r.gossipPort
 	c.AdvertiseAddr = r.host
 	c.AdvertisePort = r.gossipPort
