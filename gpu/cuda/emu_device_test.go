@@ -88,6 +88,10 @@ func buildEmu() (*emuAPI, error) {
 	// std::thread/std::barrier code compiles in half the time.
 	flags := []string{"-std=c++20", "-O1", "-fPIC", "-pthread", "-Wall", "-Wno-unknown-pragmas", "-Werror",
 		"-I", absEmu, "-I", absKernels}
+	// TROUPE_EMU_CXXFLAGS adds flags to every compile and the link, e.g.
+	// "-fsanitize=thread" (then run the test binary with libtsan preloaded).
+	extra := strings.Fields(os.Getenv("TROUPE_EMU_CXXFLAGS"))
+	flags = append(flags, extra...)
 	type unit struct{ src, obj string }
 	units := []unit{
 		{filepath.Join(absEmu, "emu_runtime.cpp"), filepath.Join(emuDir, "emu_runtime.o")},
@@ -137,7 +141,7 @@ func buildEmu() (*emuAPI, error) {
 	}
 	lib := filepath.Join(emuDir, "libtroupe_cuda_emu.so")
 	emuLibPath = lib
-	args := []string{"-shared", "-pthread", "-o", lib}
+	args := append([]string{"-shared", "-pthread", "-o", lib}, extra...)
 	for _, u := range units {
 		args = append(args, u.obj)
 	}

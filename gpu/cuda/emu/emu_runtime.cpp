@@ -30,7 +30,19 @@ static std::map<std::string, Thunk>& registry() {
     return r;
 }
 
-Registrar::Registrar(const char* name, Thunk t) { registry()[name] = t; }
+namespace {
+// One launch at a time (__shared__ statics are per kernel). Memory calls
+// and registration take it too: the Go caller may issue consecutive calls
+// from different OS threads, and the mutex makes that ordering visible to
+// ThreadSanitizer (TROUPE_EMU_CXXFLAGS=-fsanitize=thread), which cannot see
+// Go's scheduler.
+std::mutex launch_mu;
+}  // namespace
+
+Registrar::Registrar(const char* name, Thunk t) {
+    std::lock_guard<std::mutex> lock(launch_mu);
+    registry()[name] = t;
+}
 
 namespace {
 
@@ -85,8 +97,6 @@ void run_thread(Launch* l, int t) {
     }
 }
 
-std::mutex launch_mu;  // one launch at a time: __shared__ statics are per kernel
-
 }  // namespace
 }  // namespace emu
 
@@ -97,11 +107,11 @@ extern "C" {
 // unknown kernel, 2 for a bad launch shape.
 int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                void** args) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
     auto it = emu::registry().find(name);
     if (it == emu::registry().end()) return 1;
     long nthreads = (long)bx * by * bz;
     if (gx == 0 || gy == 0 || gz == 0 || nthreads <= 0 || nthreads > 1024) return 2;
-    std::lock_guard<std::mutex> lock(emu::launch_mu);
     emu::Launch l;
     l.fn = it->second;
     l.args = args;
@@ -124,9 +134,13 @@ int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned
     return 0;
 }
 
-int emu_kernel_count() { return (int)emu::registry().size(); }
+int emu_kernel_count() {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
+    return (int)emu::registry().size();
+}
 
 const char* emu_kernel_name(int i) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
     int k = 0;
     for (auto& kv : emu::registry())
         if (k++ == i) return kv.first.c_str();
@@ -134,6 +148,7 @@ const char* emu_kernel_name(int i) {
 }
 
 void* emu_malloc(size_t n) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
     size_t sz = (n + 255) / 256 * 256;
     if (sz == 0) sz = 256;
     void* p = std::aligned_alloc(256, sz);
@@ -141,11 +156,18 @@ void* emu_malloc(size_t n) {
     return p;
 }
 
-void emu_free(void* p) { std::free(p); }
+void emu_free(void* p) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
+    std::free(p);
+}
 
-void emu_memcpy(void* dst, const void* src, size_t n) { std::memmove(dst, src, n); }
+void emu_memcpy(void* dst, const void* src, size_t n) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
+    std::memmove(dst, src, n);
+}
 
 void emu_memset32(void* dst, unsigned v, size_t count) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
     unsigned* d = static_cast<unsigned*>(dst);
     for (size_t i = 0; i < count; i++) d[i] = v;
 }

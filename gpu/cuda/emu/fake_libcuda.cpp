@@ -20,6 +20,7 @@ extern "C" const char* emu_kernel_name(int i);
 extern "C" void* emu_malloc(size_t n);
 extern "C" void emu_free(void* p);
 extern "C" void emu_memset32(void* dst, unsigned v, size_t count);
+extern "C" void emu_memcpy(void* dst, const void* src, size_t n);
 
 namespace {
 
@@ -141,17 +142,17 @@ int cuMemFree_v2(void* p) {
 }
 int cuMemcpyHtoD_v2(void* dst, const void* src, size_t n) {
     if (!have_ctx()) return INVALID_CONTEXT;
-    std::memmove(dst, src, n);
+    emu_memcpy(dst, src, n);
     return OK;
 }
 int cuMemcpyDtoH_v2(void* dst, const void* src, size_t n) {
     if (!have_ctx()) return INVALID_CONTEXT;
-    std::memmove(dst, src, n);
+    emu_memcpy(dst, src, n);
     return OK;
 }
 int cuMemcpyDtoD_v2(void* dst, const void* src, size_t n) {
     if (!have_ctx()) return INVALID_CONTEXT;
-    std::memmove(dst, src, n);
+    emu_memcpy(dst, src, n);
     return OK;
 }
 int cuMemsetD32_v2(void* dst, unsigned v, size_t n) {
@@ -163,8 +164,12 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned smem, void* stream, void** params, void** extra) {
     if (!have_ctx()) return INVALID_CONTEXT;
     if (!f || smem != 0 || stream != nullptr || extra != nullptr) return INVALID_VALUE;
-    return emu_launch(static_cast<Function*>(f)->name.c_str(), gx, gy, gz, bx, by, bz, params) == 0 ? OK
-                                                                                                    : LAUNCH_FAILED;
+    std::string name;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        name = static_cast<Function*>(f)->name;
+    }
+    return emu_launch(name.c_str(), gx, gy, gz, bx, by, bz, params) == 0 ? OK : LAUNCH_FAILED;
 }
 int cuGetErrorString(int r, const char** s) {
     switch (r) {
