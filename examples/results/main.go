@@ -59,6 +59,13 @@ func main() {
 			fmt.Fprintln(os.Stderr, "results:", err)
 			os.Exit(1)
 		}
+		for _, c := range cells(*steps) {
+			if _, err := os.Stat(filepath.Join(*out, c.ID, "metrics.jsonl")); err == nil {
+				if err := recipe.Replot(filepath.Join(*out, c.ID), c.Opt.Name); err != nil {
+					fmt.Fprintln(os.Stderr, "results:", err)
+				}
+			}
+		}
 		return
 	}
 	all := cells(*steps)

@@ -499,3 +499,27 @@ func writePlot(path, title string, hist []StepRecord, evals []Point) error {
 	}
 	return ch.WritePNG(path, 720, 420)
 }
+
+// Replot redraws dir/curves.png from dir/metrics.jsonl (e.g. after the plot
+// style changed), titled title.
+func Replot(dir, title string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		return fmt.Errorf("replot: %w", err)
+	}
+	var hist []StepRecord
+	var evals []Point
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r StepRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("replot %s: %w", dir, err)
+		}
+		switch r.Kind {
+		case "step":
+			hist = append(hist, r)
+		case "eval":
+			evals = append(evals, Point{Step: r.Step, Success: r.Success, Reward: r.TeamReturn, Invalid: r.Invalid})
+		}
+	}
+	return writePlot(filepath.Join(dir, "curves.png"), title, hist, evals)
+}
