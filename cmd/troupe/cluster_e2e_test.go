@@ -44,7 +44,11 @@ type cliProc struct {
 	err  error
 }
 
-func (p *cliProc) Write(b []byte) (int, error) { p.mu.Lock(); defer p.mu.Unlock(); return p.out.Write(b) }
+func (p *cliProc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
 
 func (p *cliProc) output() string { p.mu.Lock(); defer p.mu.Unlock(); return p.out.String() }
 
