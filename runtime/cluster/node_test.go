@@ -153,3 +153,33 @@ func NewClientMust(t testing.TB, addr, tok string) *Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestNoLeaderBoundedRetry: with its quorum gone, a server retries a write
+// for ApplyTimeout and then fails with ErrNoLeader (never sooner), while
+// Status keeps answering from its own state.
+func TestNoLeaderBoundedRetry(t *testing.T) {
+	const tok = "t"
+	head := startNode(t, testConfig(t, "head", RoleHead, tok))
+	c := testConfig(t, "s1", RoleServer, tok)
+	c.Join = []string{head.Addr()}
+	c.ApplyTimeout = 700 * time.Millisecond
+	s1 := startNode(t, c)
+	waitFor(t, "two voters, both registered", 10*time.Second, func() bool {
+		st := s1.Status()
+		return len(st.Servers) == 2 && st.Leader != "" && len(st.Nodes) == 2
+	})
+	head.Shutdown() // s1 alone is not a quorum of two
+	waitFor(t, "s1 to lose the leader", 5*time.Second, func() bool { return s1.Status().Leader == "" })
+	start := time.Now()
+	_, err := s1.applyCommand(context.Background(), &scheduler.UpdateNodeState{Node: "s1", State: scheduler.NodeDraining, At: 1})
+	took := time.Since(start)
+	if !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("write without quorum: %v, want ErrNoLeader", err)
+	}
+	if took < c.ApplyTimeout {
+		t.Errorf("ErrNoLeader after %v, before the %v retry bound", took, c.ApplyTimeout)
+	}
+	if st := s1.Status(); len(st.Nodes) != 2 {
+		t.Errorf("status without a leader: %+v", st)
+	}
+}
