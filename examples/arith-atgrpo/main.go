@@ -15,7 +15,7 @@ func main() {
 	recipe.Main("arith-atgrpo", "Arithmetic AT-GRPO: multi-step word problems solved by a reasoner and a tool agent.", recipe.Options{
 		Name: "arith AT-GRPO", Env: "arith", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Steps: 2},
-		Steps:     30, K: 4, Envs: 8, LR: 1e-3, Seed: 1,
+		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 600, WarmEpochs: 6, WarmNoise: 0.2,
 		EvalEvery: 10, CkptEvery: 20,
 	})

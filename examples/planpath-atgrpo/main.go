@@ -23,7 +23,7 @@ func main() {
 	recipe.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", recipe.Options{
 		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
-		Steps:     40, K: 4, Envs: 8, LR: 1e-3, Seed: 1,
+		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 800, WarmEpochs: 8, WarmNoise: 0.2,
 		EvalEvery: 10, CkptEvery: 20,
 	})

@@ -17,7 +17,7 @@ func main() {
 	recipe.Main("planpath-joyagents", "Plan-Path JoyAgents-R1: node-wise sampling, top-K agent selection and memory.", recipe.Options{
 		Name: "planpath 6x6 JoyAgents-R1", Env: "planpath", Algo: "joyagents", PerRole: true,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
-		Steps:     30, K: 6, Envs: 4, LR: 1e-3, Seed: 1,
+		Steps:     30, K: 6, Envs: 4, LR: 3e-4, Seed: 1,
 		JoyMemory:    true,
 		WarmEpisodes: 800, WarmEpochs: 8, WarmNoise: 0.2,
 		EvalEvery: 10, CkptEvery: 20,

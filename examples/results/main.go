@@ -51,7 +51,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "seed of every cell")
 	layers := flag.Int("layers", 2, "transformer layers of every policy")
 	width := flag.Int("width", 64, "model width of every policy")
-	lr := flag.Float64("lr", 1e-3, "RL learning rate")
+	lr := flag.Float64("lr", 3e-4, "RL learning rate")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	flag.Parse()
 	if *from != "" {

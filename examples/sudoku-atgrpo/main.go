@@ -14,7 +14,7 @@ func main() {
 	recipe.Main("sudoku-atgrpo", "Sudoku 4x4 AT-GRPO: a reasoner proposes fills, a verifier checks them.", recipe.Options{
 		Name: "sudoku4 AT-GRPO", Env: "sudoku4", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Holes: 6},
-		Steps:     30, K: 4, Envs: 8, LR: 1e-3, Seed: 1,
+		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 600, WarmEpochs: 6, WarmNoise: 0.2,
 		EvalEvery: 10, CkptEvery: 20,
 	})
