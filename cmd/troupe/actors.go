@@ -37,6 +37,9 @@ func runActors(ctx context.Context, args []string) error {
 		return writeJSON(os.Stdout, list)
 	}
 	renderActors(os.Stdout, list)
+	if st.ActorsOmitted > 0 {
+		fmt.Printf("(%d more actors not listed; see troupe status for counts by state)\n", st.ActorsOmitted)
+	}
 	return nil
 }
 

@@ -27,8 +27,10 @@ type ClusterStatus struct {
 	Nodes []NodeView `msgpack:"nodes" json:"nodes"`
 	// ActorsByState counts actors per state (PENDING, ALIVE, ...).
 	ActorsByState map[string]int `msgpack:"by_state" json:"actors_by_state"`
-	// Actors lists actors, sorted by ID.
-	Actors []ActorView `msgpack:"actors" json:"actors"`
+	// Actors lists actors, sorted by ID: at most MaxStatusActors of them,
+	// so a status always fits one message; ActorsOmitted counts the rest.
+	Actors        []ActorView `msgpack:"actors" json:"actors"`
+	ActorsOmitted int         `msgpack:"omitted,omitempty" json:"actors_omitted,omitempty"`
 	// Groups lists placement groups, sorted by ID.
 	Groups []GroupView `msgpack:"groups" json:"placement_groups"`
 }
@@ -78,6 +80,9 @@ type GroupView struct {
 	Pending  string   `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
 }
 
+// MaxStatusActors bounds the actors listed in a ClusterStatus.
+const MaxStatusActors = 20000
+
 // roleLabel is the node label that carries the node's role.
 const roleLabel = "troupe.role"
 
@@ -92,7 +97,11 @@ func viewState(st *scheduler.State, out *ClusterStatus) {
 	out.ActorsByState = map[string]int{}
 	for _, a := range st.Actors() {
 		out.ActorsByState[a.State.String()]++
-		out.Actors = append(out.Actors, actorView(a))
+		if len(out.Actors) < MaxStatusActors {
+			out.Actors = append(out.Actors, actorView(a))
+		} else {
+			out.ActorsOmitted++
+		}
 	}
 	for _, g := range st.Groups() {
 		gv := GroupView{ID: string(g.Spec.ID), Name: g.Spec.Name, Strategy: g.Spec.Strategy.String(), State: g.State.String(), Pending: g.PendingReason}
