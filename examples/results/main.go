@@ -52,8 +52,10 @@ func main() {
 	layers := flag.Int("layers", 2, "transformer layers of every policy")
 	width := flag.Int("width", 64, "model width of every policy")
 	lr := flag.Float64("lr", 3e-4, "RL learning rate")
+	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	flag.Parse()
+	notesFile = *notes
 	if *from != "" {
 		if err := rewrite(*from, *doc, *out); err != nil {
 			fmt.Fprintln(os.Stderr, "results:", err)
@@ -221,6 +223,9 @@ func cells(steps int) []cell {
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
 
+// notesFile is the hand-written observations appended to the table.
+var notesFile = "examples/results/notes.md"
+
 func write(doc, out string, outs []outcome, total time.Duration) error {
 	by := map[string]outcome{}
 	for _, o := range outs {
@@ -288,6 +293,10 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		fmt.Fprintf(&b, "- Single agent + GRPO: the planner alone (`envs.Config.Single`), the same turn-wise grouped GRPO (AT-GRPO's sampler with one agent).\n")
 		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, memory evolution on unless stated, top-K over all groups unless stated; same policies, warm start and evaluation. Its steps are half as many since each samples more (every node is completed G times to the end).\n")
 		fmt.Fprintf(&b, "- Machine: 2 cores (AMD EPYC, AVX2), shared with other builds while the table was made, so wall times are upper bounds.\n")
+	}
+	if data, err := os.ReadFile(notesFile); err == nil {
+		b.WriteString("\n")
+		b.Write(data)
 	}
 	fmt.Fprintf(&b, "\n## Reproduce\n\n```sh\ngo run ./examples/results                   # every cell, then writes this file\n")
 	fmt.Fprintf(&b, "go run ./examples/results --from %s/results.json   # rewrite this file only\n", out)
