@@ -2,9 +2,9 @@ package cuda
 
 import "math"
 
-// floatToBF16 rounds a float32 to bf16 bits exactly as float_to_bf16 in
+// Float32ToBF16 rounds a float32 to bf16 bits exactly as float_to_bf16 in
 // kernels/common.cuh (round to nearest even, NaN kept quiet).
-func floatToBF16(f float32) uint16 {
+func Float32ToBF16(f float32) uint16 {
 	u := math.Float32bits(f)
 	if u&0x7fffffff > 0x7f800000 {
 		return uint16(u>>16) | 0x0040
@@ -12,5 +12,5 @@ func floatToBF16(f float32) uint16 {
 	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
-// bf16ToFloat widens bf16 bits to float32 (exact).
-func bf16ToFloat(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+// BF16ToFloat32 widens bf16 bits (as from DownloadBF16) to float32, exactly.
+func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }

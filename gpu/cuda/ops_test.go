@@ -322,7 +322,7 @@ func TestOpBF16Path(t *testing.T) {
 	round := func(x []float32) []float32 {
 		y := make([]float32, len(x))
 		for i, v := range x {
-			y[i] = bf16ToFloat(floatToBF16(v))
+			y[i] = BF16ToFloat32(Float32ToBF16(v))
 		}
 		return y
 	}
@@ -341,8 +341,8 @@ func TestOpBF16Path(t *testing.T) {
 	got := make([]uint16, N*C)
 	p.e.DownloadBF16(got, inH)
 	for i, v := range inF {
-		if got[i] != floatToBF16(v) {
-			t.Fatalf("float_to_bf16[%d]: %#x, want %#x (of %v)", i, got[i], floatToBF16(v), v)
+		if got[i] != Float32ToBF16(v) {
+			t.Fatalf("float_to_bf16[%d]: %#x, want %#x (of %v)", i, got[i], Float32ToBF16(v), v)
 		}
 	}
 	inR, wR := p.up(round(inF)), p.up(round(wF))
@@ -371,8 +371,8 @@ func TestOpBF16Path(t *testing.T) {
 	want := make([]float32, M)
 	p.e.Download(want, master.e)
 	for i := range want {
-		if gotP[i] != floatToBF16(want[i]) {
-			t.Fatalf("adamw_update_bf16 copy[%d] = %#x, want bf16(%v) = %#x", i, gotP[i], want[i], floatToBF16(want[i]))
+		if gotP[i] != Float32ToBF16(want[i]) {
+			t.Fatalf("adamw_update_bf16 copy[%d] = %#x, want bf16(%v) = %#x", i, gotP[i], want[i], Float32ToBF16(want[i]))
 		}
 	}
 }
