@@ -8,7 +8,9 @@ set -euo pipefail
 #   libnvrtc11.2  NVRTC, compiles the CUDA kernels to PTX (no GPU needed);
 #                 lives in the non-free component.
 #   chromium      headless browser for the dashboard's end-to-end test.
-packages=(libnvrtc11.2 chromium)
+#   g++           builds the CPU emulation of the CUDA kernels (tests) and
+#                 the cgo part of go-nvml.
+packages=(libnvrtc11.2 chromium g++)
 
 missing=()
 for p in "${packages[@]}"; do
