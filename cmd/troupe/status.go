@@ -80,7 +80,7 @@ func renderStatus(w io.Writer, st *cluster.ClusterStatus) {
 		}
 		servers = append(servers, x)
 	}
-	fmt.Fprintf(w, "raft servers: %s\n\n", strings.Join(servers, " "))
+	fmt.Fprintf(w, "raft servers: %s; gossip members alive: %d\n\n", strings.Join(servers, " "), st.GossipAlive)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tADDRESS\tCPU\tMEMORY\tGPU\tCUSTOM")

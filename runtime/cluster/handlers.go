@@ -77,6 +77,9 @@ func (c *controlImpl) status(ctx context.Context, r *StatusRequest) (*ClusterSta
 // use the Status RPC, which forwards).
 func (n *Node) Status() *ClusterStatus {
 	out := &ClusterStatus{ReportedBy: n.cfg.NodeID}
+	if n.ml != nil {
+		out.GossipAlive = n.ml.NumMembers()
+	}
 	if n.raft == nil {
 		return out
 	}

@@ -290,6 +290,11 @@ func TestMultiProcessCluster(t *testing.T) {
 		}
 		surv := multiAddr(survivors...)
 		before := st.AppliedIndex
+		// The leader has saved its peers (for the restart below).
+		waitFor(t, "the leader's peers file", 5*time.Second, func() bool {
+			b, _ := os.ReadFile(filepath.Join(servers[leaderIdx].spec.Dir, peersFile))
+			return strings.Count(string(b), "\n") >= 2
+		})
 		start := time.Now()
 		servers[leaderIdx].kill()
 		var newLeader string
@@ -342,7 +347,7 @@ func TestMultiProcessCluster(t *testing.T) {
 	parent := t
 	t.Run("restart server with its data dir", func(t *testing.T) {
 		sp := servers[leaderIdx].spec
-		sp.Join = []string{servers[(leaderIdx+1)%3].addr()}
+		sp.Join = nil          // no --join: it finds the cluster through the peers saved in its data dir
 		p := spawn(parent, sp) // same ID, data dir and ports; lives until the end of the whole test
 		servers[leaderIdx] = p
 		var want uint64
@@ -354,7 +359,7 @@ func TestMultiProcessCluster(t *testing.T) {
 			want = cl.AppliedIndex
 			own, err := statusFrom(p.addr(), tok)
 			return err == nil && own.ReportedBy == sp.ID && own.AppliedIndex >= want && len(own.Actors) == len(specsA)+1 &&
-				nodeState(own, sp.ID) == "alive"
+				nodeState(own, sp.ID) == "alive" && own.GossipAlive == 3 // rejoined gossip: the three servers
 		})
 		own, _ := statusFrom(p.addr(), tok)
 		if len(own.Servers) != 3 {

@@ -111,9 +111,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if len(cfg.Join) > 0 {
-		if err := n.join(ctx); err != nil {
+		if err := n.join(ctx, n.cfg.Join, n.cfg.JoinTimeout); err != nil {
 			return nil, err
 		}
+	} else if peers := n.loadPeers(); len(peers) > 0 {
+		// A restart without --join: rejoin gossip through the peers this
+		// node knew, in the background (they may be restarting too).
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.rejoinLoop(peers) }()
+	}
+	if cfg.DataDir != "" {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.savePeersLoop() }()
 	}
 	if n.raft != nil {
 		n.wg.Add(1)
@@ -218,12 +227,12 @@ func (n *Node) startRaft() error {
 
 // join finds the gossip ports of the Join addresses over gRPC (which also
 // checks the token: a wrong token fails here, clearly) and joins gossip.
-func (n *Node) join(ctx context.Context) error {
-	deadline := time.Now().Add(n.cfg.JoinTimeout)
+func (n *Node) join(ctx context.Context, addrs []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		var gossip []string
 		var last error
-		for _, addr := range n.cfg.Join {
+		for _, addr := range addrs {
 			if addr == n.r.grpcAddr() {
 				continue
 			}

@@ -21,6 +21,9 @@ type ClusterStatus struct {
 	Term uint64 `msgpack:"term" json:"term"`
 	// AppliedIndex is the last raft index applied to the reported state.
 	AppliedIndex uint64 `msgpack:"applied" json:"applied_index"`
+	// GossipAlive is how many gossip members (this one included) the
+	// reporting server sees alive.
+	GossipAlive int `msgpack:"gossip" json:"gossip_alive"`
 	// Servers is the raft configuration.
 	Servers []RaftServer `msgpack:"servers" json:"servers"`
 	// Nodes are the registered nodes, sorted by ID.
