@@ -60,14 +60,25 @@ func waitHealthy(b testing.TB, servers []*proc, tok string) {
 func BenchmarkCommittedPlacements(b *testing.B) {
 	const tok = "bench-token"
 	servers, _ := startBenchCluster(b, tok)
-	for _, bc := range []struct{ batch, clients int }{{1, 64}, {64, 8}} {
-		b.Run(fmt.Sprintf("batch=%d/clients=%d", bc.batch, bc.clients), func(b *testing.B) {
+	for _, bc := range []struct {
+		batch, clients int
+		via            string
+	}{{1, 64, "leader"}, {64, 8, "leader"}, {64, 8, "follower"}} {
+		b.Run(fmt.Sprintf("batch=%d/clients=%d/via=%s", bc.batch, bc.clients, bc.via), func(b *testing.B) {
 			st, err := statusFrom(multiAddr(servers...), tok)
 			if err != nil {
 				b.Fatal(err)
 			}
-			// Talk to the leader directly: forwarding is measured elsewhere.
-			c, err := NewClient(st.LeaderAddr, tok)
+			addr := st.LeaderAddr
+			if bc.via == "follower" { // the follower forwards each call to the leader
+				for _, s := range servers {
+					if s.addr() != st.LeaderAddr {
+						addr = s.addr()
+						break
+					}
+				}
+			}
+			c, err := NewClient(addr, tok)
 			if err != nil {
 				b.Fatal(err)
 			}

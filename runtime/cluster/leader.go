@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"troupe/scheduler"
 )
@@ -239,6 +241,17 @@ func (n *Node) placer(ctx context.Context) {
 			results[ri] = make([]CreateResult, len(r.specs))
 			for i, spec := range r.specs {
 				res := &results[ri][i]
+				if a := scratch.Actor(spec.ID); a != nil && sameSpec(&a.Spec, &spec) {
+					// A retry of a create whose first attempt committed (its
+					// outcome was lost with a leader change or a dropped
+					// reply): report the committed actor, commit nothing.
+					if a.Node != "" {
+						res.Placement = &scheduler.Placement{Node: a.Node, GPUs: a.GPUs, Bundle: a.Bundle}
+					} else {
+						res.Pending = a.PendingReason
+					}
+					continue
+				}
 				c, err := n.planner.CreateActor(scratch, spec, at)
 				if err == nil {
 					err = scratch.Apply(c)
@@ -285,6 +298,21 @@ func (n *Node) placer(ctx context.Context) {
 			r.reply <- placeResult{results: results[ri], err: err}
 		}
 	}
+}
+
+// sameSpec reports whether two actor specs are identical (by their
+// encoding with sorted map keys).
+func sameSpec(a, b *scheduler.ActorSpec) bool {
+	enc := func(s *scheduler.ActorSpec) ([]byte, error) {
+		var buf bytes.Buffer
+		e := msgpack.NewEncoder(&buf)
+		e.SetSortMapKeys(true)
+		err := e.Encode(s)
+		return buf.Bytes(), err
+	}
+	ea, err1 := enc(a)
+	eb, err2 := enc(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ea, eb)
 }
 
 func mustEncode(c scheduler.Command) []byte {

@@ -183,3 +183,32 @@ func TestNoLeaderBoundedRetry(t *testing.T) {
 		t.Errorf("status without a leader: %+v", st)
 	}
 }
+
+// TestCreateActorsIdempotent: resending a create whose first attempt
+// committed (as a retry after a lost reply does) reports the committed
+// placement instead of failing on the taken ID; a different spec under the
+// same ID is still refused.
+func TestCreateActorsIdempotent(t *testing.T) {
+	head := startNode(t, testConfig(t, "head", RoleHead, "t"))
+	waitFor(t, "head registered", 10*time.Second, func() bool { return len(head.Status().Nodes) == 1 })
+	ctx := context.Background()
+	spec := scheduler.ActorSpec{ID: "x", Class: "C", Request: scheduler.Request{Resources: scheduler.Resources{MilliCPU: 500, Custom: nil}}}
+	first, err := head.CreateActors(ctx, []scheduler.ActorSpec{spec})
+	if err != nil || first[0].Err != nil || first[0].Placement == nil {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	again, err := head.CreateActors(ctx, []scheduler.ActorSpec{spec})
+	if err != nil || again[0].Err != nil || again[0].Placement == nil || again[0].Placement.Node != first[0].Placement.Node {
+		t.Fatalf("retry: %+v %v", again, err)
+	}
+	other := spec
+	other.Class = "D"
+	res, err := head.CreateActors(ctx, []scheduler.ActorSpec{other})
+	if err != nil || !errors.Is(res[0].Err.AsError(), scheduler.ErrConflict) {
+		t.Fatalf("different spec, same ID: %+v %v", res, err)
+	}
+	st := head.Status()
+	if len(st.Actors) != 1 || st.Nodes[0].Used.MilliCPU != 500 {
+		t.Fatalf("after retry: %d actors, %d milli-CPU used", len(st.Actors), st.Nodes[0].Used.MilliCPU)
+	}
+}
