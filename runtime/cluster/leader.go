@@ -326,12 +326,22 @@ func mustEncode(c scheduler.Command) []byte {
 // createLocal hands specs to the placer (this node must lead).
 func (n *Node) createLocal(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
 	r := &placeReq{specs: specs, reply: make(chan placeResult, 1)}
-	select {
-	case n.placeCh <- r:
-	case <-time.After(20 * time.Millisecond):
-		return nil, raft.ErrNotLeader // no placer running (yet): leadership is changing; onLeader retries
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// Wait for the placer while this node leads (it may be busy committing
+	// the previous batch, or still running the leader's barrier).
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+send:
+	for {
+		select {
+		case n.placeCh <- r:
+			break send
+		case <-tick.C:
+			if !n.isLeader() {
+				return nil, raft.ErrNotLeader // onLeader forwards to the new leader
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	select {
 	case res := <-r.reply:
