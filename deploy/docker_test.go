@@ -85,6 +85,16 @@ func (c *composeEnv) docker(args ...string) string {
 	return out
 }
 
+// health returns a container's health status (starting, healthy,
+// unhealthy) as Docker's HEALTHCHECK, that is `troupe health`, sees it.
+func (c *composeEnv) health(id string) string {
+	h, err := run(context.Background(), nil, "docker", "inspect", "-f", "{{.State.Health.Status}}", id)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return strings.TrimSpace(h)
+}
+
 // status asks the cluster through the published ports, in process.
 func (c *composeEnv) status() (*cluster.ClusterStatus, error) {
 	cl, err := cluster.NewClient(c.addrs, c.token)
@@ -194,16 +204,15 @@ func TestComposeCluster(t *testing.T) {
 	for _, s := range append(append([]string{}, servers...), workers...) {
 		ids[s] = c.container(s)
 	}
-	healthy := c.waitFor("5 healthy containers", 90*time.Second, func() (bool, string) {
+	c.waitFor("5 healthy containers", 90*time.Second, func() (bool, string) {
 		for s, id := range ids {
-			h, err := run(context.Background(), nil, "docker", "inspect", "-f", "{{.State.Health.Status}}", id)
-			if err != nil || strings.TrimSpace(h) != "healthy" {
-				return false, s + " is " + strings.TrimSpace(h)
+			if h := c.health(id); h != "healthy" {
+				return false, s + " is " + h
 			}
 		}
 		return true, ""
 	})
-	t.Logf("MEASURE compose up to 5 healthy containers: %v", healthy.Round(time.Millisecond))
+	t.Logf("MEASURE docker-compose up -d to 5 healthy containers: %v", time.Since(start).Round(time.Millisecond))
 
 	// The host CLI through the published ports.
 	out, err := run(context.Background(), []string{"TROUPE_TOKEN=" + c.token}, c.bin, "status", "--json", "--address", c.addrs)
@@ -281,6 +290,11 @@ func TestComposeCluster(t *testing.T) {
 		return nodeState(s, w) == "dead", w + " is " + nodeState(s, w)
 	})
 	t.Logf("MEASURE cut-off worker marked dead after %v", cut.Round(time.Millisecond))
+	// Its own health check, which asks a server through the worker, fails.
+	c.waitFor("the cut-off worker's container unhealthy", 30*time.Second, func() (bool, string) {
+		h := c.health(ids[w])
+		return h == "unhealthy", "health " + h
+	})
 	c.docker("network", "connect", "--ip", c.subnet+".22", net, ids[w])
 	rejoin := c.waitFor("the reconnected worker alive", 60*time.Second, func() (bool, string) {
 		s, err := c.status()
@@ -290,6 +304,10 @@ func TestComposeCluster(t *testing.T) {
 		return nodeState(s, w) == "alive", w + " is " + nodeState(s, w)
 	})
 	t.Logf("MEASURE reconnected worker alive again after %v", rejoin.Round(time.Millisecond))
+	c.waitFor("the reconnected worker's container healthy", 30*time.Second, func() (bool, string) {
+		h := c.health(ids[w])
+		return h == "healthy", "health " + h
+	})
 
 	// Everything healthy at the end, from the host CLI's point of view too.
 	st = cluster.ClusterStatus{}

@@ -1,0 +1,32 @@
+# Shortcuts for the README's commands. Nothing here that the README does
+# not also show as a plain command.
+
+GO ?= go
+IMAGE ?= troupe:dev
+
+.PHONY: build test image test-docker compose-up compose-down
+
+# Compile everything, and the CLI into bin/troupe.
+build:
+	$(GO) build ./...
+	$(GO) build -o bin/troupe ./cmd/troupe
+
+# The README's test command.
+test:
+	$(GO) test ./...
+
+# The node image, FROM scratch, with the binary and the libraries ldd lists.
+image:
+	TROUPE_IMAGE=$(IMAGE) deploy/build-image.sh
+
+# The compose cluster through leader and worker faults (needs a Docker
+# engine and docker-compose; skips with a message otherwise).
+test-docker:
+	$(GO) test -tags docker -count=1 -v -run TestComposeCluster ./deploy/
+
+# A five-node cluster on this machine (set a token in deploy/cluster.env first).
+compose-up: image
+	docker-compose -f deploy/compose.yaml up -d
+
+compose-down:
+	docker-compose -f deploy/compose.yaml down -v
