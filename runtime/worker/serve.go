@@ -1,0 +1,149 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+
+	"troupe/actors"
+	"troupe/runtime/wire"
+)
+
+// Serve runs this process as a worker: it serves calls on a wire.Server
+// listening on host (port chosen by the system), reports the address to
+// the node over the control channel, and creates and ends actor instances
+// as the node says, until the node says exit or the channel closes.
+func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
+	c := newCtrl(rw)
+	defer rw.Close()
+	h := &host_{insts: map[string]*actors.Instance{}}
+	srv := wire.NewServer(wire.HostFunc(h.lookup), 0)
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fmt.Errorf("worker: listen: %w", err)
+	}
+	served := make(chan struct{})
+	go func() { srv.Serve(l); close(served) }()
+	defer func() { srv.Close(); <-served; h.killAll("worker exiting") }()
+	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String()}); err != nil {
+		return err
+	}
+	for {
+		m, err := c.recv()
+		if errors.Is(err, io.EOF) {
+			return nil // the node is gone (or closed the channel): exit
+		}
+		if err != nil {
+			return err
+		}
+		switch m.Op {
+		case opStart:
+			go h.start(ctx, c, m)
+		case opKill:
+			h.kill(m.ID, m.Cause)
+		case opExit:
+			return nil
+		default:
+			return fmt.Errorf("worker: unknown control message %q", m.Op)
+		}
+	}
+}
+
+// host_ holds the worker's live actor instances.
+type host_ struct {
+	mu    sync.Mutex
+	insts map[string]*actors.Instance
+}
+
+func (h *host_) lookup(id string) (wire.Target, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	in, ok := h.insts[id]
+	return in, ok
+}
+
+// start constructs one actor and reports the outcome. Restarts are the
+// control plane's (the node re-places and restarts a dead actor within
+// MaxRestarts), so the instance itself never restarts: a crash ends it and
+// is reported as a death.
+func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
+	if m.Spec == nil || m.Info == nil || m.ID == "" {
+		c.send(&msg{Op: opStarted, ID: m.ID, Inc: m.Inc, Err: "start: message without id, spec or info"})
+		return
+	}
+	spec := *m.Spec
+	spec.MaxRestarts = 0
+	id, inc := m.ID, m.Inc
+	var self *actors.Instance
+	var selfMu sync.Mutex
+	hooks := actors.InstanceHooks{Died: func(d *actors.ActorDiedError) {
+		h.mu.Lock()
+		selfMu.Lock()
+		if h.insts[id] == self && self != nil {
+			delete(h.insts, id)
+		}
+		selfMu.Unlock()
+		h.mu.Unlock()
+		c.send(&msg{Op: opDied, ID: id, Inc: inc, Cause: d.Cause})
+	}}
+	in, err := actors.NewInstance(ctx, spec, *m.Info, hooks)
+	if err != nil {
+		c.send(&msg{Op: opStarted, ID: id, Inc: inc, Err: err.Error()})
+		return
+	}
+	selfMu.Lock()
+	self = in
+	selfMu.Unlock()
+	h.mu.Lock()
+	if old := h.insts[id]; old != nil {
+		defer old.Kill("replaced by a new incarnation")
+	}
+	h.insts[id] = in
+	h.mu.Unlock()
+	c.send(&msg{Op: opStarted, ID: id, Inc: inc})
+}
+
+func (h *host_) kill(id, cause string) {
+	h.mu.Lock()
+	in := h.insts[id]
+	delete(h.insts, id)
+	h.mu.Unlock()
+	if in != nil {
+		if cause == "" {
+			cause = "killed"
+		}
+		in.Kill(cause)
+	}
+}
+
+func (h *host_) killAll(cause string) {
+	h.mu.Lock()
+	all := h.insts
+	h.insts = map[string]*actors.Instance{}
+	h.mu.Unlock()
+	for _, in := range all {
+		in.Kill(cause)
+	}
+}
+
+// ServeFromEnv is Serve for a process the node started: the control
+// channel is file descriptor 3, and the wire server listens on the host of
+// TROUPE_WORKER_HOST (default 127.0.0.1).
+func ServeFromEnv(ctx context.Context) error {
+	if _, _, err := FromEnv(); err != nil {
+		return err
+	}
+	f := os.NewFile(ctrlFD, "troupe-worker-control")
+	if f == nil {
+		return fmt.Errorf("worker: file descriptor %d is not open", ctrlFD)
+	}
+	host := os.Getenv("TROUPE_WORKER_HOST")
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return Serve(ctx, f, host)
+}

@@ -1,0 +1,149 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"troupe/actors"
+	"troupe/runtime/wire"
+)
+
+type counter struct{ n int }
+
+type counterCfg struct{ Start int }
+
+func (c *counter) Add(ctx context.Context, d int) (int, error) { c.n += d; return c.n, nil }
+
+func (c *counter) Boom(ctx context.Context, _ int) (int, error) { panic(actors.Crash("boom")) }
+
+func (c *counter) Where(ctx context.Context, _ int) ([]int, error) {
+	info, _ := actors.Self(ctx)
+	return info.GPUs, nil
+}
+
+func init() {
+	actors.MustRegister[counter]("WCounter", func(ctx context.Context, c counterCfg) (*counter, error) {
+		if c.Start < 0 {
+			return nil, errors.New("negative start")
+		}
+		return &counter{n: c.Start}, nil
+	})
+}
+
+// TestMain serves as a worker when the test starts itself as one.
+func TestMain(m *testing.M) {
+	if _, ok, _ := FromEnv(); ok {
+		if err := ServeFromEnv(context.Background()); err != nil {
+			os.Stderr.WriteString("worker: " + err.Error() + "\n")
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func spec(t *testing.T, start int) actors.Spec {
+	cfg, err := msgpack.Marshal(counterCfg{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return actors.Spec{Type: "WCounter", Config: cfg}
+}
+
+func startProc(t *testing.T, ev Events) *Proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Start(context.Background(), StartOptions{Binary: exe, Job: "job-1", Host: "127.0.0.1", Stderr: os.Stderr}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(5 * time.Second) })
+	return p
+}
+
+// TestWorkerProcess: a worker process hosts actors created on request,
+// serves calls over the wire, reports constructor failures and crashes,
+// and its kill -9 is reported with the signal.
+func TestWorkerProcess(t *testing.T) {
+	ctx := context.Background()
+	died := make(chan string, 4)
+	exited := make(chan string, 1)
+	p := startProc(t, Events{Died: func(id string, inc int, cause string) { died <- id + ": " + cause }, Exited: func(c string) { exited <- c }})
+
+	if err := p.StartActor(ctx, spec(t, 10), actors.ActorInfo{ID: "a1", Node: "n1", GPUs: []int{2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	err := p.StartActor(ctx, spec(t, -1), actors.ActorInfo{ID: "a2"})
+	if err == nil || !strings.Contains(err.Error(), "negative start") {
+		t.Fatalf("failing constructor: err = %v", err)
+	}
+	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	h := actors.HandleOf[counter](cl.Ref("a1", "", "WCounter", nil))
+	if v, err := actors.Call(ctx, h, (*counter).Add, 5).Get(ctx); err != nil || v != 15 {
+		t.Fatalf("Add = %v, %v; want 15", v, err)
+	}
+	if g, err := actors.Call(ctx, h, (*counter).Where, 0).Get(ctx); err != nil || len(g) != 2 || g[0] != 2 {
+		t.Fatalf("GPUs seen by the actor = %v, %v", g, err)
+	}
+	// A crash ends the instance (restarts belong to the control plane).
+	var de *actors.ActorDiedError
+	if _, err := actors.Call(ctx, h, (*counter).Boom, 0).Get(ctx); !errors.As(err, &de) {
+		t.Fatalf("Boom: %v, want ActorDiedError", err)
+	}
+	select {
+	case d := <-died:
+		if !strings.Contains(d, "a1: boom") {
+			t.Errorf("died = %q", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no death reported")
+	}
+	if _, err := actors.Call(ctx, h, (*counter).Add, 1).Get(ctx); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("call after death: %v, want ErrNotFound", err)
+	}
+	// A restart of the same actor (next incarnation) in the same worker.
+	if err := p.StartActor(ctx, spec(t, 1), actors.ActorInfo{ID: "a1", Restarts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := actors.Call(ctx, h, (*counter).Add, 1).Get(ctx); err != nil || v != 2 {
+		t.Fatalf("after restart Add = %v, %v; want 2", v, err)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-exited:
+		if !strings.Contains(c, "signal 9") {
+			t.Errorf("exit cause = %q, want the signal", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("exit not reported")
+	}
+	if err := p.StartActor(ctx, spec(t, 1), actors.ActorInfo{ID: "a3"}); !errors.Is(err, ErrExited) {
+		t.Errorf("start on exited worker: %v", err)
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv(EnvVar, "fd:3/j7")
+	if j, ok, err := FromEnv(); j != "j7" || !ok || err != nil {
+		t.Errorf("FromEnv = %q %v %v", j, ok, err)
+	}
+	t.Setenv(EnvVar, "bogus")
+	if _, ok, err := FromEnv(); !ok || !errors.Is(err, ErrBadEnv) {
+		t.Errorf("bad env: %v %v", ok, err)
+	}
+}
