@@ -261,6 +261,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		row("AT-GRPO, shared policy", "96", o, false)
 	}
 	if o, ok := by["atgrpo-perrole"]; ok {
+		row("multi-agent, untrained¹ (per-role)", "—", o, true)
 		row("AT-GRPO, per-role policies", "97", o, false)
 	}
 	if o, ok := by["atgrpo-perrole-long"]; ok {
