@@ -296,7 +296,11 @@ func TestComposeCluster(t *testing.T) {
 		return h == "unhealthy", "health " + h
 	})
 	c.docker("network", "connect", "--ip", c.subnet+".22", net, ids[w])
-	rejoin := c.waitFor("the reconnected worker alive", 60*time.Second, func() (bool, string) {
+	// Memberlist alone heals this only while the two sides still gossip to
+	// the nodes they marked dead (GossipToTheDeadTime, 30 s on LAN
+	// settings); the node rejoining its known servers is what makes it
+	// certain.
+	rejoin := c.waitFor("the reconnected worker alive (it must rejoin gossip by itself)", 60*time.Second, func() (bool, string) {
 		s, err := c.status()
 		if err != nil {
 			return false, err.Error()
