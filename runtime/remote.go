@@ -2,9 +2,12 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,16 +15,24 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/cluster"
+	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
 
-// remote is a driver's connection to a multi-node cluster. Status works
-// against the cluster; running actors remotely needs worker processes
-// (issue 4), so SpawnActor and GetActor of a found actor return an error
-// wrapping cluster.ErrRemoteActors instead of pretending.
+// remote is a driver's connection to a multi-node cluster. Actors are
+// created through the control plane (placed by the leader, started by
+// their node in a worker process running this program's binary); calls go
+// from this process straight to the actor's worker over one shared wire
+// connection per worker address.
 type remote struct {
 	addr   string
 	client *cluster.Client
+	job    scheduler.JobID
+	binary string
+
+	mu      sync.Mutex
+	clients map[string]*wire.Client // worker call address → connection
+	closed  bool
 }
 
 // newRemote connects to the cluster at addr (one or more comma-separated
@@ -31,6 +42,10 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 	tok := os.Getenv("TROUPE_TOKEN")
 	if tok == "" {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("init: the job binary (this executable): %w", err)
 	}
 	c, err := cluster.NewClient(addr, tok)
 	if err != nil {
@@ -42,20 +57,56 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	return &remote{addr: addr, client: c}, nil
+	return &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, clients: map[string]*wire.Client{}}, nil
 }
 
-// SpawnActor implements actors.Runtime. The spec is checked, then refused:
-// remote actor processes arrive with issue 4.
+// newID returns a random 128-bit hex ID.
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("runtime: crypto/rand failed: %v", err)) // the OS has no randomness: nothing can work
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// SpawnActor implements actors.Runtime: the leader places the actor, its
+// node starts it in this job's worker process there, and the returned Ref
+// calls it directly once it is alive. A spawn that does not fit waits
+// until ctx ends.
 func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("spawn %s on %s: %w", spec.Type, r.addr, cluster.ErrRemoteActors)
+	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary})
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	as := scheduler.ActorSpec{ID: scheduler.ActorID(id), Name: spec.Name, Class: spec.Type, JobID: r.job, MaxRestarts: spec.MaxRestarts,
+		Request: toRequest(spec.Resources), Args: args}
+	res, err := r.client.CreateActors(ctx, []scheduler.ActorSpec{as})
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
+	}
+	if e := res[0].Err.AsError(); e != nil {
+		switch {
+		case errors.Is(e, scheduler.ErrInfeasible):
+			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrInfeasible, e)
+		case errors.Is(e, scheduler.ErrConflict) && spec.Name != "":
+			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrDuplicate, e)
+		}
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, e)
+	}
+	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type}
+	if err := ref.resolve(ctx); err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
+	}
+	return ref, nil
 }
 
 // GetActor implements actors.Runtime: it looks the name up in the
-// cluster's committed registry of named actors.
+// cluster's committed registry of named actors and waits until the actor
+// is alive.
 func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 	a, err := r.client.GetActor(ctx, "", name)
 	if err != nil {
@@ -64,7 +115,11 @@ func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) 
 		}
 		return nil, fmt.Errorf("get actor %q: %w", name, err)
 	}
-	return nil, fmt.Errorf("get actor %q (%s on node %s): %w", name, a.State, a.Node, cluster.ErrRemoteActors)
+	ref := &actorRef{r: r, id: a.ID, name: a.Name, typ: a.Class}
+	if err := ref.resolve(ctx); err != nil {
+		return nil, fmt.Errorf("get actor %q: %w", name, err)
+	}
+	return ref, nil
 }
 
 // Status implements Runtime.
@@ -78,7 +133,45 @@ func (r *remote) Status(ctx context.Context) (Status, error) {
 
 // Shutdown implements Runtime: it closes the connection; the cluster keeps
 // running.
-func (r *remote) Shutdown(ctx context.Context) error { return r.client.Close() }
+func (r *remote) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	cls := r.clients
+	r.clients = map[string]*wire.Client{}
+	r.mu.Unlock()
+	for _, cl := range cls {
+		cl.Close()
+	}
+	return r.client.Close()
+}
+
+// conn returns the shared connection to a worker's call address.
+func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("runtime is shut down")
+	}
+	if cl := r.clients[addr]; cl != nil && cl.Err() == nil {
+		r.mu.Unlock()
+		return cl, nil
+	}
+	r.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cl, err := wire.Dial(dctx, "tcp", addr, 0)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.clients[addr]; old != nil && old.Err() == nil {
+		go cl.Close() // another caller dialled first: share its connection
+		return old, nil
+	}
+	r.clients[addr] = cl
+	return cl, nil
+}
 
 func toResourceSet(r scheduler.Resources) actors.ResourceSet {
 	return actors.ResourceSet{CPUs: r.CPUs(), GPUs: r.GPUs, MemoryBytes: r.MemoryBytes, Custom: r.Custom}

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"troupe/actors"
+	"troupe/runtime/worker"
 )
 
 // Runtime is a connection to a cluster: the embedded local one or, with an
@@ -116,7 +117,22 @@ func NodeResources(m map[string]float64) Option {
 // option and no TROUPE_ADDRESS) it starts the embedded local cluster: one
 // node in this process with the machine's CPUs and memory and its GPUs, or
 // simulated GPUs when TROUPE_SIMULATE_GPUS names a count or profile.
+//
+// In a worker process (started by a node with TROUPE_WORKER set) Init does
+// not return: it serves the registered actor types to the cluster until the
+// node tells it to exit, then exits the process, so main's driver code
+// never runs in a worker. Register actor types before calling Init.
 func Init(ctx context.Context, opts ...Option) (Runtime, error) {
+	if _, ok, err := worker.FromEnv(); ok {
+		if err == nil {
+			err = worker.ServeFromEnv(ctx)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
 	for _, o := range opts {
 		o(&cfg)

@@ -95,11 +95,26 @@ type StopResponse struct {
 	NodeID string `msgpack:"id"`
 }
 
-// GetActorRequest looks up a named actor.
+// GetActorRequest looks up a named actor, or with ID set the actor with
+// that ID (dead ones included, so a caller learns the death's cause).
 type GetActorRequest struct {
 	Namespace string `msgpack:"ns,omitempty"`
 	Name      string `msgpack:"name"`
+	ID        string `msgpack:"id,omitempty"`
 	Hops      int    `msgpack:"hops,omitempty"`
+}
+
+// NodeActorsRequest asks for the actors placed on Node, plus the current
+// records of the actors listed in Also (those the node hosts).
+type NodeActorsRequest struct {
+	Node string              `msgpack:"node"`
+	Also []scheduler.ActorID `msgpack:"also,omitempty"`
+	Hops int                 `msgpack:"hops,omitempty"`
+}
+
+// NodeActorsResponse carries full actor records (with their specs).
+type NodeActorsResponse struct {
+	Actors []scheduler.Actor `msgpack:"actors"`
 }
 
 // GetActorResponse is the named actor's committed state.
@@ -167,6 +182,7 @@ type controlServer interface {
 	status(ctx context.Context, r *StatusRequest) (*ClusterStatus, error)
 	getActor(ctx context.Context, r *GetActorRequest) (*GetActorResponse, error)
 	stop(ctx context.Context, r *StopRequest) (*StopResponse, error)
+	nodeActors(ctx context.Context, r *NodeActorsRequest) (*NodeActorsResponse, error)
 }
 
 // controlDesc is the hand-written descriptor of the Control service.
@@ -180,6 +196,7 @@ var controlDesc = grpc.ServiceDesc{
 		transport.UnaryMethod(ServiceName, "Status", controlServer.status),
 		transport.UnaryMethod(ServiceName, "GetActor", controlServer.getActor),
 		transport.UnaryMethod(ServiceName, "Stop", controlServer.stop),
+		transport.UnaryMethod(ServiceName, "NodeActors", controlServer.nodeActors),
 	},
 	Metadata: "troupe/runtime/cluster/api.go",
 }
@@ -322,6 +339,16 @@ func (c *Client) Status(ctx context.Context) (*ClusterStatus, error) {
 func (c *Client) GetActor(ctx context.Context, namespace, name string) (*ActorView, error) {
 	resp := new(GetActorResponse)
 	if err := c.invoke(ctx, "GetActor", &GetActorRequest{Namespace: namespace, Name: name}, resp); err != nil {
+		return nil, err
+	}
+	return &resp.Actor, nil
+}
+
+// GetActorByID returns the committed state of the actor with that ID, dead
+// or alive.
+func (c *Client) GetActorByID(ctx context.Context, id string) (*ActorView, error) {
+	resp := new(GetActorResponse)
+	if err := c.invoke(ctx, "GetActor", &GetActorRequest{ID: id}, resp); err != nil {
 		return nil, err
 	}
 	return &resp.Actor, nil

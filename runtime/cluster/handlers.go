@@ -107,7 +107,7 @@ func (c *controlImpl) getActor(ctx context.Context, r *GetActorRequest) (*GetAct
 			out := new(GetActorResponse)
 			cc, err := n.peers.get(addr)
 			if err == nil {
-				err = cc.Invoke(ctx, "/"+ServiceName+"/GetActor", &GetActorRequest{Namespace: r.Namespace, Name: r.Name, Hops: r.Hops + 1}, out)
+				err = cc.Invoke(ctx, "/"+ServiceName+"/GetActor", &GetActorRequest{Namespace: r.Namespace, Name: r.Name, ID: r.ID, Hops: r.Hops + 1}, out)
 			}
 			if err == nil || status.Code(err) != codes.Unavailable || n.raft == nil {
 				return out, err
@@ -119,10 +119,19 @@ func (c *controlImpl) getActor(ctx context.Context, r *GetActorRequest) (*GetAct
 	}
 	var out *GetActorResponse
 	n.fsm.Read(func(s *scheduler.State) {
+		if r.ID != "" {
+			if a := s.Actor(scheduler.ActorID(r.ID)); a != nil {
+				out = &GetActorResponse{Actor: actorView(a)}
+			}
+			return
+		}
 		if a := s.ActorByName(r.Namespace, r.Name); a != nil && a.State != scheduler.ActorDead {
 			out = &GetActorResponse{Actor: actorView(a)}
 		}
 	})
+	if out == nil && r.ID != "" {
+		return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
+	}
 	if out == nil {
 		return nil, status.Errorf(codes.NotFound, "no live actor named %q in namespace %q", r.Name, r.Namespace)
 	}
@@ -140,4 +149,37 @@ func (c *controlImpl) stop(ctx context.Context, r *StopRequest) (*StopResponse, 
 	}
 	n.stopOnce.Do(func() { close(n.stopReq) })
 	return &StopResponse{NodeID: n.cfg.NodeID}, nil
+}
+
+// nodeActors answers from this server's copy of the state (a worker node
+// forwards to a server): a node follows what is committed, so a slightly
+// stale copy only delays a start by a tick.
+func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*NodeActorsResponse, error) {
+	n := c.node()
+	if n.raft == nil {
+		out := new(NodeActorsResponse)
+		return out, n.forwardRead(ctx, "NodeActors", r.Hops, &NodeActorsRequest{Node: r.Node, Also: r.Also, Hops: r.Hops + 1}, out)
+	}
+	out := new(NodeActorsResponse)
+	n.fsm.Read(func(s *scheduler.State) {
+		seen := map[scheduler.ActorID]bool{}
+		for _, a := range s.ActorsOn(scheduler.NodeID(r.Node)) {
+			seen[a.Spec.ID] = true
+			out.Actors = append(out.Actors, cloneActor(a))
+		}
+		for _, id := range r.Also {
+			if a := s.Actor(id); a != nil && !seen[id] {
+				out.Actors = append(out.Actors, cloneActor(a))
+			}
+		}
+	})
+	return out, nil
+}
+
+// cloneActor copies an actor record out of the FSM (the GPU slice is the
+// only mutable part the record shares; Args is never modified in place).
+func cloneActor(a *scheduler.Actor) scheduler.Actor {
+	c := *a
+	c.GPUs = append([]scheduler.GPUAlloc(nil), a.GPUs...)
+	return c
 }

@@ -54,6 +54,8 @@ type Node struct {
 	trans    *raft.NetworkTransport
 	planner  scheduler.Planner
 
+	workers *workerSet // the job worker processes this node runs
+
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq
 
@@ -78,6 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, r: r, log: cfg.Logger.With("node", cfg.NodeID), trigger: make(chan struct{}, 1),
 		placeCh: make(chan *placeReq), stopReq: make(chan struct{}), startedAt: time.Now()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.workers = newWorkerSet(n)
 	n.peers = newPeerPool(transport.Options{Token: cfg.Token})
 	n.members = &members{byID: map[string]*member{}, changed: n.poke, log: n.log.Warn}
 	meta := memberMeta{ID: cfg.NodeID, Role: cfg.Role, GRPC: r.grpcAddr(), Expect: cfg.BootstrapExpect}
@@ -134,6 +137,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.registerLoop() }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.workerLoop() }()
 	ok = true
 	n.log.Info("node started", "role", cfg.Role, "grpc", r.grpcAddr(), "gossip", r.gossipAddr(), "raft", n.raftAddrOrNone())
 	return n, nil
@@ -542,6 +547,7 @@ func (n *Node) Drain(ctx context.Context, reason string) error {
 // Shutdown stops everything the node runs. It is safe to call twice.
 func (n *Node) Shutdown() error {
 	n.shutdownOnce.Do(func() {
+		n.workers.stopAll()
 		n.cancel()
 		var errs []error
 		if n.grpcSrv != nil {

@@ -70,7 +70,9 @@ type ActorView struct {
 	Resources scheduler.Resources `msgpack:"res" json:"resources"`
 	Restarts  int                 `msgpack:"restarts" json:"restarts"`
 	Death     string              `msgpack:"death,omitempty" json:"death,omitempty"`
-	Pending   string              `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
+	// Address is where the running actor's worker serves calls.
+	Address string `msgpack:"addr,omitempty" json:"address,omitempty"`
+	Pending string `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
 }
 
 // GroupView is one placement group.
@@ -122,7 +124,7 @@ func viewState(st *scheduler.State, out *ClusterStatus) {
 func actorView(a *scheduler.Actor) ActorView {
 	return ActorView{ID: string(a.Spec.ID), Namespace: a.Spec.Namespace, Name: a.Spec.Name, Class: a.Spec.Class, State: a.State.String(),
 		Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: a.Spec.Request.Resources.Clone(), Restarts: a.Restarts,
-		Death: a.DeathCause, Pending: a.PendingReason}
+		Death: a.DeathCause, Address: a.Address, Pending: a.PendingReason}
 }
 
 func copyLabels(m map[string]string) map[string]string {

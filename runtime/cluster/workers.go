@@ -1,0 +1,283 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"troupe/actors"
+	"troupe/runtime/worker"
+	"troupe/scheduler"
+)
+
+// Launch is what a driver puts in an actor's ActorSpec.Args: the actor's
+// spec and the job binary that hosts it. A node runs one worker process
+// per job from Binary and asks it to construct the actor.
+type Launch struct {
+	Spec   actors.Spec `msgpack:"spec"`
+	Binary string      `msgpack:"bin"`
+	Args   []string    `msgpack:"args,omitempty"`
+}
+
+// EncodeLaunch encodes l for ActorSpec.Args.
+func EncodeLaunch(l *Launch) ([]byte, error) {
+	b, err := msgpack.Marshal(l)
+	if err != nil {
+		return nil, fmt.Errorf("encode launch of %s: %w", l.Spec.Type, err)
+	}
+	return b, nil
+}
+
+// DecodeLaunch decodes ActorSpec.Args.
+func DecodeLaunch(b []byte) (*Launch, error) {
+	l := new(Launch)
+	if err := msgpack.Unmarshal(b, l); err != nil {
+		return nil, fmt.Errorf("decode launch: %w", err)
+	}
+	if l.Binary == "" || l.Spec.Type == "" {
+		return nil, fmt.Errorf("decode launch: no binary or actor type")
+	}
+	return l, nil
+}
+
+// hosted is an actor incarnation running in one of this node's workers.
+type hosted struct {
+	inc  int
+	proc *worker.Proc
+}
+
+// workerSet is the node's worker processes (one per job) and the actor
+// incarnations they host.
+type workerSet struct {
+	n *Node
+
+	mu      sync.Mutex
+	procs   map[scheduler.JobID]*worker.Proc
+	actors  map[scheduler.ActorID]hosted
+	seen    map[string]bool // "id/inc" incarnations this node has begun starting
+	closing bool
+}
+
+func newWorkerSet(n *Node) *workerSet {
+	return &workerSet{n: n, procs: map[scheduler.JobID]*worker.Proc{}, actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{}}
+}
+
+// assignedActors returns the actors the committed state places on this
+// node, plus the current record of each actor hosted here (to notice kills
+// and moves): from the local FSM on a server, from a server on a worker.
+func (n *Node) assignedActors(ctx context.Context, ids []scheduler.ActorID) ([]scheduler.Actor, error) {
+	req := &NodeActorsRequest{Node: n.cfg.NodeID, Also: ids}
+	resp, err := (*controlImpl)(n).nodeActors(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Actors, nil
+}
+
+// workerLoop starts what the committed state places on this node and ends
+// what it no longer wants here.
+func (n *Node) workerLoop() {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n.workers.sync()
+	}
+}
+
+func key(id scheduler.ActorID, inc int) string { return fmt.Sprintf("%s/%d", id, inc) }
+
+func (w *workerSet) sync() {
+	n := w.n
+	w.mu.Lock()
+	ids := make([]scheduler.ActorID, 0, len(w.actors))
+	for id := range w.actors {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	list, err := n.assignedActors(ctx, ids)
+	cancel()
+	if err != nil {
+		return // no server reachable now; try again next tick
+	}
+	byID := map[scheduler.ActorID]*scheduler.Actor{}
+	for i := range list {
+		byID[list[i].Spec.ID] = &list[i]
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing {
+		return
+	}
+	// End incarnations the state no longer runs here (killed, or replaced).
+	for id, h := range w.actors {
+		a := byID[id]
+		if a == nil || a.State == scheduler.ActorDead || string(a.Node) != n.cfg.NodeID || a.Restarts != h.inc {
+			delete(w.actors, id)
+			cause := "killed"
+			if a != nil && a.DeathCause != "" {
+				cause = a.DeathCause
+			}
+			h.proc.KillActor(string(id), cause)
+		}
+	}
+	for i := range list {
+		a := &list[i]
+		if string(a.Node) != n.cfg.NodeID || (a.State != scheduler.ActorPending && a.State != scheduler.ActorRestarting) {
+			continue
+		}
+		k := key(a.Spec.ID, a.Restarts)
+		if w.seen[k] {
+			continue
+		}
+		w.seen[k] = true
+		cp := *a
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); w.start(&cp) }()
+	}
+}
+
+// start runs one actor incarnation in its job's worker and commits the
+// outcome.
+func (w *workerSet) start(a *scheduler.Actor) {
+	n := w.n
+	id, inc := a.Spec.ID, a.Restarts
+	l, err := DecodeLaunch(a.Spec.Args)
+	if err != nil {
+		w.commit(&scheduler.KillActor{Actor: id, Cause: fmt.Sprintf("cannot start on node %s: %v", n.cfg.NodeID, err), At: time.Now().UnixNano()})
+		return
+	}
+	proc, err := w.proc(a.Spec.JobID, l)
+	if err != nil {
+		w.commit(&scheduler.KillActor{Actor: id, Cause: fmt.Sprintf("node %s: %v", n.cfg.NodeID, err), At: time.Now().UnixNano()})
+		return
+	}
+	info := actors.ActorInfo{ID: string(id), Name: a.Spec.Name, Node: n.cfg.NodeID, GPUs: scheduler.GPUIndices(a.GPUs), Restarts: inc}
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Minute)
+	err = proc.StartActor(ctx, l.Spec, info)
+	cancel()
+	if errors.Is(err, worker.ErrExited) {
+		w.commit(&scheduler.ActorDied{Actor: id, Incarnation: inc, Cause: fmt.Sprintf("%v (node %s)", err, n.cfg.NodeID), At: time.Now().UnixNano()})
+		return
+	}
+	if err != nil {
+		// A failing constructor is not retried: the actor is dead.
+		w.commit(&scheduler.KillActor{Actor: id, Cause: fmt.Sprintf("constructor failed: %v", err), At: time.Now().UnixNano()})
+		return
+	}
+	w.mu.Lock()
+	w.actors[id] = hosted{inc: inc, proc: proc}
+	w.mu.Unlock()
+	w.commit(&scheduler.ActorStarted{Actor: id, Incarnation: inc, Address: proc.Addr(), At: time.Now().UnixNano()})
+}
+
+// proc returns the job's worker process on this node, starting it.
+func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock() // one start at a time: a job gets one process
+	if w.closing {
+		return nil, errors.New("node is shutting down")
+	}
+	if p := w.procs[job]; p != nil {
+		select {
+		case <-p.Done():
+		default:
+			return p, nil
+		}
+	}
+	var p *worker.Proc
+	ev := worker.Events{
+		Died: func(id string, inc int, cause string) {
+			w.mu.Lock()
+			h, ok := w.actors[scheduler.ActorID(id)]
+			if ok && h.inc == inc && h.proc == p {
+				delete(w.actors, scheduler.ActorID(id))
+			}
+			w.mu.Unlock()
+			if ok && h.inc == inc {
+				go w.commit(&scheduler.ActorDied{Actor: scheduler.ActorID(id), Incarnation: inc, Cause: cause, At: time.Now().UnixNano()})
+			}
+		},
+		Exited: func(cause string) {
+			cause = fmt.Sprintf("%s (job %s, node %s)", cause, job, w.n.cfg.NodeID)
+			w.mu.Lock()
+			var lost []scheduler.Command
+			for id, h := range w.actors {
+				if h.proc == p {
+					delete(w.actors, id)
+					lost = append(lost, &scheduler.ActorDied{Actor: id, Incarnation: h.inc, Cause: cause, At: time.Now().UnixNano()})
+				}
+			}
+			if w.procs[job] == p {
+				delete(w.procs, job)
+			}
+			closing := w.closing
+			w.mu.Unlock()
+			w.n.log.Warn("worker process ended", "job", job, "cause", cause, "actors", len(lost))
+			if !closing {
+				go func() {
+					for _, c := range lost {
+						w.commit(c)
+					}
+				}()
+			}
+		},
+	}
+	var err error
+	p, err = worker.Start(w.n.ctx, worker.StartOptions{Binary: l.Binary, Args: l.Args, Job: string(job), Host: w.n.r.host,
+		Stdout: os.Stdout, Stderr: os.Stderr}, ev)
+	if err != nil {
+		return nil, err
+	}
+	w.n.log.Info("worker process started", "job", job, "pid", p.PID(), "addr", p.Addr())
+	w.procs[job] = p
+	return p, nil
+}
+
+// commit applies c through the leader, retrying while there is none.
+func (w *workerSet) commit(c scheduler.Command) {
+	w.mu.Lock()
+	closing := w.closing
+	w.mu.Unlock()
+	if closing {
+		return // the node is going away: its death, not ours, is reported
+	}
+	for attempt := 0; attempt < 50; attempt++ {
+		_, err := w.n.applyCommand(w.n.ctx, c)
+		if err == nil {
+			w.n.poke()
+			return
+		}
+		var we *WireError
+		if errors.As(err, &we) || w.n.ctx.Err() != nil {
+			w.n.log.Debug("worker report refused", "cmd", fmt.Sprintf("%T", c), "err", err)
+			return // refused (stale incarnation, already dead): nothing to retry
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopAll ends every worker process (node shutdown).
+func (w *workerSet) stopAll() {
+	w.mu.Lock()
+	w.closing = true
+	procs := w.procs
+	w.procs = map[scheduler.JobID]*worker.Proc{}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop(2 * time.Second) }()
+	}
+	wg.Wait()
+}

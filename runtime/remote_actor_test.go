@@ -1,0 +1,223 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"troupe/actors"
+	"troupe/runtime/cluster"
+	"troupe/runtime/worker"
+	"troupe/scheduler"
+)
+
+// rcounter is the actor the remote tests run in worker processes (this
+// test binary, started by the node in worker mode).
+type rcounter struct{ n int }
+
+type rcounterCfg struct{ Start int }
+
+func (c *rcounter) Add(ctx context.Context, d int) (int, error) { c.n += d; return c.n, nil }
+
+func (c *rcounter) Pid(ctx context.Context, _ int) (int, error) { return os.Getpid(), nil }
+
+// Sleep blocks until its context ends or ms pass: a call in flight.
+func (c *rcounter) Sleep(ctx context.Context, ms int) (int, error) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+	}
+	return ms, nil
+}
+
+func (c *rcounter) Whoami(ctx context.Context, _ int) (actors.ActorInfo, error) {
+	info, _ := actors.Self(ctx)
+	return info, nil
+}
+
+func init() {
+	actors.MustRegister("RCounter", func(ctx context.Context, c rcounterCfg) (*rcounter, error) {
+		if c.Start < 0 {
+			return nil, fmt.Errorf("negative start %d", c.Start)
+		}
+		return &rcounter{n: c.Start}, nil
+	})
+}
+
+// TestMain turns the test binary into a worker when a node starts it as
+// one: Init serves the registered types and exits, never returning.
+func TestMain(m *testing.M) {
+	if _, ok, _ := worker.FromEnv(); ok {
+		Init(context.Background())
+		os.Exit(3) // unreachable: Init exits in worker mode
+	}
+	os.Exit(m.Run())
+}
+
+func startHead(t *testing.T, tok string) *cluster.Node {
+	t.Helper()
+	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
+		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
+		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitNodes waits until the cluster has k live registered nodes.
+func waitNodes(t *testing.T, rt Runtime, k int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := rt.Status(context.Background())
+		live := 0
+		for _, nd := range st.Nodes {
+			if nd.State == "alive" {
+				live++
+			}
+		}
+		if err == nil && live >= k {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster never had %d live nodes: %+v %v", k, st.Nodes, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestRemoteActors: a driver spawns an actor on a cluster; the node runs it
+// in a worker process (this binary re-executed), calls go straight to it,
+// a second driver finds it by name; kill -9 of the worker fails the call in
+// flight with ErrActorRestarted and the actor is restarted in a new worker;
+// once restarts are exhausted every caller gets an *ActorDiedError naming
+// the signal and the node. No worker process survives the node's shutdown.
+func TestRemoteActors(t *testing.T) {
+	const tok = "remote-actors-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 1)
+
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 10}, actors.Name("ctr"), actors.MaxRestarts(1), actors.CPUs(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := actors.Call(ctx, h, (*rcounter).Add, 5).Get(ctx); err != nil || v != 15 {
+		t.Fatalf("Add = %v, %v; want 15", v, err)
+	}
+	pid1, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil || pid1 == os.Getpid() || !alive(pid1) {
+		t.Fatalf("worker pid = %d (driver %d), %v", pid1, os.Getpid(), err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Node != "head" || info.Name != "ctr" || info.Restarts != 0 {
+		t.Errorf("Self in the worker = %+v, %v", info, err)
+	}
+
+	// A second driver finds the named actor and calls the same instance.
+	rt2, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Shutdown(ctx)
+	h2, err := actors.GetActor[rcounter](ctx, rt2, "ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := actors.Call(ctx, h2, (*rcounter).Add, 1).Get(ctx); err != nil || v != 16 {
+		t.Fatalf("second driver's Add = %v, %v; want 16", v, err)
+	}
+	st, err := rt.Status(ctx)
+	if err != nil || len(st.Actors) != 1 || st.Actors[0].State != "ALIVE" || st.Actors[0].Node != "head" {
+		t.Errorf("status = %+v, %v", st.Actors, err)
+	}
+
+	// kill -9 with a call in flight: it fails saying the actor restarted.
+	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
+	time.Sleep(50 * time.Millisecond)
+	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("in-flight call across kill -9: %v, want ErrActorRestarted", err)
+	}
+	// Later calls reach the new incarnation (constructor re-run).
+	if v, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); err != nil || v != 11 {
+		t.Fatalf("Add after restart = %v, %v; want 11", v, err)
+	}
+	pid2, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil || pid2 == pid1 {
+		t.Fatalf("restarted worker pid = %d (old %d), %v", pid2, pid1, err)
+	}
+	if v, err := actors.Call(ctx, h2, (*rcounter).Add, 1).Get(ctx); err != nil && !errors.Is(err, actors.ErrActorRestarted) || err == nil && v != 12 {
+		t.Errorf("second driver after restart: %v, %v", v, err)
+	}
+
+	// Restarts exhausted: the in-flight call and later ones die.
+	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
+	time.Sleep(50 * time.Millisecond)
+	if err := syscall.Kill(pid2, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var de *actors.ActorDiedError
+	if _, err := inflight.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Cause, "signal 9") || !strings.Contains(de.Error(), "head") {
+		t.Fatalf("in-flight call after the last kill: %v, want ActorDiedError naming signal 9 and node head", err)
+	}
+	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); !errors.As(err, &de) {
+		t.Errorf("call on the dead actor: %v, want ActorDiedError", err)
+	}
+	if _, err := actors.GetActor[rcounter](ctx, rt2, "ctr"); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("dead named actor: %v, want ErrNotFound", err)
+	}
+
+	// A failing constructor fails the spawn with its message.
+	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: -1}); !errors.As(err, &de) || !strings.Contains(err.Error(), "negative start") {
+		t.Errorf("failing constructor: %v", err)
+	}
+	// Kill through the control plane.
+	h3, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid3, err := actors.Call(ctx, h3, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := actors.Kill(ctx, h3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actors.Call(ctx, h3, (*rcounter).Add, 1).Get(ctx); !errors.As(err, &de) {
+		t.Errorf("call after Kill: %v, want ActorDiedError", err)
+	}
+
+	rt.Shutdown(ctx)
+	rt2.Shutdown(ctx)
+	n.Shutdown()
+	for _, pid := range []int{pid1, pid2, pid3} {
+		deadline := time.Now().Add(5 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("worker process %d outlived its node", pid)
+		}
+	}
+}

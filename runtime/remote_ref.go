@@ -1,0 +1,208 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"troupe/actors"
+	"troupe/runtime/wire"
+	"troupe/scheduler"
+)
+
+// actorRef is a driver's reference to an actor of a remote cluster. It
+// caches where the actor's current incarnation serves calls; when that
+// connection is lost or the incarnation is gone, the calls in flight fail
+// (at-most-once) with an error saying whether the actor restarted or died,
+// and later calls look the actor up again.
+type actorRef struct {
+	r             *remote
+	id, name, typ string
+
+	mu        sync.Mutex
+	cl        *wire.Client // nil until resolved, or after the incarnation was lost
+	inc       int          // the incarnation cl serves
+	node      string       // the node it runs on
+	resolving bool
+	queue     []*actors.Invocation // calls waiting for a resolution, in order
+}
+
+func (a *actorRef) ID() string       { return a.id }
+func (a *actorRef) Name() string     { return a.name }
+func (a *actorRef) TypeName() string { return a.typ }
+
+func (a *actorRef) label() string {
+	if a.name != "" {
+		return a.typ + "(" + a.name + ")"
+	}
+	return a.typ + "(" + a.id + ")"
+}
+
+// resolveTimeout bounds how long a call waits for a restarting actor.
+const resolveTimeout = 60 * time.Second
+
+// resolve waits until the actor is alive and connects to its worker.
+func (a *actorRef) resolve(ctx context.Context) error {
+	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.cl, a.inc, a.node = cl, inc, node
+	a.mu.Unlock()
+	return nil
+}
+
+// Invoke implements actors.Ref. It never blocks on a lookup: while the
+// actor is being looked up, calls queue in order.
+func (a *actorRef) Invoke(inv *actors.Invocation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cl != nil && a.cl.Err() == nil && !a.resolving {
+		a.send(a.cl, a.inc, a.node, inv)
+		return
+	}
+	a.cl = nil
+	a.queue = append(a.queue, inv)
+	if !a.resolving {
+		a.resolving = true
+		go a.resolveQueued()
+	}
+}
+
+func (a *actorRef) resolveQueued() {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
+	cancel()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := a.queue
+	a.queue, a.resolving = nil, false
+	if err == nil {
+		a.cl, a.inc, a.node = cl, inc, node
+	}
+	// Sent under the lock so later calls cannot overtake queued ones.
+	for _, inv := range q {
+		if err != nil {
+			inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w", a.label(), inv.Method, err))
+		} else {
+			a.send(cl, inc, node, inv)
+		}
+	}
+}
+
+// send delivers inv over cl; a reply saying the incarnation is gone is
+// turned into ErrActorRestarted or the actor's *ActorDiedError.
+func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invocation) {
+	orig := inv.Reply
+	out := *inv
+	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
+		if err == nil || !incarnationGone(cl, err) {
+			orig.Resolve(data, err)
+			return
+		}
+		// Not inline: cl.Invoke may resolve on the caller's goroutine,
+		// which holds a.mu.
+		go func() {
+			a.forget(cl, inc)
+			orig.Resolve(nil, a.lostErr(inv.Method, inc, node, err))
+		}()
+	})
+	cl.Invoke(a.id, &out)
+}
+
+// incarnationGone reports whether err means the incarnation that cl served
+// is gone: the connection was lost, the worker no longer hosts the actor,
+// or the actor died inside the worker (the cluster may restart it).
+func incarnationGone(cl *wire.Client, err error) bool {
+	var de *actors.ActorDiedError
+	if errors.As(err, &de) || errors.Is(err, actors.ErrNotFound) {
+		return true
+	}
+	if ce := cl.Err(); ce != nil {
+		return true
+	}
+	return errors.Is(err, wire.ErrClosed)
+}
+
+// forget drops the cached incarnation so the next call looks it up again.
+func (a *actorRef) forget(cl *wire.Client, inc int) {
+	a.mu.Lock()
+	if a.cl == cl && a.inc == inc {
+		a.cl = nil
+	}
+	a.mu.Unlock()
+}
+
+// lostErr asks the cluster what became of the incarnation: dead for good
+// gives its *ActorDiedError, restarted gives ErrActorRestarted.
+func (a *actorRef) lostErr(method string, inc int, node string, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		v, err := a.r.client.GetActorByID(ctx, a.id)
+		if err == nil {
+			switch {
+			case v.State == scheduler.ActorDead.String():
+				return &actors.ActorDiedError{Actor: a.label(), Node: node, Cause: v.Death, Restarts: v.Restarts, Err: cause}
+			case v.Restarts > inc:
+				return fmt.Errorf("call %s.%s: %w (at-most-once, not retried): %s", a.label(), method, actors.ErrActorRestarted, v.Death)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("call %s.%s: connection to the actor's worker on node %s lost and its fate unknown: %w", a.label(), method, node, cause)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Kill implements actors.Ref: the actor is killed through the control
+// plane, for good.
+func (a *actorRef) Kill(ctx context.Context, reason string) error {
+	if reason == "" {
+		reason = "killed"
+	}
+	if _, err := a.r.client.ApplyCommand(ctx, &scheduler.KillActor{Actor: scheduler.ActorID(a.id), Cause: reason, At: time.Now().UnixNano()}); err != nil {
+		return fmt.Errorf("kill %s: %w", a.label(), err)
+	}
+	// Later calls through this ref look the actor up (and find it dead)
+	// instead of racing the node, which ends the instance within a tick.
+	a.mu.Lock()
+	a.cl = nil
+	a.mu.Unlock()
+	return nil
+}
+
+// waitAlive polls the actor's committed state until it is alive with an
+// address, and connects to that address.
+func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
+	delay := 2 * time.Millisecond
+	for {
+		v, err := r.client.GetActorByID(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, "", fmt.Errorf("waiting for actor %s: %w", label, ctx.Err())
+			}
+		} else {
+			switch {
+			case v.State == scheduler.ActorDead.String():
+				return nil, 0, "", &actors.ActorDiedError{Actor: label, Node: v.Node, Cause: v.Death, Restarts: v.Restarts}
+			case v.State == scheduler.ActorAlive.String() && v.Address != "":
+				cl, err := r.conn(ctx, v.Address)
+				if err == nil {
+					return cl, v.Restarts, v.Node, nil
+				}
+				// The worker may have died since: look again.
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
