@@ -221,3 +221,57 @@ func TestRemoteActors(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteActorNodeLost: an actor placed on a worker node (found through
+// the NodeActors forwarding path, the node holds no raft state) is
+// re-placed on another node when its node goes away, and the call in
+// flight fails saying the actor restarted.
+func TestRemoteActorNodeLost(t *testing.T) {
+	const tok = "node-lost-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	startWorker := func(id string) *cluster.Node {
+		w, err := cluster.Start(context.Background(), cluster.Config{NodeID: id, Role: cluster.RoleWorker, DataDir: t.TempDir(),
+			BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
+			Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+			Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	w1, w2 := startWorker("w1"), startWorker("w2")
+	defer w1.Shutdown()
+	defer w2.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 3)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1}, actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || (info.Node != "w1" && info.Node != "w2") {
+		t.Fatalf("placed on %q, %v; want a node with the special resource", info.Node, err)
+	}
+	lost, other := w1, "w2"
+	if info.Node == "w2" {
+		lost, other = w2, "w1"
+	}
+	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
+	time.Sleep(50 * time.Millisecond)
+	lost.Shutdown()
+	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("in-flight call when its node went away: %v, want ErrActorRestarted", err)
+	}
+	info, err = actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Node != other || info.Restarts != 1 {
+		t.Fatalf("after losing the node: %+v, %v; want restart 1 on %s", info, err, other)
+	}
+}
