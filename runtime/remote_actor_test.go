@@ -60,7 +60,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func startHead(t *testing.T, tok string) *cluster.Node {
+func startHead(t *testing.T, tok string) *cluster.Node { return startHeadB(t, tok) }
+
+func startHeadB(t testing.TB, tok string) *cluster.Node {
 	t.Helper()
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
@@ -73,7 +75,9 @@ func startHead(t *testing.T, tok string) *cluster.Node {
 }
 
 // waitNodes waits until the cluster has k live registered nodes.
-func waitNodes(t *testing.T, rt Runtime, k int) {
+func waitNodes(t *testing.T, rt Runtime, k int) { waitNodesB(t, rt, k) }
+
+func waitNodesB(t testing.TB, rt Runtime, k int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
