@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,13 @@ type remote struct {
 	client *cluster.Client
 	job    scheduler.JobID
 	binary string
+	token  string
+
+	hashOnce sync.Once
+	hash     string // sha256 of binary ("" when it could not be read)
+	upMu     sync.Mutex
+	uploaded map[string]bool // node gRPC addresses that have the binary
+	lastScan time.Time
 
 	mu      sync.Mutex
 	clients map[string]*wire.Client // worker call address → connection
@@ -57,7 +65,8 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	return &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, clients: map[string]*wire.Client{}}, nil
+	return &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
+		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}, nil
 }
 
 // newID returns a random 128-bit hex ID.
@@ -77,7 +86,11 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary})
+	hash, err := r.ensureBinary(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
+	}
+	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary, Hash: hash})
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +115,52 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
 	}
 	return ref, nil
+}
+
+// ensureBinary uploads this program's executable (content-addressed) to
+// every live node that does not have it yet; nodes are rescanned at most
+// once a second. A node that refuses the binary for its platform fails the
+// spawn; other upload failures leave that node to fall back to the
+// driver's path (same machine) and are reported when it starts a worker.
+func (r *remote) ensureBinary(ctx context.Context) (string, error) {
+	r.hashOnce.Do(func() {
+		h, err := cluster.HashFile(r.binary)
+		if err == nil {
+			r.hash = h
+		}
+	})
+	if r.hash == "" {
+		return "", nil
+	}
+	r.upMu.Lock()
+	defer r.upMu.Unlock()
+	if time.Since(r.lastScan) < time.Second {
+		return r.hash, nil
+	}
+	st, err := r.client.Status(ctx)
+	if err != nil {
+		return "", fmt.Errorf("list nodes for the job binary: %w", err)
+	}
+	r.lastScan = time.Now()
+	for _, nd := range st.Nodes {
+		if nd.State != "alive" || nd.Address == "" || r.uploaded[nd.Address] {
+			continue
+		}
+		c, err := cluster.NewClient(nd.Address, r.token)
+		if err != nil {
+			continue
+		}
+		_, err = c.UploadBinary(ctx, r.binary, r.hash)
+		c.Close()
+		if err != nil {
+			if strings.Contains(err.Error(), cluster.ErrWrongPlatform.Error()) {
+				return "", fmt.Errorf("node %s refused the job binary: %w", nd.ID, err)
+			}
+			continue
+		}
+		r.uploaded[nd.Address] = true
+	}
+	return r.hash, nil
 }
 
 // GetActor implements actors.Runtime: it looks the name up in the

@@ -25,6 +25,9 @@ type rcounterCfg struct{ Start int }
 
 func (c *rcounter) Add(ctx context.Context, d int) (int, error) { c.n += d; return c.n, nil }
 
+// Exe is the worker's executable: the uploaded, content-addressed copy.
+func (c *rcounter) Exe(ctx context.Context, _ int) (string, error) { return os.Executable() }
+
 func (c *rcounter) Pid(ctx context.Context, _ int) (int, error) { return os.Getpid(), nil }
 
 // Sleep blocks until its context ends or ms pass: a call in flight.
@@ -130,6 +133,9 @@ func TestRemoteActors(t *testing.T) {
 	pid1, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
 	if err != nil || pid1 == os.Getpid() || !alive(pid1) {
 		t.Fatalf("worker pid = %d (driver %d), %v", pid1, os.Getpid(), err)
+	}
+	if exe, err := actors.Call(ctx, h, (*rcounter).Exe, 0).Get(ctx); err != nil || !strings.Contains(exe, "/binaries/") {
+		t.Errorf("worker executable = %q, %v; want the uploaded copy in the node's binaries dir", exe, err)
 	}
 	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
 	if err != nil || info.Node != "head" || info.Name != "ctr" || info.Restarts != 0 {

@@ -183,6 +183,8 @@ type controlServer interface {
 	getActor(ctx context.Context, r *GetActorRequest) (*GetActorResponse, error)
 	stop(ctx context.Context, r *StopRequest) (*StopResponse, error)
 	nodeActors(ctx context.Context, r *NodeActorsRequest) (*NodeActorsResponse, error)
+	hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error)
+	putBinary(ctx context.Context, r *PutBinaryRequest) (*PutBinaryResponse, error)
 }
 
 // controlDesc is the hand-written descriptor of the Control service.
@@ -197,6 +199,8 @@ var controlDesc = grpc.ServiceDesc{
 		transport.UnaryMethod(ServiceName, "GetActor", controlServer.getActor),
 		transport.UnaryMethod(ServiceName, "Stop", controlServer.stop),
 		transport.UnaryMethod(ServiceName, "NodeActors", controlServer.nodeActors),
+		transport.UnaryMethod(ServiceName, "HasBinary", controlServer.hasBinary),
+		transport.UnaryMethod(ServiceName, "PutBinary", controlServer.putBinary),
 	},
 	Metadata: "troupe/runtime/cluster/api.go",
 }

@@ -55,6 +55,7 @@ type Node struct {
 	planner  scheduler.Planner
 
 	workers *workerSet // the job worker processes this node runs
+	binMu   sync.Mutex // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq

@@ -17,10 +17,14 @@ import (
 
 // Launch is what a driver puts in an actor's ActorSpec.Args: the actor's
 // spec and the job binary that hosts it. A node runs one worker process
-// per job from Binary and asks it to construct the actor.
+// per job from the binary and asks it to construct the actor. With Hash
+// set the binary is the one uploaded with that sha256 (UploadBinary);
+// otherwise Binary is a path on the node's machine (single-machine
+// clusters, nodes without a data dir).
 type Launch struct {
 	Spec   actors.Spec `msgpack:"spec"`
-	Binary string      `msgpack:"bin"`
+	Binary string      `msgpack:"bin,omitempty"`
+	Hash   string      `msgpack:"hash,omitempty"`
 	Args   []string    `msgpack:"args,omitempty"`
 }
 
@@ -39,7 +43,7 @@ func DecodeLaunch(b []byte) (*Launch, error) {
 	if err := msgpack.Unmarshal(b, l); err != nil {
 		return nil, fmt.Errorf("decode launch: %w", err)
 	}
-	if l.Binary == "" || l.Spec.Type == "" {
+	if (l.Binary == "" && l.Hash == "") || l.Spec.Type == "" {
 		return nil, fmt.Errorf("decode launch: no binary or actor type")
 	}
 	return l, nil
@@ -233,8 +237,20 @@ func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 			}
 		},
 	}
+	bin := l.Binary
+	if l.Hash != "" {
+		path, err := w.n.BinaryPath(l.Hash)
+		if err != nil {
+			return nil, err
+		}
+		if _, serr := os.Stat(path); serr == nil {
+			bin = path
+		} else if bin == "" {
+			return nil, fmt.Errorf("job %s binary %.12s was not uploaded to this node: %w", job, l.Hash, serr)
+		}
+	}
 	var err error
-	p, err = worker.Start(w.n.ctx, worker.StartOptions{Binary: l.Binary, Args: l.Args, Job: string(job), Host: w.n.r.host,
+	p, err = worker.Start(w.n.ctx, worker.StartOptions{Binary: bin, Args: l.Args, Job: string(job), Host: w.n.r.host,
 		Stdout: os.Stdout, Stderr: os.Stderr}, ev)
 	if err != nil {
 		return nil, err

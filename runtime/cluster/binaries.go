@@ -1,0 +1,235 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Job binaries are stored content-addressed in <data-dir>/binaries/<sha256>:
+// a driver uploads its executable to each node once (HasBinary first, so a
+// node that has it already is skipped), in chunks, and the node checks the
+// hash and that the binary is an ELF executable for its own OS and
+// architecture before keeping it.
+
+// ErrWrongPlatform: an uploaded binary is not an executable for this node's
+// OS/architecture.
+var ErrWrongPlatform = errors.New("binary is for another OS or architecture")
+
+// BinaryChunk is the upload chunk size (well under the gRPC message limit).
+const BinaryChunk = 1 << 20
+
+// HasBinaryRequest asks whether a node stores a binary.
+type HasBinaryRequest struct {
+	Hash string `msgpack:"hash"`
+}
+
+// HasBinaryResponse answers HasBinaryRequest.
+type HasBinaryResponse struct {
+	Present bool `msgpack:"present"`
+}
+
+// PutBinaryRequest appends one chunk of a binary at Offset; Final checks and
+// stores it.
+type PutBinaryRequest struct {
+	Hash   string `msgpack:"hash"`
+	Offset int64  `msgpack:"off"`
+	Data   []byte `msgpack:"data,omitempty"`
+	Final  bool   `msgpack:"final,omitempty"`
+}
+
+// PutBinaryResponse is the upload's size so far.
+type PutBinaryResponse struct {
+	Size int64 `msgpack:"size"`
+}
+
+func validHash(h string) bool {
+	b, err := hex.DecodeString(h)
+	return err == nil && len(b) == sha256.Size
+}
+
+func (n *Node) binariesDir() (string, error) {
+	if n.cfg.DataDir == "" {
+		return "", fmt.Errorf("node %s has no data dir to store job binaries", n.cfg.NodeID)
+	}
+	return filepath.Join(n.cfg.DataDir, "binaries"), nil
+}
+
+// BinaryPath is where a node keeps the binary with this hash.
+func (n *Node) BinaryPath(hash string) (string, error) {
+	if !validHash(hash) {
+		return "", fmt.Errorf("binary hash %q: want 64 hex digits (sha256)", hash)
+	}
+	dir, err := n.binariesDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, hash), nil
+}
+
+func (c *controlImpl) hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error) {
+	p, err := c.node().BinaryPath(r.Hash)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	_, err = os.Stat(p)
+	return &HasBinaryResponse{Present: err == nil}, nil
+}
+
+func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutBinaryResponse, error) {
+	n := c.node()
+	p, err := n.BinaryPath(r.Hash)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	n.binMu.Lock()
+	defer n.binMu.Unlock()
+	if fi, err := os.Stat(p); err == nil {
+		return &PutBinaryResponse{Size: fi.Size()}, nil // already stored
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, status.Errorf(codes.Internal, "binaries dir: %v", err)
+	}
+	part := p + ".part"
+	if r.Offset == 0 {
+		os.Remove(part)
+	}
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o700)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
+	}
+	if fi.Size() != r.Offset {
+		return nil, status.Errorf(codes.FailedPrecondition, "binary %s: chunk at offset %d, have %d bytes (restart the upload at 0)", r.Hash[:12], r.Offset, fi.Size())
+	}
+	if _, err := f.Write(r.Data); err != nil {
+		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
+	}
+	size := r.Offset + int64(len(r.Data))
+	if !r.Final {
+		return &PutBinaryResponse{Size: size}, nil
+	}
+	if err := f.Close(); err != nil {
+		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
+	}
+	if err := checkBinary(part, r.Hash); err != nil {
+		os.Remove(part)
+		if errors.Is(err, ErrWrongPlatform) {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := os.Rename(part, p); err != nil {
+		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
+	}
+	n.log.Info("job binary stored", "hash", r.Hash[:12], "bytes", size)
+	return &PutBinaryResponse{Size: size}, nil
+}
+
+// checkBinary verifies the file's sha256 and that it runs here.
+func checkBinary(path, hash string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("hash binary: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != hash {
+		return fmt.Errorf("binary content has sha256 %s, not the announced %s", got[:12], hash[:12])
+	}
+	return CheckPlatform(path)
+}
+
+// machines maps GOARCH to ELF machine types.
+var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386, "arm": elf.EM_ARM,
+	"riscv64": elf.EM_RISCV, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390}
+
+// CheckPlatform reads the executable's ELF header and refuses, with an
+// error wrapping ErrWrongPlatform, one built for another OS or
+// architecture than this process's.
+func CheckPlatform(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not an ELF executable (built for another OS than %s?): %v", ErrWrongPlatform, filepath.Base(path), goruntime.GOOS, err)
+	}
+	defer f.Close()
+	if goruntime.GOOS != "linux" {
+		return fmt.Errorf("%w: nodes on %s cannot run ELF job binaries", ErrWrongPlatform, goruntime.GOOS)
+	}
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return fmt.Errorf("%w: %s is an ELF %v, not an executable", ErrWrongPlatform, filepath.Base(path), f.Type)
+	}
+	if want, ok := machines[goruntime.GOARCH]; ok && f.Machine != want {
+		return fmt.Errorf("%w: %s is built for %v, this node is %s/%s", ErrWrongPlatform, filepath.Base(path), f.Machine, goruntime.GOOS, goruntime.GOARCH)
+	}
+	if f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {
+		return fmt.Errorf("%w: %s targets OS ABI %v, this node is linux", ErrWrongPlatform, filepath.Base(path), f.OSABI)
+	}
+	return nil
+}
+
+// HashFile returns the hex sha256 of a file.
+func HashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// UploadBinary stores the file at path (whose sha256 is hash) on the node
+// at the client's first address, unless it has it already. It reports
+// whether bytes were sent.
+func (c *Client) UploadBinary(ctx context.Context, path, hash string) (sent bool, err error) {
+	has := new(HasBinaryResponse)
+	if err := c.invoke(ctx, "HasBinary", &HasBinaryRequest{Hash: hash}, has); err != nil {
+		return false, fmt.Errorf("upload binary: %w", err)
+	}
+	if has.Present {
+		return false, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("upload binary: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, BinaryChunk)
+	var off int64
+	for {
+		k, rerr := io.ReadFull(f, buf)
+		final := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
+		if rerr != nil && !final {
+			return true, fmt.Errorf("upload binary: read %s: %w", path, rerr)
+		}
+		resp := new(PutBinaryResponse)
+		if err := c.invoke(ctx, "PutBinary", &PutBinaryRequest{Hash: hash, Offset: off, Data: buf[:k], Final: final}, resp); err != nil {
+			return true, fmt.Errorf("upload binary %s: %w", filepath.Base(path), err)
+		}
+		off += int64(k)
+		if final {
+			return true, nil
+		}
+	}
+}
