@@ -110,7 +110,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 		}
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, e)
 	}
-	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type}
+	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
 	if err := ref.resolve(ctx); err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
 	}

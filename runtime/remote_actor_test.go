@@ -285,3 +285,39 @@ func TestRemoteActorNodeLost(t *testing.T) {
 		t.Fatalf("after losing the node: %+v, %v; want restart 1 on %s", info, err, other)
 	}
 }
+
+// TestRemoteTaskRetries: with MaxTaskRetries a call lost to a kill -9 of
+// the worker is sent again to the restarted actor and succeeds.
+func TestRemoteTaskRetries(t *testing.T) {
+	const tok = "retries-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 1)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.MaxRestarts(2), actors.MaxTaskRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 200)
+	time.Sleep(50 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := inflight.Get(ctx); err != nil || v != 200 {
+		t.Fatalf("retried call = %v, %v; want 200", v, err)
+	}
+	if info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx); err != nil || info.Restarts != 1 {
+		t.Errorf("after the retry: %+v, %v; want restart 1", info, err)
+	}
+}

@@ -20,13 +20,21 @@ import (
 type actorRef struct {
 	r             *remote
 	id, name, typ string
+	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
 	mu        sync.Mutex
 	cl        *wire.Client // nil until resolved, or after the incarnation was lost
 	inc       int          // the incarnation cl serves
 	node      string       // the node it runs on
 	resolving bool
-	queue     []*actors.Invocation // calls waiting for a resolution, in order
+	queue     []queued // calls waiting for a resolution, in order
+}
+
+// queued is a call waiting for the actor's address; attempt counts the
+// times it was already sent and lost to a restart.
+type queued struct {
+	inv     *actors.Invocation
+	attempt int
 }
 
 func (a *actorRef) ID() string       { return a.id }
@@ -57,15 +65,17 @@ func (a *actorRef) resolve(ctx context.Context) error {
 
 // Invoke implements actors.Ref. It never blocks on a lookup: while the
 // actor is being looked up, calls queue in order.
-func (a *actorRef) Invoke(inv *actors.Invocation) {
+func (a *actorRef) Invoke(inv *actors.Invocation) { a.invoke(inv, 0) }
+
+func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cl != nil && a.cl.Err() == nil && !a.resolving {
-		a.send(a.cl, a.inc, a.node, inv)
+		a.send(a.cl, a.inc, a.node, inv, attempt)
 		return
 	}
 	a.cl = nil
-	a.queue = append(a.queue, inv)
+	a.queue = append(a.queue, queued{inv, attempt})
 	if !a.resolving {
 		a.resolving = true
 		go a.resolveQueued()
@@ -84,18 +94,19 @@ func (a *actorRef) resolveQueued() {
 		a.cl, a.inc, a.node = cl, inc, node
 	}
 	// Sent under the lock so later calls cannot overtake queued ones.
-	for _, inv := range q {
+	for _, c := range q {
 		if err != nil {
-			inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w", a.label(), inv.Method, err))
+			c.inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w", a.label(), c.inv.Method, err))
 		} else {
-			a.send(cl, inc, node, inv)
+			a.send(cl, inc, node, c.inv, c.attempt)
 		}
 	}
 }
 
 // send delivers inv over cl; a reply saying the incarnation is gone is
-// turned into ErrActorRestarted or the actor's *ActorDiedError.
-func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invocation) {
+// turned into ErrActorRestarted (or, with MaxTaskRetries left, the call is
+// sent again to the next incarnation) or the actor's *ActorDiedError.
+func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invocation, attempt int) {
 	orig := inv.Reply
 	out := *inv
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
@@ -107,7 +118,13 @@ func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invoc
 		// which holds a.mu.
 		go func() {
 			a.forget(cl, inc)
-			orig.Resolve(nil, a.lostErr(inv.Method, inc, node, err))
+			lerr := a.lostErr(inv.Method, inc, node, err)
+			if errors.Is(lerr, actors.ErrActorRestarted) && (a.maxRetries < 0 || attempt < a.maxRetries) &&
+				(inv.Ctx == nil || inv.Ctx.Err() == nil) {
+				a.invoke(inv, attempt+1)
+				return
+			}
+			orig.Resolve(nil, lerr)
 		}()
 	})
 	cl.Invoke(a.id, &out)
