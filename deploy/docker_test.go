@@ -242,16 +242,25 @@ func TestComposeCluster(t *testing.T) {
 
 	// (a) Kill the raft leader's container: a new leader is elected by the
 	// other two, and status keeps answering through their ports.
-	old := st.Leader
+	// The clock starts before `docker kill` is sent: the daemon returns
+	// only once the container is gone, and an election may be over by then.
+	cur, err := c.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := cur.Leader
+	killAt := time.Now()
 	c.docker("kill", ids[old])
-	failover := c.waitFor("a new raft leader", 30*time.Second, func() (bool, string) {
+	killTook := time.Since(killAt)
+	c.waitFor("a new raft leader", 30*time.Second, func() (bool, string) {
 		s, err := c.status()
 		if err != nil {
 			return false, err.Error()
 		}
 		return s.Leader != "" && s.Leader != old, "leader " + s.Leader
 	})
-	t.Logf("MEASURE failover after docker kill of the leader (%s): %v to a new leader seen by status", old, failover.Round(time.Millisecond))
+	t.Logf("MEASURE failover after docker kill of the leader (%s): %v from sending the kill to a new leader seen by status (docker kill itself took %v)",
+		old, time.Since(killAt).Round(time.Millisecond), killTook.Round(time.Millisecond))
 	dead := c.waitFor("the killed leader marked dead", 30*time.Second, func() (bool, string) {
 		s, err := c.status()
 		if err != nil {
@@ -276,6 +285,38 @@ func TestComposeCluster(t *testing.T) {
 		return nodeState(s, old) == "alive" && voters == 3 && s.Leader != "", fmt.Sprintf("%s is %s, %d voters", old, nodeState(s, old), voters)
 	})
 	t.Logf("MEASURE restarted server alive again after %v", back.Round(time.Millisecond))
+
+	// Stop the (new) leader gracefully, as `docker stop` or a rolling
+	// update does: SIGTERM drains it, it hands leadership on and exits by
+	// itself well before Docker's SIGKILL.
+	s, err := c.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old = s.Leader
+	stopStart := time.Now()
+	c.docker("stop", "-t", "20", ids[old])
+	stopTook := time.Since(stopStart)
+	if code := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.ExitCode}}", ids[old])); code != "0" {
+		t.Errorf("docker stop of the leader %s: exit code %s after %v, want 0 (137: it did not exit within 20 s of SIGTERM and was killed)", old, code, stopTook.Round(time.Millisecond))
+	}
+	c.waitFor("a new leader after docker stop", 30*time.Second, func() (bool, string) {
+		s, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.Leader != "" && s.Leader != old, "leader " + s.Leader
+	})
+	t.Logf("MEASURE docker stop of the leader (%s): exited after %v, a new leader seen %v from sending the stop",
+		old, stopTook.Round(time.Millisecond), time.Since(stopStart).Round(time.Millisecond))
+	c.docker("start", ids[old])
+	c.waitFor("the stopped leader back", 60*time.Second, func() (bool, string) {
+		s, err := c.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return nodeState(s, old) == "alive" && s.Leader != "", old + " is " + nodeState(s, old)
+	})
 
 	// (c) Cut a worker off the network: marked dead; reconnected with
 	// its address, it is alive again.
