@@ -227,6 +227,20 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 		reportRate(b, "calls/s")
 	})
+	b.Run("troupe-graph-echo", func(b *testing.B) {
+		// A compiled one-actor graph across the two processes.
+		g, in := actors.NewGraph[[]byte]()
+		run, err := actors.Compile[[]byte](g, actors.Node(g, "echo", e[1], (*echo).Bytes, in))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			if _, err := run.Run(ctx, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, "runs/s")
+	})
 	b.Run("troupe-pipelined", func(b *testing.B) {
 		const window = 2000
 		futs := make([]*actors.Future[[]byte], 0, window)
