@@ -119,7 +119,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 
 // ensureBinary uploads this program's executable (content-addressed) to
 // every live node that does not have it yet; nodes are rescanned at most
-// once a second. A node that refuses the binary for its platform fails the
+// every 5 s. A node that refuses the binary for its platform fails the
 // spawn; other upload failures leave that node to fall back to the
 // driver's path (same machine) and are reported when it starts a worker.
 func (r *remote) ensureBinary(ctx context.Context) (string, error) {
@@ -134,7 +134,7 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
-	if time.Since(r.lastScan) < time.Second {
+	if time.Since(r.lastScan) < 5*time.Second {
 		return r.hash, nil
 	}
 	st, err := r.client.Status(ctx)

@@ -71,3 +71,27 @@ func BenchmarkRemoteCall(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
+
+// BenchmarkRemoteSpawnSerial is the latency of one remote spawn at a time.
+func BenchmarkRemoteSpawnSerial(b *testing.B) {
+	const tok = "bench-token"
+	n := startHeadB(b, tok)
+	defer n.Shutdown()
+	b.Setenv("TROUPE_TOKEN", tok)
+	ctx := context.Background()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodesB(b, rt, 1)
+	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

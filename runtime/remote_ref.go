@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"troupe/actors"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
@@ -193,15 +196,21 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 	return nil
 }
 
-// waitAlive polls the actor's committed state until it is alive with an
+// waitAlive waits (on the cluster side) until the actor is alive with an
 // address, and connects to that address.
 func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
-	delay := 2 * time.Millisecond
 	for {
-		v, err := r.client.GetActorByID(ctx, id)
+		wait := 10 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		v, err := r.client.WaitActor(ctx, id, 0, wait)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, 0, "", fmt.Errorf("waiting for actor %s: %w", label, ctx.Err())
+				return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
+			}
+			if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+				return nil, 0, "", fmt.Errorf("actor %s: %w", label, actors.ErrNotFound)
 			}
 		} else {
 			switch {
@@ -212,14 +221,14 @@ func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 				if err == nil {
 					return cl, v.Restarts, v.Node, nil
 				}
-				// The worker may have died since: look again.
+				// Its worker is unreachable: wait for what replaces it, or
+				// for the same one to answer.
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
-		case <-time.After(delay):
+		case <-time.After(10 * time.Millisecond):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -104,17 +105,29 @@ type GetActorRequest struct {
 	Hops      int    `msgpack:"hops,omitempty"`
 }
 
-// NodeActorsRequest asks for the actors placed on Node, plus the current
-// records of the actors listed in Also (those the node hosts).
+// NodeActorsRequest asks what a node must change: the actors placed on
+// Node that wait to be started, and which of the incarnations it hosts
+// (Hosted: actor → incarnation) the committed state no longer runs there.
 type NodeActorsRequest struct {
-	Node string              `msgpack:"node"`
-	Also []scheduler.ActorID `msgpack:"also,omitempty"`
-	Hops int                 `msgpack:"hops,omitempty"`
+	Node   string                    `msgpack:"node"`
+	Hosted map[scheduler.ActorID]int `msgpack:"hosted,omitempty"`
+	Hops   int                       `msgpack:"hops,omitempty"`
 }
 
-// NodeActorsResponse carries full actor records (with their specs).
+// NodeActorsResponse carries full records (with specs) of the actors to
+// start, and the hosted incarnations to end with the reason.
 type NodeActorsResponse struct {
-	Actors []scheduler.Actor `msgpack:"actors"`
+	Start []scheduler.Actor            `msgpack:"start,omitempty"`
+	End   map[scheduler.ActorID]string `msgpack:"end,omitempty"`
+}
+
+// WaitActorRequest waits (up to Timeout) until the actor with ID is dead,
+// or alive with an address and at least MinRestarts restarts.
+type WaitActorRequest struct {
+	ID          string        `msgpack:"id"`
+	MinRestarts int           `msgpack:"minrestarts,omitempty"`
+	Timeout     time.Duration `msgpack:"timeout"`
+	Hops        int           `msgpack:"hops,omitempty"`
 }
 
 // GetActorResponse is the named actor's committed state.
@@ -185,6 +198,7 @@ type controlServer interface {
 	nodeActors(ctx context.Context, r *NodeActorsRequest) (*NodeActorsResponse, error)
 	hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error)
 	putBinary(ctx context.Context, r *PutBinaryRequest) (*PutBinaryResponse, error)
+	waitActor(ctx context.Context, r *WaitActorRequest) (*GetActorResponse, error)
 }
 
 // controlDesc is the hand-written descriptor of the Control service.
@@ -201,6 +215,7 @@ var controlDesc = grpc.ServiceDesc{
 		transport.UnaryMethod(ServiceName, "NodeActors", controlServer.nodeActors),
 		transport.UnaryMethod(ServiceName, "HasBinary", controlServer.hasBinary),
 		transport.UnaryMethod(ServiceName, "PutBinary", controlServer.putBinary),
+		transport.UnaryMethod(ServiceName, "WaitActor", controlServer.waitActor),
 	},
 	Metadata: "troupe/runtime/cluster/api.go",
 }
@@ -353,6 +368,17 @@ func (c *Client) GetActor(ctx context.Context, namespace, name string) (*ActorVi
 func (c *Client) GetActorByID(ctx context.Context, id string) (*ActorView, error) {
 	resp := new(GetActorResponse)
 	if err := c.invoke(ctx, "GetActor", &GetActorRequest{ID: id}, resp); err != nil {
+		return nil, err
+	}
+	return &resp.Actor, nil
+}
+
+// WaitActor waits on the cluster side (one call instead of polling) until
+// the actor is dead, or alive with an address and at least minRestarts
+// restarts, or timeout passes; it returns the actor's state then.
+func (c *Client) WaitActor(ctx context.Context, id string, minRestarts int, timeout time.Duration) (*ActorView, error) {
+	resp := new(GetActorResponse)
+	if err := c.invoke(ctx, "WaitActor", &WaitActorRequest{ID: id, MinRestarts: minRestarts, Timeout: timeout}, resp); err != nil {
 		return nil, err
 	}
 	return &resp.Actor, nil

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -153,24 +154,46 @@ func (c *controlImpl) stop(ctx context.Context, r *StopRequest) (*StopResponse, 
 
 // nodeActors answers from this server's copy of the state (a worker node
 // forwards to a server): a node follows what is committed, so a slightly
-// stale copy only delays a start by a tick.
+// stale copy only delays a start by a tick. Only changes are returned, so
+// a node hosting many actors costs little per tick.
 func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*NodeActorsResponse, error) {
 	n := c.node()
 	if n.raft == nil {
 		out := new(NodeActorsResponse)
-		return out, n.forwardRead(ctx, "NodeActors", r.Hops, &NodeActorsRequest{Node: r.Node, Also: r.Also, Hops: r.Hops + 1}, out)
+		return out, n.forwardRead(ctx, "NodeActors", r.Hops, &NodeActorsRequest{Node: r.Node, Hosted: r.Hosted, Hops: r.Hops + 1}, out)
 	}
 	out := new(NodeActorsResponse)
+	node := scheduler.NodeID(r.Node)
 	n.fsm.Read(func(s *scheduler.State) {
-		seen := map[scheduler.ActorID]bool{}
-		for _, a := range s.ActorsOn(scheduler.NodeID(r.Node)) {
-			seen[a.Spec.ID] = true
-			out.Actors = append(out.Actors, cloneActor(a))
-		}
-		for _, id := range r.Also {
-			if a := s.Actor(id); a != nil && !seen[id] {
-				out.Actors = append(out.Actors, cloneActor(a))
+		for _, a := range s.ActorsOn(node) {
+			if a.State != scheduler.ActorPending && a.State != scheduler.ActorRestarting {
+				continue
 			}
+			if inc, ok := r.Hosted[a.Spec.ID]; ok && inc == a.Restarts {
+				continue
+			}
+			out.Start = append(out.Start, cloneActor(a))
+		}
+		for id, inc := range r.Hosted {
+			a := s.Actor(id)
+			var why string
+			switch {
+			case a == nil:
+				why = "forgotten by the cluster"
+			case a.State == scheduler.ActorDead:
+				why = a.DeathCause
+			case a.Node != node || a.Restarts != inc:
+				why = "replaced by a newer incarnation"
+			default:
+				continue
+			}
+			if why == "" {
+				why = "killed"
+			}
+			if out.End == nil {
+				out.End = map[scheduler.ActorID]string{}
+			}
+			out.End[id] = why
 		}
 	})
 	return out, nil
@@ -182,4 +205,41 @@ func cloneActor(a *scheduler.Actor) scheduler.Actor {
 	c := *a
 	c.GPUs = append([]scheduler.GPUAlloc(nil), a.GPUs...)
 	return c
+}
+
+// waitActor polls this server's state (in memory, cheap) so the caller
+// makes one call per wait instead of polling over the network.
+func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetActorResponse, error) {
+	n := c.node()
+	if n.raft == nil {
+		out := new(GetActorResponse)
+		return out, n.forwardRead(ctx, "WaitActor", r.Hops, &WaitActorRequest{ID: r.ID, MinRestarts: r.MinRestarts, Timeout: r.Timeout, Hops: r.Hops + 1}, out)
+	}
+	timeout := min(max(r.Timeout, 0), time.Minute)
+	deadline := time.Now().Add(timeout)
+	delay := 200 * time.Microsecond
+	for {
+		var out *GetActorResponse
+		done := false
+		n.fsm.Read(func(s *scheduler.State) {
+			if a := s.Actor(scheduler.ActorID(r.ID)); a != nil {
+				out = &GetActorResponse{Actor: actorView(a)}
+				done = a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != "" && a.Restarts >= r.MinRestarts)
+			}
+		})
+		if out == nil {
+			return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
+		}
+		if done || time.Now().After(deadline) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-n.ctx.Done():
+			return nil, status.Error(codes.Unavailable, "node shutting down")
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Millisecond)
+	}
 }

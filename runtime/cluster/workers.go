@@ -71,22 +71,15 @@ func newWorkerSet(n *Node) *workerSet {
 	return &workerSet{n: n, procs: map[scheduler.JobID]*worker.Proc{}, actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{}}
 }
 
-// assignedActors returns the actors the committed state places on this
-// node, plus the current record of each actor hosted here (to notice kills
-// and moves): from the local FSM on a server, from a server on a worker.
-func (n *Node) assignedActors(ctx context.Context, ids []scheduler.ActorID) ([]scheduler.Actor, error) {
-	req := &NodeActorsRequest{Node: n.cfg.NodeID, Also: ids}
-	resp, err := (*controlImpl)(n).nodeActors(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Actors, nil
-}
-
 // workerLoop starts what the committed state places on this node and ends
-// what it no longer wants here.
+// what it no longer wants here. Servers read their own state (cheap, so
+// often); worker nodes ask a server.
 func (n *Node) workerLoop() {
-	tick := time.NewTicker(20 * time.Millisecond)
+	every := 5 * time.Millisecond
+	if n.raft == nil {
+		every = 20 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -103,20 +96,16 @@ func key(id scheduler.ActorID, inc int) string { return fmt.Sprintf("%s/%d", id,
 func (w *workerSet) sync() {
 	n := w.n
 	w.mu.Lock()
-	ids := make([]scheduler.ActorID, 0, len(w.actors))
-	for id := range w.actors {
-		ids = append(ids, id)
+	hostedNow := make(map[scheduler.ActorID]int, len(w.actors))
+	for id, h := range w.actors {
+		hostedNow[id] = h.inc
 	}
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-	list, err := n.assignedActors(ctx, ids)
+	resp, err := (*controlImpl)(n).nodeActors(ctx, &NodeActorsRequest{Node: n.cfg.NodeID, Hosted: hostedNow})
 	cancel()
 	if err != nil {
 		return // no server reachable now; try again next tick
-	}
-	byID := map[scheduler.ActorID]*scheduler.Actor{}
-	for i := range list {
-		byID[list[i].Spec.ID] = &list[i]
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -124,22 +113,16 @@ func (w *workerSet) sync() {
 		return
 	}
 	// End incarnations the state no longer runs here (killed, or replaced).
-	for id, h := range w.actors {
-		a := byID[id]
-		if a == nil || a.State == scheduler.ActorDead || string(a.Node) != n.cfg.NodeID || a.Restarts != h.inc {
-			delete(w.actors, id)
-			cause := "killed"
-			if a != nil && a.DeathCause != "" {
-				cause = a.DeathCause
-			}
-			h.proc.KillActor(string(id), cause)
-		}
-	}
-	for i := range list {
-		a := &list[i]
-		if string(a.Node) != n.cfg.NodeID || (a.State != scheduler.ActorPending && a.State != scheduler.ActorRestarting) {
+	for id, cause := range resp.End {
+		h, ok := w.actors[id]
+		if !ok || h.inc != hostedNow[id] {
 			continue
 		}
+		delete(w.actors, id)
+		h.proc.KillActor(string(id), cause)
+	}
+	for i := range resp.Start {
+		a := &resp.Start[i]
 		k := key(a.Spec.ID, a.Restarts)
 		if w.seen[k] {
 			continue
@@ -271,7 +254,9 @@ func (w *workerSet) commit(c scheduler.Command) {
 	for attempt := 0; attempt < 50; attempt++ {
 		_, err := w.n.applyCommand(w.n.ctx, c)
 		if err == nil {
-			w.n.poke()
+			if _, started := c.(*scheduler.ActorStarted); !started {
+				w.n.poke() // a death may need a new placement
+			}
 			return
 		}
 		var we *WireError
