@@ -52,6 +52,7 @@ func main() {
 	layers := flag.Int("layers", 2, "transformer layers of every policy")
 	width := flag.Int("width", 64, "model width of every policy")
 	lr := flag.Float64("lr", 3e-4, "RL learning rate")
+	flag.StringVar(&plotsDir, "plots", plotsDir, "directory that receives a copy of every cell's plot (linked from the markdown)")
 	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	flag.Parse()
@@ -67,6 +68,10 @@ func main() {
 					fmt.Fprintln(os.Stderr, "results:", err)
 				}
 			}
+		}
+		if err := copyPlots(*out, cellOutcomes(*steps)); err != nil {
+			fmt.Fprintln(os.Stderr, "results:", err)
+			os.Exit(1)
 		}
 		return
 	}
@@ -141,7 +146,12 @@ func main() {
 		outs = append(outs, outcome{ID: c.ID, Desc: c.Desc, Result: res, Opt: o})
 		done[c.ID] = true
 		// Write after every cell so an interrupted run still leaves a table.
-		if err := write(*doc, *out, order(all, append(append([]outcome(nil), kept...), outs...)), time.Since(start)); err != nil {
+		merged := order(all, append(append([]outcome(nil), kept...), outs...))
+		if err := copyPlots(*out, merged); err != nil {
+			fmt.Fprintln(os.Stderr, "results:", err)
+			os.Exit(1)
+		}
+		if err := write(*doc, *out, merged, time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "results:", err)
 			os.Exit(1)
 		}
@@ -181,6 +191,15 @@ func order(all []cell, outs []outcome) []outcome {
 		}
 	}
 	return res
+}
+
+// cellOutcomes names every cell (for copying plots without results).
+func cellOutcomes(steps int) []outcome {
+	var out []outcome
+	for _, c := range cells(steps) {
+		out = append(out, outcome{ID: c.ID, Opt: c.Opt})
+	}
+	return out
 }
 
 func cellIDs(cs []cell) []string {
@@ -225,6 +244,27 @@ func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
 
 // notesFile is the hand-written observations appended to the table.
 var notesFile = "examples/results/notes.md"
+
+// plotsDir receives a copy of every cell's curves.png (repository-relative,
+// linked from the markdown, which lives in docs/).
+var plotsDir = "examples/results/plots"
+
+// copyPlots copies every cell's curves.png into plotsDir as <cell>.png.
+func copyPlots(out string, outs []outcome) error {
+	if err := os.MkdirAll(plotsDir, 0o755); err != nil {
+		return err
+	}
+	for _, o := range outs {
+		data, err := os.ReadFile(filepath.Join(out, o.ID, "curves.png"))
+		if err != nil {
+			continue // a cell without a plot (no output dir) is skipped
+		}
+		if err := os.WriteFile(filepath.Join(plotsDir, o.ID+".png"), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func write(doc, out string, outs []outcome, total time.Duration) error {
 	by := map[string]outcome{}
@@ -283,11 +323,17 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s |\n", o.ID, strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(&b, "\nPlots: `%s/<cell>/curves.png`; metrics: `%s/<cell>/metrics.jsonl`; checkpoints: `%s/<cell>/*.safetensors`\n", out, out, out)
-	fmt.Fprintf(&b, "(check any of them with `troupe eval`).\n\n")
+	fmt.Fprintf(&b, "\nThis run wrote every cell's metrics (`<cell>/metrics.jsonl`), plot and checkpoints (`<cell>/*.safetensors`,\n")
+	fmt.Fprintf(&b, "check them with `troupe eval`) under `%s`. Learning curves (held-out success, tree-sampled training\n", out)
+	fmt.Fprintf(&b, "success, mean branch reward), copied next to the results program:\n\n")
+	for _, o := range outs {
+		fmt.Fprintf(&b, "- %s: [%s.png](../%s/%s.png)\n", o.Opt.Name, o.ID, plotsDir, o.ID)
+	}
+	fmt.Fprintf(&b, "\n")
 	fmt.Fprintf(&b, "## How the cells were made\n\n")
 	if len(outs) > 0 {
 		o := outs[0].Opt
+		o.Defaults()
 		fmt.Fprintf(&b, "- Model: GPT-2 style, %d layers, width %d, %d heads, character tokenizer over `envs.Alphabet()` (vocab 59), context = longest observation + action + 3 tokens (59 on 6×6). One policy actor per role (per-role) or one for both (shared).\n", o.Layers, o.Width, o.Heads)
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned, so the planner also sees wrong tool suggestions and off-path states), %d epochs of cross-entropy on the answer tokens, batch 32, lr %.0e.\n", o.WarmEpisodes, o.WarmEpisodes-1, 100*o.WarmNoise, o.WarmEpochs, o.WarmLR)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages, clipped loss ε = 0.2, one AdamW step per update (lr %.0e); the per-role updates run as one compiled actor graph (fan-out to the policy actors, Gather of their statistics).\n", o.Envs, o.K, o.LR)
