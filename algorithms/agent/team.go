@@ -28,6 +28,10 @@ type TeamConfig struct {
 	// Checkpoints optionally maps a policy name ("shared" or a role) to a
 	// checkpoint file it starts from.
 	Checkpoints map[string]string
+	// SpawnOptions are passed to every policy actor's Spawn (resources such
+	// as actors.GPUs(1), restarts), so the policies can be placed on
+	// different nodes and GPUs by the cluster.
+	SpawnOptions []actors.Option
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -68,7 +72,7 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		pc.Name = name
 		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
 		pc.Checkpoint = cfg.Checkpoints[name]
-		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc)
+		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, cfg.SpawnOptions...)
 		if err != nil {
 			t.Kill(context.Background())
 			return nil, fmt.Errorf("spawn policy %s: %w", name, err)
