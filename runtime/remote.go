@@ -65,8 +65,14 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	return &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
-		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}, nil
+	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
+		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
+	// The job's actors die when the driver shuts down (JobFinished).
+	if _, err := c.ApplyCommand(cctx, &scheduler.SubmitJob{Spec: scheduler.JobSpec{ID: r.job, Entrypoint: exe}, At: time.Now().UnixNano()}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("init: register the job: %w", err)
+	}
+	return r, nil
 }
 
 // newID returns a random 128-bit hex ID.
@@ -190,18 +196,29 @@ func (r *remote) Status(ctx context.Context) (Status, error) {
 	return convertStatus(cs), nil
 }
 
-// Shutdown implements Runtime: it closes the connection; the cluster keeps
+// Shutdown implements Runtime: the job finishes (its actors are killed and
+// its worker processes exit) and the connections close; the cluster keeps
 // running.
 func (r *remote) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
 	r.closed = true
+	r.mu.Unlock()
+	var ferr error
+	if _, err := r.client.ApplyCommand(ctx, &scheduler.JobFinished{Job: r.job, State: scheduler.JobSucceeded, Message: "driver shut down", At: time.Now().UnixNano()}); err != nil {
+		ferr = fmt.Errorf("shutdown: finish job %s: %w", r.job, err)
+	}
+	r.mu.Lock()
 	cls := r.clients
 	r.clients = map[string]*wire.Client{}
 	r.mu.Unlock()
 	for _, cl := range cls {
 		cl.Close()
 	}
-	return r.client.Close()
+	return errors.Join(ferr, r.client.Close())
 }
 
 // conn returns the shared connection to a worker's call address.

@@ -218,7 +218,39 @@ func TestRemoteActors(t *testing.T) {
 		t.Errorf("call after Kill: %v, want ActorDiedError", err)
 	}
 
-	rt.Shutdown(ctx)
+	// The driver's shutdown finishes its job: its actors die and the idle
+	// worker process exits.
+	h4, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid4, err := actors.Call(ctx, h4, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = rt2.Status(ctx)
+	found := false
+	for _, a := range st.Actors {
+		if a.ID == h4.Ref().ID() {
+			found = true
+			if a.State != "DEAD" || !strings.Contains(a.Death, "finished") {
+				t.Errorf("actor of the finished job: %+v", a)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("actor of the finished job missing from status (%v)", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid4) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(pid4) {
+		t.Errorf("worker %d of the finished job still running", pid4)
+	}
 	rt2.Shutdown(ctx)
 	n.Shutdown()
 	for _, pid := range []int{pid1, pid2, pid3} {

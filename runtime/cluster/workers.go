@@ -52,6 +52,7 @@ func DecodeLaunch(b []byte) (*Launch, error) {
 // hosted is an actor incarnation running in one of this node's workers.
 type hosted struct {
 	inc  int
+	job  scheduler.JobID
 	proc *worker.Proc
 }
 
@@ -60,15 +61,24 @@ type hosted struct {
 type workerSet struct {
 	n *Node
 
-	mu      sync.Mutex
-	procs   map[scheduler.JobID]*worker.Proc
-	actors  map[scheduler.ActorID]hosted
-	seen    map[string]bool // "id/inc" incarnations this node has begun starting
-	closing bool
+	mu     sync.Mutex
+	procs  map[scheduler.JobID]*worker.Proc
+	actors map[scheduler.ActorID]hosted
+	seen   map[string]bool // "id/inc" incarnations begun here and not yet ended
+	// starting counts starts in progress per job; idleSince is when a
+	// job's worker last had nothing to do (it exits after idleExit).
+	starting  map[scheduler.JobID]int
+	idleSince map[scheduler.JobID]time.Time
+	closing   bool
 }
 
+// idleExit is how long a job's worker process lingers with no actors (a
+// restart soon after a death reuses it).
+const idleExit = 2 * time.Second
+
 func newWorkerSet(n *Node) *workerSet {
-	return &workerSet{n: n, procs: map[scheduler.JobID]*worker.Proc{}, actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{}}
+	return &workerSet{n: n, procs: map[scheduler.JobID]*worker.Proc{}, actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{},
+		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}}
 }
 
 // workerLoop starts what the committed state places on this node and ends
@@ -119,6 +129,7 @@ func (w *workerSet) sync() {
 			continue
 		}
 		delete(w.actors, id)
+		delete(w.seen, key(id, h.inc))
 		h.proc.KillActor(string(id), cause)
 	}
 	for i := range resp.Start {
@@ -128,9 +139,45 @@ func (w *workerSet) sync() {
 			continue
 		}
 		w.seen[k] = true
+		w.starting[a.Spec.JobID]++
 		cp := *a
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); w.start(&cp) }()
+		go func() {
+			defer n.wg.Done()
+			w.start(&cp)
+			w.mu.Lock()
+			w.starting[cp.Spec.JobID]--
+			w.mu.Unlock()
+		}()
+	}
+	w.reapIdle()
+}
+
+// reapIdle stops job worker processes that have hosted nothing for
+// idleExit (w.mu held).
+func (w *workerSet) reapIdle() {
+	busy := map[scheduler.JobID]bool{}
+	for _, h := range w.actors {
+		busy[h.job] = true
+	}
+	now := time.Now()
+	for job, p := range w.procs {
+		if busy[job] || w.starting[job] > 0 {
+			delete(w.idleSince, job)
+			continue
+		}
+		since, ok := w.idleSince[job]
+		if !ok {
+			w.idleSince[job] = now
+			continue
+		}
+		if now.Sub(since) >= idleExit {
+			delete(w.procs, job)
+			delete(w.idleSince, job)
+			delete(w.starting, job)
+			w.n.log.Info("stopping idle worker process", "job", job, "pid", p.PID())
+			go p.Stop(2 * time.Second)
+		}
 	}
 }
 
@@ -139,6 +186,14 @@ func (w *workerSet) sync() {
 func (w *workerSet) start(a *scheduler.Actor) {
 	n := w.n
 	id, inc := a.Spec.ID, a.Restarts
+	ok := false
+	defer func() {
+		if !ok { // its death is committed: the incarnation will not come back
+			w.mu.Lock()
+			delete(w.seen, key(id, inc))
+			w.mu.Unlock()
+		}
+	}()
 	l, err := DecodeLaunch(a.Spec.Args)
 	if err != nil {
 		w.commit(&scheduler.KillActor{Actor: id, Cause: fmt.Sprintf("cannot start on node %s: %v", n.cfg.NodeID, err), At: time.Now().UnixNano()})
@@ -163,8 +218,9 @@ func (w *workerSet) start(a *scheduler.Actor) {
 		return
 	}
 	w.mu.Lock()
-	w.actors[id] = hosted{inc: inc, proc: proc}
+	w.actors[id] = hosted{inc: inc, job: a.Spec.JobID, proc: proc}
 	w.mu.Unlock()
+	ok = true
 	w.commit(&scheduler.ActorStarted{Actor: id, Incarnation: inc, Address: proc.Addr(), At: time.Now().UnixNano()})
 }
 
@@ -189,6 +245,7 @@ func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 			h, ok := w.actors[scheduler.ActorID(id)]
 			if ok && h.inc == inc && h.proc == p {
 				delete(w.actors, scheduler.ActorID(id))
+				delete(w.seen, key(scheduler.ActorID(id), inc))
 			}
 			w.mu.Unlock()
 			if ok && h.inc == inc {
@@ -202,6 +259,7 @@ func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 			for id, h := range w.actors {
 				if h.proc == p {
 					delete(w.actors, id)
+					delete(w.seen, key(id, h.inc))
 					lost = append(lost, &scheduler.ActorDied{Actor: id, Incarnation: h.inc, Cause: cause, At: time.Now().UnixNano()})
 				}
 			}
