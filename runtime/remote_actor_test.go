@@ -39,6 +39,9 @@ func (c *rcounter) Sleep(ctx context.Context, ms int) (int, error) {
 	return ms, nil
 }
 
+// Boom crashes the actor (like its process dying).
+func (c *rcounter) Boom(ctx context.Context, _ int) (int, error) { panic(actors.Crash("boom")) }
+
 func (c *rcounter) Whoami(ctx context.Context, _ int) (actors.ActorInfo, error) {
 	info, _ := actors.Self(ctx)
 	return info, nil
@@ -351,5 +354,42 @@ func TestRemoteTaskRetries(t *testing.T) {
 	}
 	if info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx); err != nil || info.Restarts != 1 {
 		t.Errorf("after the retry: %+v, %v; want restart 1", info, err)
+	}
+}
+
+// TestRemoteActorCrash: actors.Crash in a remote actor is a death the
+// cluster restarts (in the same worker process) within MaxRestarts; the
+// crashing call fails with ErrActorRestarted, then with ActorDiedError.
+func TestRemoteActorCrash(t *testing.T) {
+	const tok = "crash-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 1)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 5}, actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if _, err := actors.Call(ctx, h, (*rcounter).Boom, 0).Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("crash: %v, want ErrActorRestarted", err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Restarts != 1 {
+		t.Fatalf("after crash: %+v, %v", info, err)
+	}
+	if p2, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx); p2 != pid {
+		t.Errorf("restart moved to process %d from %d; the worker process should be reused", p2, pid)
+	}
+	var de *actors.ActorDiedError
+	if _, err := actors.Call(ctx, h, (*rcounter).Boom, 0).Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Cause, "boom") {
+		t.Fatalf("second crash: %v, want ActorDiedError with the cause", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,7 +114,7 @@ func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invoc
 	orig := inv.Reply
 	out := *inv
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
-		if err == nil || !incarnationGone(cl, err) {
+		if err == nil || !a.incarnationGone(cl, err) {
 			orig.Resolve(data, err)
 			return
 		}
@@ -135,16 +136,19 @@ func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invoc
 
 // incarnationGone reports whether err means the incarnation that cl served
 // is gone: the connection was lost, the worker no longer hosts the actor,
-// or the actor died inside the worker (the cluster may restart it).
-func incarnationGone(cl *wire.Client, err error) bool {
+// or the actor itself died inside the worker (the cluster may restart it).
+// Errors a method returned (even an ActorDiedError about another actor)
+// are not.
+func (a *actorRef) incarnationGone(cl *wire.Client, err error) bool {
+	if cl.Err() != nil || errors.Is(err, wire.ErrClosed) {
+		return true
+	}
 	var de *actors.ActorDiedError
-	if errors.As(err, &de) || errors.Is(err, actors.ErrNotFound) {
+	if errors.As(err, &de) && de.Actor == a.label() {
 		return true
 	}
-	if ce := cl.Err(); ce != nil {
-		return true
-	}
-	return errors.Is(err, wire.ErrClosed)
+	msg := err.Error()
+	return errors.Is(err, actors.ErrNotFound) && strings.HasPrefix(msg, "actor "+a.id+": ") && strings.HasSuffix(msg, "on this worker")
 }
 
 // forget drops the cached incarnation so the next call looks it up again.
