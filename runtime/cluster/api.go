@@ -24,10 +24,6 @@ var (
 	// ErrNoLeader: no raft leader could be reached within the bounded retry
 	// (ApplyTimeout); the control plane has lost its quorum or is electing.
 	ErrNoLeader = errors.New("no raft leader")
-	// ErrRemoteActors: actor processes on remote clusters need worker
-	// processes, which arrive with issue 4; the control plane part (placement
-	// committed through raft, named actors) works already.
-	ErrRemoteActors = errors.New("running actors on a remote cluster arrives with issue 4 (worker processes)")
 )
 
 // InfoRequest asks a node who it is.
