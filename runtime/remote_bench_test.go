@@ -95,3 +95,37 @@ func BenchmarkRemoteSpawnSerial(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRemoteCallPipelined issues calls without waiting for each reply
+// (windows of 256), through the same remote ref.
+func BenchmarkRemoteCallPipelined(b *testing.B) {
+	const tok = "bench-token"
+	n := startHeadB(b, tok)
+	defer n.Shutdown()
+	b.Setenv("TROUPE_TOKEN", tok)
+	ctx := context.Background()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodesB(b, rt, 1)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	futs := make([]*actors.Future[int], 0, 256)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		futs = append(futs, actors.Call(ctx, h, (*rcounter).Add, 1))
+		if len(futs) == cap(futs) || i == b.N-1 {
+			for _, f := range futs {
+				if _, err := f.Get(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			futs = futs[:0]
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
