@@ -72,6 +72,9 @@ type workerSet struct {
 	closing   bool
 }
 
+// anonymousJob hosts actors created without a job ID.
+const anonymousJob scheduler.JobID = "anonymous"
+
 // idleExit is how long a job's worker process lingers with no actors (a
 // restart soon after a death reuses it).
 const idleExit = 2 * time.Second
@@ -134,13 +137,19 @@ func (w *workerSet) sync() {
 	}
 	for i := range resp.Start {
 		a := &resp.Start[i]
+		if len(a.Spec.Args) == 0 {
+			continue // a placement record with nothing to run (no Launch): not ours to start
+		}
 		k := key(a.Spec.ID, a.Restarts)
 		if w.seen[k] {
 			continue
 		}
 		w.seen[k] = true
-		w.starting[a.Spec.JobID]++
 		cp := *a
+		if cp.Spec.JobID == "" {
+			cp.Spec.JobID = anonymousJob // created outside any job: still one worker for all such
+		}
+		w.starting[cp.Spec.JobID]++
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
