@@ -77,8 +77,11 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 	cmd.Env = append(cmd.Env, o.Env...)
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
-	// The worker dies with its node even when the node is killed -9.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Its own process group: a terminal's Ctrl-C goes to the node, which
+	// stops its workers itself. A node killed -9 closes the control socket,
+	// and the worker exits on that (Pdeathsig is not used: it fires when the
+	// forking OS thread exits, which Go does not promise not to do).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		theirs.Close()
 		nc.Close()

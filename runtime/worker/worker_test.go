@@ -147,3 +147,19 @@ func TestFromEnv(t *testing.T) {
 		t.Errorf("bad env: %v %v", ok, err)
 	}
 }
+
+// TestWorkerExitsWithItsNode: when the control channel closes (its node
+// died), the worker process exits by itself.
+func TestWorkerExitsWithItsNode(t *testing.T) {
+	exited := make(chan string, 1)
+	p := startProc(t, Events{Exited: func(c string) { exited <- c }})
+	p.c.rw.Close() // what the kernel does to the node's end when the node is killed
+	select {
+	case c := <-exited:
+		if !strings.Contains(c, "exited with code 0") {
+			t.Errorf("exit cause = %q, want a clean exit", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker outlived its control channel")
+	}
+}
