@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"troupe/internal/testnet"
 
 	"troupe/runtime/cluster"
 )
@@ -93,26 +93,8 @@ func cliRun(t *testing.T, env []string, args ...string) (string, error) {
 
 func freeAddr(t *testing.T, ip string) (string, int) {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ok := port < 65530
-		for k := 1; k <= 2 && ok; k++ { // gossip and raft take the next two ports
-			l2, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port+k))
-			if err != nil {
-				ok = false
-				break
-			}
-			l2.Close()
-		}
-		if ok {
-			return fmt.Sprintf("%s:%d", ip, port), port
-		}
-	}
+	port := testnet.Ports(t, ip, 3) // gossip and raft take the next two ports
+	return fmt.Sprintf("%s:%d", ip, port), port
 }
 
 func statusJSON(t *testing.T, env []string, args ...string) (*cluster.ClusterStatus, error) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"troupe/internal/testnet"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
@@ -152,12 +152,7 @@ func (p *proc) kill() {
 // loopPort returns a port free on ip.
 func loopPort(t testing.TB, ip string) int {
 	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testnet.Port(t, ip)
 }
 
 func newSpec(t testing.TB, id, ip string, role Role, token string, dir string) procSpec {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"testing"
 	"time"
+	"troupe/internal/testnet"
 
 	"troupe/scheduler"
 )
@@ -16,12 +16,7 @@ import (
 // freePort returns a TCP port that was free a moment ago.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testnet.Port(t, "127.0.0.1")
 }
 
 func testLogger(t testing.TB) *slog.Logger {
