@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +65,43 @@ func TestMain(m *testing.M) {
 		Init(context.Background())
 		os.Exit(3) // unreachable: Init exits in worker mode
 	}
+	if spec := os.Getenv(nodeProcEnv); spec != "" {
+		os.Exit(runNodeProc(spec))
+	}
 	os.Exit(m.Run())
+}
+
+// nodeProcEnv makes the test binary a worker node process:
+// "id,bind,gossipPort,token,join".
+const nodeProcEnv = "TROUPE_RUNTIME_TEST_NODE"
+
+// runNodeProc runs a worker node with the "special" resource until killed.
+func runNodeProc(spec string) int {
+	f := strings.Split(spec, ",")
+	if len(f) != 5 {
+		fmt.Fprintln(os.Stderr, "bad node spec", spec)
+		return 2
+	}
+	gossip, err := strconv.Atoi(f[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad gossip port", f[2])
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "troupe-node-")
+	if err != nil {
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: f[0], Role: cluster.RoleWorker, DataDir: dir, BindAddr: f[1], GossipPort: gossip,
+		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node start:", err)
+		return 3
+	}
+	<-n.StopRequested()
+	n.Shutdown()
+	return 0
 }
 
 func startHead(t *testing.T, tok string) *cluster.Node { return startHeadB(t, tok) }
@@ -392,4 +430,76 @@ func TestRemoteActorCrash(t *testing.T) {
 	if _, err := actors.Call(ctx, h, (*rcounter).Boom, 0).Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Cause, "boom") {
 		t.Fatalf("second crash: %v, want ActorDiedError with the cause", err)
 	}
+}
+
+// TestRemoteActorNodeKilled: kill -9 of a whole node process (a separate
+// process whose worker process hosts the actor) with a call in flight: the
+// call fails saying the actor restarted, the actor is re-placed on the
+// other node, and once restarts are exhausted callers get an
+// *ActorDiedError saying the node was lost. The killed node's worker
+// process exits by itself.
+func TestRemoteActorNodeKilled(t *testing.T) {
+	const tok = "node-killed-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNodeProc := func(id string) *exec.Cmd {
+		spec := fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr())
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), nodeProcEnv+"="+spec)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	procs := map[string]*exec.Cmd{"p1": startNodeProc("p1"), "p2": startNodeProc("p2")}
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 3)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || procs[info.Node] == nil {
+		t.Fatalf("placed on %q, %v", info.Node, err)
+	}
+	wpid, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
+	time.Sleep(50 * time.Millisecond)
+	procs[info.Node].Process.Kill()
+	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("in-flight call when its node was killed: %v, want ErrActorRestarted", err)
+	}
+	info2, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info2.Node == info.Node || procs[info2.Node] == nil || info2.Restarts != 1 {
+		t.Fatalf("after the node kill: %+v, %v; want restart 1 on the other node", info2, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(wpid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(wpid) {
+		t.Errorf("worker %d of the killed node still running", wpid)
+	}
+	// The last node with the resource goes too: no restarts left.
+	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
+	time.Sleep(50 * time.Millisecond)
+	procs[info2.Node].Process.Kill()
+	var de *actors.ActorDiedError
+	if _, err := inflight.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Error(), info2.Node) {
+		t.Fatalf("after the second node kill: %v, want ActorDiedError naming node %s", err, info2.Node)
+	}
+	t.Logf("death: %v", de)
 }
