@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"math/rand/v2"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -502,4 +505,82 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		t.Fatalf("after the second node kill: %v, want ActorDiedError naming node %s", err, info2.Node)
 	}
 	t.Logf("death: %v", de)
+}
+
+// TestRemoteKillsAtRandom: four callers keep calling while the actor's
+// worker is killed -9 three times at (seeded) random moments: every call
+// ends, each either succeeding or failing with ErrActorRestarted, and the
+// actor serves again after each restart.
+func TestRemoteKillsAtRandom(t *testing.T) {
+	const tok = "random-kills-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 1)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.MaxRestarts(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 2))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok, restarted atomic.Int64
+	errs := make(chan error, 4)
+	for c := 0; c < 4; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := actors.Call(ctx, h, (*rcounter).Sleep, 1).Get(ctx)
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, actors.ErrActorRestarted):
+					restarted.Add(1)
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for k := 0; k < 3; k++ {
+		time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
+		pid, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+		if errors.Is(err, actors.ErrActorRestarted) { // sent just before the last restart was noticed
+			pid, err = actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+		}
+		if err != nil {
+			t.Fatalf("kill %d: pid: %v", k, err)
+		}
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("call failed with an unexpected error: %v", err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Restarts != 3 {
+		t.Errorf("after 3 kills: %+v, %v; want 3 restarts", info, err)
+	}
+	t.Logf("%d calls succeeded, %d failed as restarted", ok.Load(), restarted.Load())
+	if ok.Load() == 0 || restarted.Load() == 0 {
+		t.Errorf("want both successes and restarted calls, got %d and %d", ok.Load(), restarted.Load())
+	}
 }
