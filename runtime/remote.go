@@ -96,7 +96,9 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
 	}
-	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary, Hash: hash})
+	// The worker runs main with the driver's arguments, so flag parsing
+	// before Init behaves the same there.
+	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary, Hash: hash, Args: os.Args[1:]})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +120,12 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	}
 	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
 	if err := ref.resolve(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Given up while it waited or started: do not leave it behind.
+			kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ref.Kill(kctx, "spawn abandoned: "+ctx.Err().Error())
+			cancel()
+		}
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
 	}
 	return ref, nil

@@ -584,3 +584,37 @@ func TestRemoteKillsAtRandom(t *testing.T) {
 		t.Errorf("want both successes and restarted calls, got %d and %d", ok.Load(), restarted.Load())
 	}
 }
+
+// TestRemoteSpawnWaits: a spawn that does not fit yet waits; when its
+// context ends it fails and the waiting actor is removed, not left behind.
+func TestRemoteSpawnWaits(t *testing.T) {
+	const tok = "spawn-waits-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx := context.Background()
+	rt, err := Init(ctx, Address(n.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 1)
+	big, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.CPUs(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := actors.Spawn[rcounter](sctx, rt, "RCounter", rcounterCfg{}, actors.CPUs(2)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spawn that cannot fit yet: %v, want it to wait until its deadline", err)
+	}
+	st, err := rt.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range st.Actors {
+		if a.ID != big.ID() && a.State != "DEAD" {
+			t.Errorf("abandoned spawn left behind: %+v", a)
+		}
+	}
+}
