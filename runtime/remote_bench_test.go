@@ -29,7 +29,7 @@ func BenchmarkRemoteSpawn(b *testing.B) {
 		b.Fatal(err)
 	}
 	var failed atomic.Int64
-	b.SetParallelism(16) // 16 × GOMAXPROCS spawns in flight
+	b.SetParallelism(64) // 64 × GOMAXPROCS spawns in flight
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

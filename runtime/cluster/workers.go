@@ -94,26 +94,42 @@ func (n *Node) workerLoop() {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for {
+	var lastApplied uint64
+	for i := 0; ; i++ {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		n.workers.sync()
+		// Starts are checked every tick, but only when something was
+		// committed since; the scan for ended incarnations and idle workers
+		// (linear in the actors hosted here) runs every 20th tick.
+		full := i%20 == 0
+		if n.fsm != nil && !full {
+			var applied uint64
+			n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
+			if applied == lastApplied {
+				continue
+			}
+			lastApplied = applied
+		}
+		n.workers.sync(full)
 	}
 }
 
 func key(id scheduler.ActorID, inc int) string { return fmt.Sprintf("%s/%d", id, inc) }
 
-func (w *workerSet) sync() {
+func (w *workerSet) sync(full bool) {
 	n := w.n
-	w.mu.Lock()
-	hostedNow := make(map[scheduler.ActorID]int, len(w.actors))
-	for id, h := range w.actors {
-		hostedNow[id] = h.inc
+	var hostedNow map[scheduler.ActorID]int
+	if full {
+		w.mu.Lock()
+		hostedNow = make(map[scheduler.ActorID]int, len(w.actors))
+		for id, h := range w.actors {
+			hostedNow[id] = h.inc
+		}
+		w.mu.Unlock()
 	}
-	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 	resp, err := (*controlImpl)(n).nodeActors(ctx, &NodeActorsRequest{Node: n.cfg.NodeID, Hosted: hostedNow})
 	cancel()
@@ -150,6 +166,7 @@ func (w *workerSet) sync() {
 			cp.Spec.JobID = anonymousJob // created outside any job: still one worker for all such
 		}
 		w.starting[cp.Spec.JobID]++
+		w.idleSince[cp.Spec.JobID] = time.Time{} // busy again
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -159,7 +176,9 @@ func (w *workerSet) sync() {
 			w.mu.Unlock()
 		}()
 	}
-	w.reapIdle()
+	if full {
+		w.reapIdle()
+	}
 }
 
 // reapIdle stops job worker processes that have hosted nothing for
@@ -176,7 +195,7 @@ func (w *workerSet) reapIdle() {
 			continue
 		}
 		since, ok := w.idleSince[job]
-		if !ok {
+		if !ok || since.IsZero() {
 			w.idleSince[job] = now
 			continue
 		}
