@@ -1,6 +1,10 @@
 package envs
 
-import "strings"
+import (
+	"fmt"
+	"math"
+	"strings"
+)
 
 // dirLetters are the move letters in the fixed order experts break ties in.
 const dirLetters = "UDLR"
@@ -89,3 +93,42 @@ func bfsDist(w, h int, blocked []bool, target int) []int {
 
 // digit is the single character for a small non-negative number (0..9).
 func digit(x int) byte { return byte('0' + x) }
+
+// gridCfg is the validated configuration of a grid environment.
+type gridCfg struct {
+	w, h   int
+	rate   float64 // share of blocked cells
+	budget int     // turn budget; 0: the environment's default
+	moves  int     // moves per action
+}
+
+// gridConfig validates cfg for the grid environment env and fills the
+// defaults shared by the grid environments: 6×6, defaultRate blocked cells
+// (what names them in errors), one move per action; sizes 5..maxSize.
+func gridConfig(env, what string, cfg Config, defaultRate float64, maxSize int) (gridCfg, error) {
+	c := gridCfg{w: cfg.Width, h: cfg.Height, rate: cfg.ObstacleRate, budget: cfg.TurnBudget, moves: cfg.Moves}
+	if c.w == 0 {
+		c.w = 6
+	}
+	if c.h == 0 {
+		c.h = 6
+	}
+	if c.rate == 0 {
+		c.rate = defaultRate
+	}
+	if c.rate < 0 {
+		c.rate = 0
+	}
+	if c.moves == 0 {
+		c.moves = 1
+	}
+	switch {
+	case c.w < 5 || c.w > maxSize || c.h < 5 || c.h > maxSize:
+		return c, fmt.Errorf("%w: %s size %dx%d outside 5..%d", ErrBadConfig, env, c.w, c.h, maxSize)
+	case c.rate > 0.6 || math.IsNaN(c.rate):
+		return c, fmt.Errorf("%w: %s %s rate %.2f > 0.6", ErrBadConfig, env, what, c.rate)
+	case c.moves < 1 || c.moves > 4:
+		return c, fmt.Errorf("%w: %s moves per action %d outside 1..4", ErrBadConfig, env, c.moves)
+	}
+	return c, nil
+}

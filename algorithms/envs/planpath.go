@@ -2,7 +2,6 @@ package envs
 
 import (
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -48,40 +47,9 @@ import (
 // Single-agent baseline (Config.Single): the planner acts alone, with the
 // same rewards; its t: slot always shows "-".
 
-type planPathCfg struct {
-	w, h   int
-	rate   float64
-	budget int // 0: default
-	moves  int
-}
-
 // planPathConfig validates cfg and fills planpath defaults.
-func planPathConfig(cfg Config) (planPathCfg, error) {
-	c := planPathCfg{w: cfg.Width, h: cfg.Height, rate: cfg.ObstacleRate, budget: cfg.TurnBudget, moves: cfg.Moves}
-	if c.w == 0 {
-		c.w = 6
-	}
-	if c.h == 0 {
-		c.h = 6
-	}
-	if c.rate == 0 {
-		c.rate = 0.22
-	}
-	if c.rate < 0 {
-		c.rate = 0
-	}
-	if c.moves == 0 {
-		c.moves = 1
-	}
-	switch {
-	case c.w < 5 || c.w > 10 || c.h < 5 || c.h > 10:
-		return c, fmt.Errorf("%w: planpath size %dx%d outside 5..10", ErrBadConfig, c.w, c.h)
-	case c.rate > 0.6 || math.IsNaN(c.rate):
-		return c, fmt.Errorf("%w: planpath obstacle rate %.2f > 0.6", ErrBadConfig, c.rate)
-	case c.moves < 1 || c.moves > 4:
-		return c, fmt.Errorf("%w: planpath moves per action %d outside 1..4", ErrBadConfig, c.moves)
-	}
-	return c, nil
+func planPathConfig(cfg Config) (gridCfg, error) {
+	return gridConfig("planpath", "obstacle", cfg, 0.22, 10)
 }
 
 type planPath struct {

@@ -2,7 +2,6 @@ package envs
 
 import (
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -47,40 +46,9 @@ import (
 // Single-agent baseline (Config.Single): the planner acts alone and its
 // moves execute directly, with the checker's rewards; c: always shows "-".
 
-type sokobanCfg struct {
-	w, h   int
-	rate   float64
-	budget int
-	moves  int
-}
-
 // sokobanConfig validates cfg and fills sokoban defaults.
-func sokobanConfig(cfg Config) (sokobanCfg, error) {
-	c := sokobanCfg{w: cfg.Width, h: cfg.Height, rate: cfg.ObstacleRate, budget: cfg.TurnBudget, moves: cfg.Moves}
-	if c.w == 0 {
-		c.w = 6
-	}
-	if c.h == 0 {
-		c.h = 6
-	}
-	if c.rate == 0 {
-		c.rate = 0.1
-	}
-	if c.rate < 0 {
-		c.rate = 0
-	}
-	if c.moves == 0 {
-		c.moves = 1
-	}
-	switch {
-	case c.w < 5 || c.w > 8 || c.h < 5 || c.h > 8:
-		return c, fmt.Errorf("%w: sokoban size %dx%d outside 5..8", ErrBadConfig, c.w, c.h)
-	case c.rate > 0.6 || math.IsNaN(c.rate):
-		return c, fmt.Errorf("%w: sokoban wall rate %.2f > 0.6", ErrBadConfig, c.rate)
-	case c.moves < 1 || c.moves > 4:
-		return c, fmt.Errorf("%w: sokoban moves per action %d outside 1..4", ErrBadConfig, c.moves)
-	}
-	return c, nil
+func sokobanConfig(cfg Config) (gridCfg, error) {
+	return gridConfig("sokoban", "wall", cfg, 0.1, 8)
 }
 
 type sokoban struct {
