@@ -43,7 +43,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -145,17 +144,9 @@ type Rollout struct {
 
 // checkRoles verifies every env has the same non-empty cast.
 func checkRoles(es []envs.Env) ([]string, error) {
-	if len(es) == 0 {
-		return nil, fmt.Errorf("%w: no environments", ErrEnv)
-	}
-	roles := es[0].Roles()
-	if len(roles) == 0 {
-		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, es[0].Name())
-	}
-	for i, e := range es[1:] {
-		if !slices.Equal(e.Roles(), roles) {
-			return nil, fmt.Errorf("%w: instance %d has roles %v, instance 0 has %v", ErrEnv, i+1, e.Roles(), roles)
-		}
+	roles, err := envs.CommonRoles(es)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEnv, err)
 	}
 	return roles, nil
 }

@@ -7,6 +7,12 @@
 // byte-level GPTs with a context of 64 to 128 tokens.
 package envs
 
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
 // Env is one episode of a multi-agent, turn-based text environment.
 //
 // Implementations are deterministic given their seed, never panic on any
@@ -49,4 +55,23 @@ type Step struct {
 type Expert interface {
 	// ExpertAction is a correct (ideally optimal) action for role now.
 	ExpertAction(role string) string
+}
+
+// CommonRoles returns the roles shared by every episode of es, in turn
+// order, or an error if es is empty, has no roles, or mixes casts (the
+// samplers batch one role's turn across all episodes).
+func CommonRoles(es []Env) ([]string, error) {
+	if len(es) == 0 {
+		return nil, errors.New("no environments")
+	}
+	roles := es[0].Roles()
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("%s has no roles", es[0].Name())
+	}
+	for i, e := range es[1:] {
+		if !slices.Equal(e.Roles(), roles) {
+			return nil, fmt.Errorf("instance %d has roles %v, instance 0 has %v", i+1, e.Roles(), roles)
+		}
+	}
+	return roles, nil
 }

@@ -256,17 +256,9 @@ func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) (
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(es) == 0 {
-		return nil, fmt.Errorf("%w: no environments", ErrEnv)
-	}
-	roles := es[0].Roles()
-	if len(roles) == 0 {
-		return nil, fmt.Errorf("%w: %s has no roles", ErrEnv, es[0].Name())
-	}
-	for i, e := range es[1:] {
-		if !slices.Equal(e.Roles(), roles) {
-			return nil, fmt.Errorf("%w: instance %d has roles %v, instance 0 has %v", ErrEnv, i+1, e.Roles(), roles)
-		}
+	roles, err := envs.CommonRoles(es)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEnv, err)
 	}
 	trs := make([]*Trajectory, len(es))
 	for i := range trs {
