@@ -455,53 +455,34 @@ func (b *Backend) GeluForward(out, inp gpu.Buffer, N int) {
 
 // GeluBackward implements gpu.Backend.
 func (b *Backend) GeluBackward(dinp, inp, dout gpu.Buffer, N int) {
-	const op = "GeluBackward"
-	if !b.dims(op, N) {
-		return
-	}
-	di, in, do := b.f(op, "dinp", dinp, N), b.f(op, "inp", inp, N), b.f(op, "dout", dout, N)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refGeluBackward(di, in, do, N)
-		return
-	}
-	b.geluBackward(di, in, do, N)
+	b.elementwise3("GeluBackward", [3]string{"dinp", "inp", "dout"}, [3]gpu.Buffer{dinp, inp, dout}, N, refGeluBackward, b.geluBackward)
 }
 
 // ResidualForward implements gpu.Backend.
 func (b *Backend) ResidualForward(out, x, y gpu.Buffer, N int) {
-	const op = "ResidualForward"
-	if !b.dims(op, N) {
-		return
-	}
-	o, xs, ys := b.f(op, "out", out, N), b.f(op, "a", x, N), b.f(op, "b", y, N)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refResidualForward(o, xs, ys, N)
-		return
-	}
-	b.residualForward(o, xs, ys, N)
+	b.elementwise3("ResidualForward", [3]string{"out", "a", "b"}, [3]gpu.Buffer{out, x, y}, N, refResidualForward, b.residualForward)
 }
 
 // ResidualBackward implements gpu.Backend.
 func (b *Backend) ResidualBackward(da, db, dout gpu.Buffer, N int) {
-	const op = "ResidualBackward"
+	b.elementwise3("ResidualBackward", [3]string{"da", "db", "dout"}, [3]gpu.Buffer{da, db, dout}, N, refResidualBackward, b.residualBackward)
+}
+
+// elementwise3 runs an op over three length-N buffers: it checks them, then
+// runs the reference or the fast kernel.
+func (b *Backend) elementwise3(op string, names [3]string, bufs [3]gpu.Buffer, N int, ref, fast func(x, y, z []float32, N int)) {
 	if !b.dims(op, N) {
 		return
 	}
-	x, y, d := b.f(op, "da", da, N), b.f(op, "db", db, N), b.f(op, "dout", dout, N)
+	x, y, z := b.f(op, names[0], bufs[0], N), b.f(op, names[1], bufs[1], N), b.f(op, names[2], bufs[2], N)
 	if b.err != nil {
 		return
 	}
 	if b.ref {
-		refResidualBackward(x, y, d, N)
+		ref(x, y, z, N)
 		return
 	}
-	b.residualBackward(x, y, d, N)
+	fast(x, y, z, N)
 }
 
 // Scale implements gpu.Backend.
