@@ -268,33 +268,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// invoke calls method on the first reachable address.
+// invoke calls a Control method on the first reachable address.
 func (c *Client) invoke(ctx context.Context, method string, req, resp any) error {
-	c.mu.Lock()
-	start := c.next
-	c.mu.Unlock()
-	var last error
-	for i := range c.addrs {
-		k := (start + i) % len(c.addrs)
-		addr := c.addrs[k]
-		cc, err := c.conn(addr)
-		if err != nil {
-			last = err
-			continue
-		}
-		err = cc.Invoke(ctx, "/"+ServiceName+"/"+method, req, resp)
-		if err == nil {
-			c.mu.Lock()
-			c.next = k
-			c.mu.Unlock()
-			return nil
-		}
-		last = fmt.Errorf("%s at %s: %w", method, addr, fromStatus(err))
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return last
-		}
-	}
-	return last
+	return c.invokeService(ctx, ServiceName, method, req, resp)
 }
 
 // fromStatus maps gRPC statuses that mean "no leader" back to ErrNoLeader.

@@ -107,7 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("gRPC listen %s: %w", bind, err)
 	}
 	n.grpcSrv = transport.NewServer(transport.Options{Token: cfg.Token})
-	n.grpcSrv.RegisterService(&controlDesc, (*controlImpl)(n))
+	n.registerServices(n.grpcSrv)
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.grpcSrv.Serve(n.grpcLn) }()
 
