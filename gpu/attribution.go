@@ -101,3 +101,9 @@ func (a *Attribution) Holders(gpu int) []Holder {
 	}
 	return append([]Holder(nil), hs...)
 }
+
+// MeasureHolders returns hs with each holder's SMUtil set from the
+// per-process samples procs when its PID identifies it alone on the GPU
+// (nil otherwise), as a Sampler does with its Attribution. hs is modified
+// in place.
+func MeasureHolders(hs []Holder, procs []Process) []Holder { return measureHolders(hs, procs) }

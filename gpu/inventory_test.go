@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -413,12 +414,29 @@ func BenchmarkSamplePass(b *testing.B) {
 	defer inv.Close()
 	attr := NewAttribution()
 	must(b, attr.Assign(0, Holder{Actor: "a", Fraction: 1}))
-	s := NewSampler(inv, SamplerConfig{Attribution: attr})
-	sim := inv.Simulation()
+	// A node also pulls the busy time of its actors' backends before each
+	// pass: one counter per GPU in its own process and one worker ledger.
+	meter := NewBusyMeter()
+	counters := make([]*BusyCounter, inv.Len())
+	for i := range counters {
+		counters[i] = meter.Counter(BusyKey{Node: "n", GPU: i, Actor: "a"})
+	}
+	dir := filepath.Join(b.TempDir(), "ledgers")
+	feed, err := NewBusyFeed(inv.Simulation(), BusyFeedOptions{Node: "n", Meter: meter, LedgerDir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer feed.Close()
+	worker := NewBusyMeter()
+	worker.Counter(BusyKey{Node: "n", GPU: 1, Actor: "w"}).AddBusy(time.Millisecond)
+	must(b, worker.WriteLedger(dir))
+	s := NewSampler(inv, SamplerConfig{Attribution: attr, BeforeSample: func() { must(b, feed.Pull()) }})
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	for b.Loop() {
-		must(b, sim.AddBusy(0, time.Millisecond))
+		for _, c := range counters {
+			c.AddBusy(time.Millisecond)
+		}
 		s.SampleOnce()
 	}
 	// Process CPU time (user+sys, all threads: includes GC) per pass; at

@@ -23,6 +23,9 @@ type SamplerConfig struct {
 	// Ticker makes the tick channel for Run (a time.Ticker if nil); tests
 	// inject a channel they drive. stop releases it.
 	Ticker func(d time.Duration) (tick <-chan time.Time, stop func())
+	// BeforeSample, if set, runs before each sampling pass (a BusyFeed's
+	// Pull, so simulated GPUs see the work reported since the last pass).
+	BeforeSample func()
 	// OnSample, if set, is called after each stored sampling pass (for
 	// pushing samples elsewhere, and for tests to wait on Run).
 	OnSample func([]Sample)
@@ -75,6 +78,9 @@ func (s *Sampler) Devices() []DeviceInfo { return append([]DeviceInfo(nil), s.de
 
 // SampleOnce takes one sample of every GPU, stores it and returns it.
 func (s *Sampler) SampleOnce() []Sample {
+	if s.cfg.BeforeSample != nil {
+		s.cfg.BeforeSample()
+	}
 	samples := s.src.Sample()
 	for i := range samples {
 		samples[i].Actors = measureHolders(s.cfg.Attribution.Holders(samples[i].Index), samples[i].Processes)

@@ -1,0 +1,223 @@
+package gpu_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"troupe/gpu"
+	"troupe/gpu/cpu"
+)
+
+// stepClock advances by step on every read, so each metered op "takes"
+// exactly one step, whatever the machine's load.
+type stepClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (c *stepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(c.step)
+	return c.t
+}
+
+// manualClock moves only when told.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time       { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
+	simClock := &manualClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	inv, err := gpu.Open(gpu.Options{Simulate: "pcie-4", Now: simClock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	meter := gpu.NewBusyMeter()
+	feed, err := gpu.NewBusyFeed(inv.Simulation(), gpu.BusyFeedOptions{Node: "n1", Meter: meter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := gpu.NewAttribution()
+	pid := uint32(os.Getpid())
+	if err := attr.Assign(2, gpu.Holder{Actor: "planner", Job: "j1", Fraction: 1, PID: pid}); err != nil {
+		t.Fatal(err)
+	}
+	s := gpu.NewSampler(inv, gpu.SamplerConfig{Attribution: attr, BeforeSample: func() {
+		if err := feed.Pull(); err != nil {
+			t.Error(err)
+		}
+	}})
+
+	// The actor's backend on GPU 2 runs 30 ops of 10 ms each (the injected
+	// clock) and allocates 1 Mi floats; another node's counter is ignored.
+	opClock := &stepClock{t: simClock.now(), step: 10 * time.Millisecond}
+	be := gpu.Metered(cpu.New(), meter.Counter(gpu.BusyKey{Node: "n1", GPU: 2, Actor: "planner"}), opClock.now)
+	if _, ok := be.(gpu.MatmulTransposer); !ok {
+		t.Error("metered cpu backend lost MatmulTransposer")
+	}
+	x, err := be.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		be.Scale(x, 0.5, 1024)
+	}
+	meter.Counter(gpu.BusyKey{Node: "other", GPU: 2}).AddBusy(time.Second)
+	simClock.add(time.Second)
+	smp := s.SampleOnce()[2]
+	if smp.SMUtil == nil || *smp.SMUtil != 30 {
+		t.Fatalf("GPU 2 SM utilization %v, want 30%% (300 ms busy of 1 s)", deref(smp.SMUtil))
+	}
+	if *smp.MemoryUsed != 4<<20 {
+		t.Errorf("GPU 2 memory used %d, want %d", *smp.MemoryUsed, 4<<20)
+	}
+	if len(smp.Actors) != 1 || smp.Actors[0].SMUtil == nil || *smp.Actors[0].SMUtil != 30 {
+		t.Errorf("GPU 2 actors %+v, want planner using 30%%", smp.Actors)
+	}
+	if u := s.Latest()[1].SMUtil; *u != 0 {
+		t.Errorf("idle GPU 1 at %d%%", *u)
+	}
+
+	// Next window: 10 ops, the buffer freed.
+	for range 10 {
+		be.Scale(x, 2, 1024)
+	}
+	be.Free(x)
+	simClock.add(time.Second)
+	smp = s.SampleOnce()[2]
+	if *smp.SMUtil != 10 || *smp.MemoryUsed != 0 {
+		t.Errorf("second window: %d%%, %d bytes; want 10%%, 0", *smp.SMUtil, *smp.MemoryUsed)
+	}
+	if p := smp.PowerWatts; p == nil || *p <= 35 {
+		t.Errorf("power %v does not follow the load", p)
+	}
+}
+
+func deref(p *uint32) any {
+	if p == nil {
+		return "n/a"
+	}
+	return *p
+}
+
+func TestBusyLedgerAcrossProcesses(t *testing.T) {
+	simClock := &manualClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	inv, err := gpu.Open(gpu.Options{Simulate: "2", Now: simClock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	dir := filepath.Join(t.TempDir(), "ledgers")
+	feed, err := gpu.NewBusyFeed(inv.Simulation(), gpu.BusyFeedOptions{Node: "n1", LedgerDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A "worker" (a meter of this process) publishes 250 ms on GPU 1.
+	worker := gpu.NewBusyMeter()
+	c := worker.Counter(gpu.BusyKey{Node: "n1", GPU: 1, Actor: "coder"})
+	c.AddBusy(250 * time.Millisecond)
+	c.AddMemory(3 << 30)
+	if err := worker.WriteLedger(dir); err != nil {
+		t.Fatal(err)
+	}
+	// An ended process left a ledger holding memory: it is released.
+	dead := gpu.BusyRecord{BusyKey: gpu.BusyKey{Node: "n1", GPU: 0}, PID: 0x7ffffff0, BusyNanos: 1, MemoryBytes: 1 << 30}
+	b, _ := json.Marshal([]gpu.BusyRecord{dead})
+	os.WriteFile(filepath.Join(dir, "2147483632.json"), b, 0o600)
+	// Garbage is reported, not fatal.
+	os.WriteFile(filepath.Join(dir, "77.json"), []byte("{not json"), 0o600)
+
+	simClock.add(time.Second)
+	err = feed.Pull()
+	if !errors.Is(err, gpu.ErrLedger) {
+		t.Errorf("Pull error %v, want the malformed ledger reported", err)
+	}
+	smp := inv.Sample()
+	if *smp[1].SMUtil != 25 || *smp[1].MemoryUsed != 3<<30 {
+		t.Errorf("GPU 1: %d%%, %d bytes; want 25%%, 3 GiB", *smp[1].SMUtil, *smp[1].MemoryUsed)
+	}
+	if *smp[0].MemoryUsed != 0 {
+		t.Errorf("GPU 0 holds %d bytes of an ended process", *smp[0].MemoryUsed)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "2147483632.json")); !os.IsNotExist(err) {
+		t.Error("ledger of an ended process not removed")
+	}
+	// No change: nothing more is added.
+	simClock.add(time.Second)
+	feed.Pull()
+	if u := inv.Sample()[1].SMUtil; *u != 0 {
+		t.Errorf("GPU 1 at %d%% with no new work", *u)
+	}
+	if err := feed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Error("feed did not remove its ledger directory")
+	}
+}
+
+func TestParseLedgerRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":   `[{`,
+		"other pid":  `[{"gpu":0,"pid":8,"busy_ns":1,"memory_bytes":0}]`,
+		"bad gpu":    `[{"gpu":64,"pid":7,"busy_ns":1,"memory_bytes":0}]`,
+		"negative":   `[{"gpu":1,"pid":7,"busy_ns":-1,"memory_bytes":0}]`,
+		"not a list": `{"gpu":1}`,
+	} {
+		if _, err := gpu.ParseLedger([]byte(in), 7); !errors.Is(err, gpu.ErrLedger) {
+			t.Errorf("%s: err %v, want ErrLedger", name, err)
+		}
+	}
+	rs, err := gpu.ParseLedger([]byte(`[{"node":"a","gpu":3,"actor":"x","pid":7,"busy_ns":5,"memory_bytes":6}]`), 7)
+	if err != nil || len(rs) != 1 || rs[0].GPU != 3 || rs[0].Actor != "x" || rs[0].BusyNanos != 5 {
+		t.Errorf("ParseLedger = %+v, %v", rs, err)
+	}
+}
+
+func FuzzParseLedger(f *testing.F) {
+	f.Add([]byte(`[{"node":"a","gpu":3,"actor":"x","pid":7,"busy_ns":5,"memory_bytes":6}]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := gpu.ParseLedger(b, 7)
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
+			if r.PID != 7 || r.GPU < 0 || r.GPU >= 64 || r.BusyNanos < 0 || r.MemoryBytes < 0 {
+				t.Fatalf("accepted %+v", r)
+			}
+		}
+	})
+}
+
+func TestBindActorBackend(t *testing.T) {
+	be := cpu.New()
+	if gpu.BindActorBackend(be, "n", nil, "a") != gpu.Backend(be) {
+		t.Error("an actor without a GPU got a metered backend")
+	}
+	mb := gpu.BindActorBackend(be, "n-bind", []int{5, 6}, "a")
+	x, _ := mb.Alloc(10)
+	mb.Zero(x)
+	for _, r := range gpu.ProcessMeter().Snapshot() {
+		if r.Node == "n-bind" {
+			if r.GPU != 5 || r.Actor != "a" || r.MemoryBytes != 40 {
+				t.Errorf("record %+v", r)
+			}
+			return
+		}
+	}
+	t.Error("no record for the bound backend")
+}

@@ -1,0 +1,222 @@
+package gpu
+
+import "time"
+
+// Metered returns a Backend that runs every op on b and adds the op's wall
+// time to c, and the memory of its allocations (4 bytes per element, until
+// Free) to c's memory. now is the clock (time.Now if nil; tests inject
+// one). Bind a backend this way to the GPU its actor was placed on so that
+// a simulated GPU's utilization follows the actor's work (see BusyMeter).
+// The result implements MatmulTransposer when b does.
+//
+// Like every Backend it is not safe for concurrent use. The cost is two
+// clock reads per op, negligible next to a kernel.
+func Metered(b Backend, c *BusyCounter, now func() time.Time) Backend {
+	if now == nil {
+		now = time.Now
+	}
+	m := &metered{b: b, c: c, now: now, sizes: map[any]int64{}}
+	if t, ok := b.(MatmulTransposer); ok {
+		return &meteredT{metered: m, t: t}
+	}
+	return m
+}
+
+type metered struct {
+	b     Backend
+	c     *BusyCounter
+	now   func() time.Time
+	sizes map[any]int64 // bytes of each live allocation
+}
+
+// done adds the time since start to the counter.
+func (m *metered) done(start time.Time) { m.c.AddBusy(m.now().Sub(start)) }
+
+func (m *metered) Name() string { return m.b.Name() }
+
+func (m *metered) Alloc(n int) (Buffer, error) {
+	buf, err := m.b.Alloc(n)
+	if err == nil && buf != nil {
+		m.sizes[buf] = 4 * int64(n)
+		m.c.AddMemory(4 * int64(n))
+	}
+	return buf, err
+}
+
+func (m *metered) AllocInt(n int) (IntBuffer, error) {
+	buf, err := m.b.AllocInt(n)
+	if err == nil && buf != nil {
+		m.sizes[buf] = 4 * int64(n)
+		m.c.AddMemory(4 * int64(n))
+	}
+	return buf, err
+}
+
+func (m *metered) View(b Buffer, off, n int) (Buffer, error) { return m.b.View(b, off, n) }
+
+func (m *metered) Free(b any) {
+	if sz, ok := m.sizes[b]; ok {
+		delete(m.sizes, b)
+		m.c.AddMemory(-sz)
+	}
+	m.b.Free(b)
+}
+
+func (m *metered) Upload(dst Buffer, src []float32) {
+	defer m.done(m.now())
+	m.b.Upload(dst, src)
+}
+
+func (m *metered) UploadInt(dst IntBuffer, src []int32) {
+	defer m.done(m.now())
+	m.b.UploadInt(dst, src)
+}
+
+func (m *metered) Download(dst []float32, src Buffer) {
+	defer m.done(m.now())
+	m.b.Download(dst, src)
+}
+
+func (m *metered) Zero(b Buffer) {
+	defer m.done(m.now())
+	m.b.Zero(b)
+}
+
+func (m *metered) Copy(dst, src Buffer, n int) {
+	defer m.done(m.now())
+	m.b.Copy(dst, src, n)
+}
+
+func (m *metered) Sync() error {
+	defer m.done(m.now())
+	return m.b.Sync()
+}
+
+func (m *metered) Err() error { return m.b.Err() }
+
+func (m *metered) EncoderForward(out Buffer, inp IntBuffer, wte, wpe Buffer, B, T, C, V int) {
+	defer m.done(m.now())
+	m.b.EncoderForward(out, inp, wte, wpe, B, T, C, V)
+}
+
+func (m *metered) EncoderBackward(dwte, dwpe, dout Buffer, inp IntBuffer, B, T, C, V int) {
+	defer m.done(m.now())
+	m.b.EncoderBackward(dwte, dwpe, dout, inp, B, T, C, V)
+}
+
+func (m *metered) LayerNormForward(out, mean, rstd, inp, weight, bias Buffer, N, C int) {
+	defer m.done(m.now())
+	m.b.LayerNormForward(out, mean, rstd, inp, weight, bias, N, C)
+}
+
+func (m *metered) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Buffer, N, C int) {
+	defer m.done(m.now())
+	m.b.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)
+}
+
+func (m *metered) MatmulForward(out, inp, weight, bias Buffer, N, C, OC int) {
+	defer m.done(m.now())
+	m.b.MatmulForward(out, inp, weight, bias, N, C, OC)
+}
+
+func (m *metered) MatmulBackward(dinp, dweight, dbias, dout, inp, weight Buffer, N, C, OC int) {
+	defer m.done(m.now())
+	m.b.MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC)
+}
+
+func (m *metered) AttentionForward(out, att, qkv Buffer, B, T, C, NH int) {
+	defer m.done(m.now())
+	m.b.AttentionForward(out, att, qkv, B, T, C, NH)
+}
+
+func (m *metered) AttentionBackward(dqkv, dout, qkv, att Buffer, B, T, C, NH int) {
+	defer m.done(m.now())
+	m.b.AttentionBackward(dqkv, dout, qkv, att, B, T, C, NH)
+}
+
+func (m *metered) AttentionDecode(out, cache, qkv Buffer, B, maxT, pos, C, NH int) {
+	defer m.done(m.now())
+	m.b.AttentionDecode(out, cache, qkv, B, maxT, pos, C, NH)
+}
+
+func (m *metered) GeluForward(out, inp Buffer, N int) {
+	defer m.done(m.now())
+	m.b.GeluForward(out, inp, N)
+}
+
+func (m *metered) GeluBackward(dinp, inp, dout Buffer, N int) {
+	defer m.done(m.now())
+	m.b.GeluBackward(dinp, inp, dout, N)
+}
+
+func (m *metered) ResidualForward(out, a, b Buffer, N int) {
+	defer m.done(m.now())
+	m.b.ResidualForward(out, a, b, N)
+}
+
+func (m *metered) ResidualBackward(da, db, dout Buffer, N int) {
+	defer m.done(m.now())
+	m.b.ResidualBackward(da, db, dout, N)
+}
+
+func (m *metered) Scale(x Buffer, s float32, N int) {
+	defer m.done(m.now())
+	m.b.Scale(x, s, N)
+}
+
+func (m *metered) CrossEntropyForward(losses, probs, logits Buffer, targets IntBuffer, N, V int) {
+	defer m.done(m.now())
+	m.b.CrossEntropyForward(losses, probs, logits, targets, N, V)
+}
+
+func (m *metered) CrossEntropyBackward(dlogits, probs, dlosses Buffer, targets IntBuffer, N, V int) {
+	defer m.done(m.now())
+	m.b.CrossEntropyBackward(dlogits, probs, dlosses, targets, N, V)
+}
+
+func (m *metered) LogProbForward(logp, probs, logits Buffer, targets IntBuffer, N, V int) {
+	defer m.done(m.now())
+	m.b.LogProbForward(logp, probs, logits, targets, N, V)
+}
+
+func (m *metered) LogProbBackward(dlogits, probs, dlogp Buffer, targets IntBuffer, N, V int) {
+	defer m.done(m.now())
+	m.b.LogProbBackward(dlogits, probs, dlogp, targets, N, V)
+}
+
+func (m *metered) AdamWUpdate(params, grads, mom, v Buffer, N int, h AdamW) {
+	defer m.done(m.now())
+	m.b.AdamWUpdate(params, grads, mom, v, N, h)
+}
+
+func (m *metered) SumSquares(x Buffer, N int) float64 {
+	defer m.done(m.now())
+	return m.b.SumSquares(x, N)
+}
+
+// meteredT is metered over a backend with the transposed-weight matmul.
+type meteredT struct {
+	*metered
+	t MatmulTransposer
+}
+
+func (m *meteredT) Transpose(dst, src Buffer, rows, cols int) {
+	defer m.done(m.now())
+	m.t.Transpose(dst, src, rows, cols)
+}
+
+func (m *meteredT) MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int) {
+	defer m.done(m.now())
+	m.t.MatmulForwardT(out, inp, weightT, bias, N, C, OC)
+}
+
+// BindActorBackend returns b metered to the GPU an actor was placed on:
+// the first of gpus on node, counted in this process's meter under actor.
+// With no GPU it returns b unchanged. Actor constructors call it with
+// their actors.Self information.
+func BindActorBackend(b Backend, node string, gpus []int, actor string) Backend {
+	if len(gpus) == 0 {
+		return b
+	}
+	return Metered(b, ProcessMeter().Counter(BusyKey{Node: node, GPU: gpus[0], Actor: actor}), nil)
+}
