@@ -34,7 +34,7 @@ type manualClock struct {
 	t  time.Time
 }
 
-func (c *manualClock) now() time.Time       { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *manualClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
