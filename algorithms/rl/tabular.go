@@ -181,11 +181,13 @@ func (p *Tabular) Update(ctx context.Context, batch []Sample) (UpdateStats, erro
 		// Accumulate logit gradients per prompt before stepping, so the
 		// whole batch sees the same parameters.
 		grads := map[string][]float64{}
+		var order []string // prompts in batch order: GradNorm's sum must not follow map order
 		for i, s := range batch {
 			g, ok := grads[s.Prompt]
 			if !ok {
 				g = make([]float64, len(p.Actions))
 				grads[s.Prompt] = g
+				order = append(order, s.Prompt)
 			}
 			for t, tok := range s.Completion.Tokens {
 				for j := range g {
@@ -198,8 +200,8 @@ func (p *Tabular) Update(ctx context.Context, batch []Sample) (UpdateStats, erro
 			}
 		}
 		var norm float64
-		for prompt, g := range grads {
-			z := p.row(prompt)
+		for _, prompt := range order {
+			g, z := grads[prompt], p.row(prompt)
 			for j := range z {
 				z[j] -= p.LR * g[j]
 				norm += g[j] * g[j]
