@@ -64,6 +64,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -220,58 +221,103 @@ type NodeSampler struct {
 	Config   Config       // G, MaxTurns, reward and memory settings
 	Policies *rl.Policies // who acts for each role
 	// Memories by role; consulted only with Config.UseMemory (nil or
-	// missing roles mean no memory for that role).
+	// missing roles mean no memory for that role). Ignored when Bank is set.
 	Memories map[string]*Memory
-	Now      int64 // the training step, for memory decay
-	Counts   Counts
+	// Bank, if set, is the memory consulted (e.g. a MemoryClient of a
+	// memory actor) instead of Memories.
+	Bank   MemoryBank
+	Now    int64 // the training step, for memory decay
+	Counts Counts
 }
 
-func (s *NodeSampler) memory(role string) *Memory {
-	if !s.Config.UseMemory || s.Memories == nil {
+func (s *NodeSampler) bank() MemoryBank {
+	switch {
+	case !s.Config.UseMemory:
 		return nil
+	case s.Bank != nil:
+		return s.Bank
+	case s.Memories != nil:
+		return &LocalBank{Config: s.Config.Memory, Memories: s.Memories}
 	}
-	return s.Memories[role]
+	return nil
 }
 
-// prompt returns the prompt for an observation and, when memory holds an
-// exact high-scoring answer, that answer.
-func (s *NodeSampler) prompt(role, obs string) (string, string, bool) {
-	m := s.memory(role)
-	if m == nil {
-		return obs, "", false
+// advise asks memory about role's observations: one Advice each (all
+// zero, i.e. sample from the bare observation, without memory).
+func (s *NodeSampler) advise(ctx context.Context, role string, obs []string) ([]Advice, error) {
+	b := s.bank()
+	if b == nil {
+		return make([]Advice, len(obs)), nil
 	}
-	if a, ok := m.Skip(obs, s.Now); ok {
-		return obs, a, true
+	req := AdviceRequest{Now: s.Now, Queries: make([]Query, len(obs))}
+	for i, o := range obs {
+		req.Queries[i] = Query{Role: role, Situation: o}
 	}
-	return obs + m.Hint(obs, s.Now), "", false
+	out, err := b.Advise(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("memory advice for %s: %w", role, err)
+	}
+	if len(out) != len(obs) {
+		return nil, fmt.Errorf("%w: %d advices for %d observations", ErrMemory, len(out), len(obs))
+	}
+	return out, nil
 }
 
 // Rollouts runs node-wise sampling on every env of es (each advanced in
 // place along its backbone; instance e's groups are keyed env e) for
-// training step step. The backbones advance in lockstep, one node each per
-// iteration, so one Sample call (k = G) serves a node of every backbone and
-// one call per later node completes all of their branches.
+// training step step. It is RolloutsBatch over the instances in this
+// process.
 func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) ([]*Trajectory, error) {
+	if err := s.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := envs.CommonRoles(es); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEnv, err)
+	}
+	b, ep, err := envs.LocalOf(es)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEnv, err)
+	}
+	return s.RolloutsBatch(ctx, b, ep, step)
+}
+
+// RolloutsBatch runs node-wise sampling on the episodes ep of batch b (an
+// envs.LocalBatch in this process or an envs.Pool of environment actors;
+// the results are the same). The backbones advance in lockstep, one node
+// each per iteration, so one Sample call (k = G) serves a node of every
+// backbone, one Branch call makes all of their alternatives, and one call
+// per later node completes all of their branches. Branches are dropped
+// once scored.
+func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.Episodes, step int64) ([]*Trajectory, error) {
 	cfg := s.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	roles, err := envs.CommonRoles(es)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrEnv, err)
+	roles := ep.Roles
+	if len(roles) == 0 || len(ep.Refs) == 0 || len(ep.States) != len(ep.Refs) {
+		return nil, fmt.Errorf("%w: %d episodes with %d states and roles %v", ErrEnv, len(ep.Refs), len(ep.States), roles)
 	}
-	trs := make([]*Trajectory, len(es))
+	refs := slices.Clone(ep.Refs)
+	states := slices.Clone(ep.States)
+	trs := make([]*Trajectory, len(refs))
 	for i := range trs {
 		trs[i] = &Trajectory{Env: i}
 	}
-	live := func(e envs.Env) bool { return !e.Done() && e.Turn() < cfg.MaxTurns }
+	live := func(st envs.State) bool { return !st.Done && st.Turn < cfg.MaxTurns }
+	pick := func(idx []int) []envs.Ref {
+		out := make([]envs.Ref, len(idx))
+		for k, e := range idx {
+			out[k] = refs[e]
+		}
+		return out
+	}
 	for p := 0; ; p++ {
-		if !slices.ContainsFunc(es, live) {
+		if !slices.ContainsFunc(states, live) {
 			break
 		}
 		// The cap guards against an environment whose turn never advances.
 		if p > (cfg.MaxTurns+1)*len(roles) {
-			return nil, fmt.Errorf("%w: %s did not finish %d rounds in %d steps", ErrEnv, es[0].Name(), cfg.MaxTurns, p)
+			return nil, fmt.Errorf("%w: episodes did not finish %d rounds in %d steps", ErrEnv, cfg.MaxTurns, p)
 		}
 		ri := p % len(roles)
 		role := roles[ri]
@@ -279,25 +325,45 @@ func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) (
 		if err != nil {
 			return nil, err
 		}
-		var idx []int
-		var prompts, situations []string
-		for e, env := range es {
-			if !live(env) {
-				continue
+		var liveIdx []int
+		for e, st := range states {
+			if live(st) {
+				liveIdx = append(liveIdx, e)
 			}
-			obs := env.Observe(role)
-			prompt, answer, skip := s.prompt(role, obs)
+		}
+		obs, err := b.Observe(ctx, pick(liveIdx), role)
+		if err != nil {
+			return nil, fmt.Errorf("%w: observe for %s at position %d: %v", ErrEnv, role, p, err)
+		}
+		adv, err := s.advise(ctx, role, obs)
+		if err != nil {
+			return nil, err
+		}
+		var idx, skipIdx []int
+		var prompts, situations, skipAns []string
+		for k, e := range liveIdx {
 			trs[e].Nodes++
-			if skip {
-				trs[e].Outcome.add(env.Step(role, answer))
-				trs[e].Outcome.used = append(trs[e].Outcome.used, memUse{role, obs, answer})
+			if adv[k].Skip {
+				skipIdx = append(skipIdx, e)
+				skipAns = append(skipAns, adv[k].Answer)
+				trs[e].Outcome.used = append(trs[e].Outcome.used, memUse{role, obs[k], adv[k].Answer})
 				trs[e].Skipped++
 				s.Counts.SkippedActions++
 				continue
 			}
 			idx = append(idx, e)
-			prompts = append(prompts, prompt)
-			situations = append(situations, obs)
+			prompts = append(prompts, obs[k]+adv[k].Hint)
+			situations = append(situations, obs[k])
+		}
+		if len(skipIdx) > 0 {
+			res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
+			if err != nil {
+				return nil, fmt.Errorf("%w: memory answers for %s at position %d: %v", ErrEnv, role, p, err)
+			}
+			for k, e := range skipIdx {
+				trs[e].Outcome.add(res[k].Step)
+				states[e] = res[k].State
+			}
 		}
 		if len(idx) == 0 {
 			continue
@@ -311,31 +377,55 @@ func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) (
 		}
 		s.Counts.NodeSamples += cfg.G * len(idx)
 		groups := make([]*Group, len(idx))
-		branches := make([]envs.Env, 0, len(idx)*cfg.G)
-		outs := make([]Outcome, 0, len(idx)*cfg.G)
+		actions := make([][]string, len(idx))
 		for k, e := range idx {
 			if len(out[k]) != cfg.G {
 				return nil, fmt.Errorf("%w: %s returned %d alternatives, want G = %d", ErrPolicy, name, len(out[k]), cfg.G)
 			}
-			groups[k] = &Group{Env: e, Node: trs[e].Nodes - 1, Role: role, Policy: name, Turn: es[e].Turn(), Situation: situations[k], Prompt: prompts[k]}
-			for _, c := range out[k] {
-				b := es[e].Clone()
+			groups[k] = &Group{Env: e, Node: trs[e].Nodes - 1, Role: role, Policy: name, Turn: states[e].Turn, Situation: situations[k], Prompt: prompts[k]}
+			actions[k] = make([]string, cfg.G)
+			for j, c := range out[k] {
+				actions[k][j] = c.Text
+			}
+		}
+		kids, res, err := b.Branch(ctx, pick(idx), role, actions)
+		if err != nil {
+			return nil, fmt.Errorf("%w: branch %s's alternatives at position %d: %v", ErrEnv, role, p, err)
+		}
+		branches := make([]envs.Ref, 0, len(idx)*cfg.G)
+		bstates := make([]envs.State, 0, len(idx)*cfg.G)
+		outs := make([]Outcome, 0, len(idx)*cfg.G)
+		for k, e := range idx {
+			for j := range kids[k] {
 				o := trs[e].Outcome
 				o.used = slices.Clip(o.used) // appends must not share the backbone's array
-				o.add(b.Step(role, c.Text))
-				branches = append(branches, b)
+				o.add(res[k][j].Step)
+				branches = append(branches, kids[k][j])
+				bstates = append(bstates, res[k][j].State)
 				outs = append(outs, o)
 			}
 		}
-		if err := s.playout(ctx, roles, branches, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(p), 1)); err != nil {
+		if err := s.playout(ctx, b, roles, branches, bstates, outs, (ri+1)%len(roles), rl.DeriveSeed(cfg.Seed, step, int64(p), 1)); err != nil {
 			return nil, err
+		}
+		if err := b.Drop(ctx, branches); err != nil {
+			return nil, fmt.Errorf("%w: drop branches: %v", ErrEnv, err)
+		}
+		// The backbone continues with alternative 0, an on-policy sample.
+		first := make([]string, len(idx))
+		for k := range idx {
+			first[k] = out[k][0].Text
+		}
+		back, err := b.Step(ctx, pick(idx), role, first)
+		if err != nil {
+			return nil, fmt.Errorf("%w: step backbones for %s at position %d: %v", ErrEnv, role, p, err)
 		}
 		for k, e := range idx {
 			g := groups[k]
 			totals := make([]float64, cfg.G)
 			for j, c := range out[k] {
 				bi := k*cfg.G + j
-				outs[bi].Success = branches[bi].Success()
+				outs[bi].Success = bstates[bi].Success
 				r := cfg.Reward.Of(outs[bi])
 				g.Alts = append(g.Alts, Alternative{Completion: c, Outcome: outs[bi], Reward: r})
 				totals[j] = r.Total()
@@ -343,12 +433,12 @@ func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) (
 			_, std := grpo.MeanStd(totals)
 			g.Variance = std * std
 			trs[e].Groups = append(trs[e].Groups, g)
-			// The backbone continues with alternative 0, an on-policy sample.
-			trs[e].Outcome.add(es[e].Step(role, out[k][0].Text))
+			trs[e].Outcome.add(back[k].Step)
+			states[e] = back[k].State
 		}
 	}
 	for e, tr := range trs {
-		tr.Outcome.Success = es[e].Success()
+		tr.Outcome.Success = states[e].Success
 		tr.Reward = cfg.Reward.Of(tr.Outcome)
 	}
 	return trs, nil
@@ -358,53 +448,86 @@ func (s *NodeSampler) Rollouts(ctx context.Context, es []envs.Env, step int64) (
 // the acting agent's policy (or its memory), all branches batched per node.
 // Branches stay aligned: each starts at role index ri and every Step
 // consumes one turn slot.
-func (s *NodeSampler) playout(ctx context.Context, roles []string, branches []envs.Env, outs []Outcome, ri int, seed int64) error {
+func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string, branches []envs.Ref, states []envs.State, outs []Outcome, ri int, seed int64) error {
+	active := func(st envs.State) bool { return !st.Done && st.Turn < s.Config.MaxTurns }
+	pick := func(idx []int) []envs.Ref {
+		out := make([]envs.Ref, len(idx))
+		for k, j := range idx {
+			out[k] = branches[j]
+		}
+		return out
+	}
 	for pos := 0; ; pos++ {
 		role := roles[ri]
-		var idx []int
-		var prompts []string
-		for j, b := range branches {
-			if b.Done() || b.Turn() >= s.Config.MaxTurns {
-				continue
+		var act []int
+		for j, st := range states {
+			if active(st) {
+				act = append(act, j)
 			}
-			obs := b.Observe(role)
-			prompt, answer, skip := s.prompt(role, obs)
-			if skip {
-				outs[j].add(b.Step(role, answer))
-				outs[j].used = append(outs[j].used, memUse{role, obs, answer})
-				s.Counts.SkippedActions++
-				continue
-			}
-			idx = append(idx, j)
-			prompts = append(prompts, prompt)
 		}
-		if len(idx) > 0 {
-			name, pol, err := s.Policies.For(role)
+		if len(act) > 0 {
+			obs, err := b.Observe(ctx, pick(act), role)
+			if err != nil {
+				return fmt.Errorf("%w: observe branches for %s: %v", ErrEnv, role, err)
+			}
+			adv, err := s.advise(ctx, role, obs)
 			if err != nil {
 				return err
 			}
-			out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, int64(pos)))
-			if err != nil {
-				return fmt.Errorf("%w: %s completing branches: %v", ErrPolicy, name, err)
-			}
-			if len(out) != len(prompts) {
-				return fmt.Errorf("%w: %s returned %d completions for %d prompts", ErrPolicy, name, len(out), len(prompts))
-			}
-			for k, j := range idx {
-				if len(out[k]) < 1 {
-					return fmt.Errorf("%w: %s returned no completion", ErrPolicy, name)
+			var idx, skipIdx []int
+			var prompts, skipAns []string
+			for k, j := range act {
+				if adv[k].Skip {
+					skipIdx = append(skipIdx, j)
+					skipAns = append(skipAns, adv[k].Answer)
+					outs[j].used = append(outs[j].used, memUse{role, obs[k], adv[k].Answer})
+					s.Counts.SkippedActions++
+					continue
 				}
-				outs[j].add(branches[j].Step(role, out[k][0].Text))
+				idx = append(idx, j)
+				prompts = append(prompts, obs[k]+adv[k].Hint)
 			}
-			s.Counts.CompletionSamples += len(idx)
-		}
-		active := false
-		for _, b := range branches {
-			if !b.Done() && b.Turn() < s.Config.MaxTurns {
-				active = true
+			if len(skipIdx) > 0 {
+				res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
+				if err != nil {
+					return fmt.Errorf("%w: memory answers on branches for %s: %v", ErrEnv, role, err)
+				}
+				for k, j := range skipIdx {
+					outs[j].add(res[k].Step)
+					states[j] = res[k].State
+				}
+			}
+			if len(idx) > 0 {
+				name, pol, err := s.Policies.For(role)
+				if err != nil {
+					return err
+				}
+				out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, int64(pos)))
+				if err != nil {
+					return fmt.Errorf("%w: %s completing branches: %v", ErrPolicy, name, err)
+				}
+				if len(out) != len(prompts) {
+					return fmt.Errorf("%w: %s returned %d completions for %d prompts", ErrPolicy, name, len(out), len(prompts))
+				}
+				acts := make([]string, len(idx))
+				for k := range idx {
+					if len(out[k]) < 1 {
+						return fmt.Errorf("%w: %s returned no completion", ErrPolicy, name)
+					}
+					acts[k] = out[k][0].Text
+				}
+				res, err := b.Step(ctx, pick(idx), role, acts)
+				if err != nil {
+					return fmt.Errorf("%w: step branches for %s: %v", ErrEnv, role, err)
+				}
+				for k, j := range idx {
+					outs[j].add(res[k].Step)
+					states[j] = res[k].State
+				}
+				s.Counts.CompletionSamples += len(idx)
 			}
 		}
-		if !active {
+		if !slices.ContainsFunc(states, active) {
 			return nil
 		}
 		if pos > (s.Config.MaxTurns+1)*len(roles) {
@@ -490,11 +613,27 @@ func Buffers(groups []*Group) map[string][]rl.Sample {
 type Trainer struct {
 	Config   Config
 	Policies *rl.Policies
-	NewEnv   func(instance int, seed int64) (envs.Env, error)
+	// NewEnv makes the step's environments in this process; unused when
+	// Envs is set.
+	NewEnv func(instance int, seed int64) (envs.Env, error)
+	// Envs, if set, holds the step's environments instead (e.g. an
+	// envs.Pool of environment host actors): each step Resets it with the
+	// seeds NewEnv would be given, so a pool of the same environment gives
+	// the same run.
+	Envs envs.Batch
 	// Refs optionally maps a policy name to a frozen reference policy (KL).
 	Refs map[string]rl.Scorer
-	// Memories by role; created on first use when Config.UseMemory.
+	// Memories by role, in this process; created on first use when
+	// Config.UseMemory and Memory is nil.
 	Memories map[string]*Memory
+	// Memory, if set, is the agents' memory (e.g. a MemoryClient of a
+	// memory actor) instead of Memories.
+	Memory MemoryBank
+	// Update, if set, runs the update step (e.g. agent.JoyGraph: the
+	// selected agents' policy actors and the memory actor as one compiled
+	// actor graph); it must evolve the same memory as Memory. Nil trains
+	// Policies with rl.UpdateAll, then evolves the memory.
+	Update Updater
 
 	step int64
 }
@@ -517,46 +656,76 @@ type StepStats struct {
 	Updates     map[string]rl.UpdateStats
 }
 
+// bank returns the memory the step uses (nil without memory).
+func (t *Trainer) bank() MemoryBank {
+	if !t.Config.UseMemory {
+		return nil
+	}
+	if t.Memory != nil {
+		return t.Memory
+	}
+	if t.Memories == nil {
+		t.Memories = map[string]*Memory{}
+	}
+	return &LocalBank{Config: t.Config.Memory, Memories: t.Memories}
+}
+
+// episodes makes the step's environments.
+func (t *Trainer) episodes(ctx context.Context, step int64) (envs.Batch, envs.Episodes, error) {
+	cfg := t.Config
+	seeds := make([]int64, cfg.Envs)
+	for e := range seeds {
+		seeds[e] = rl.DeriveSeed(cfg.Seed, step, int64(e), 2)
+	}
+	if t.Envs != nil {
+		ep, err := t.Envs.Reset(ctx, seeds)
+		if err != nil {
+			return nil, ep, fmt.Errorf("%w: reset environments: %v", ErrEnv, err)
+		}
+		return t.Envs, ep, nil
+	}
+	if t.NewEnv == nil {
+		return nil, envs.Episodes{}, fmt.Errorf("%w: trainer has no environment factory", ErrConfig)
+	}
+	es := make([]envs.Env, cfg.Envs)
+	for e := range es {
+		env, err := t.NewEnv(e, seeds[e])
+		if err != nil {
+			return nil, envs.Episodes{}, fmt.Errorf("make env %d: %w", e, err)
+		}
+		es[e] = env
+	}
+	b, ep, err := envs.LocalOf(es)
+	if err != nil {
+		return nil, ep, fmt.Errorf("%w: %v", ErrEnv, err)
+	}
+	return b, ep, nil
+}
+
 // Step runs one training step: Config.Envs backbones with node-wise
 // sampling → advantages → top-K selection → parallel updates of the owning
-// agents → memory evolution on every group.
+// agents and memory evolution on every group.
 func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	cfg := t.Config
 	if err := cfg.Validate(); err != nil {
 		return StepStats{}, err
 	}
-	if t.NewEnv == nil {
-		return StepStats{}, fmt.Errorf("%w: trainer has no environment factory", ErrConfig)
-	}
 	step := t.step
-	if cfg.UseMemory && t.Memories == nil {
-		t.Memories = map[string]*Memory{}
-	}
-	smp := &NodeSampler{Config: cfg, Policies: t.Policies, Memories: t.Memories, Now: step}
 	st := StepStats{Step: step, MemorySize: map[string]int{}}
+	b, ep, err := t.episodes(ctx, step)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
+	bank := t.bank()
+	smp := &NodeSampler{Config: cfg, Policies: t.Policies, Bank: bank, Now: step}
+	trs, err := smp.RolloutsBatch(ctx, b, ep, step)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
+	}
 	var groups []*Group
 	var outcomes []Outcome // backbones and branches, for memory feedback
 	var branchSum float64
 	var branches int
-	es := make([]envs.Env, cfg.Envs)
-	for e := range es {
-		env, err := t.NewEnv(e, rl.DeriveSeed(cfg.Seed, step, int64(e), 2))
-		if err != nil {
-			return st, fmt.Errorf("step %d: make env %d: %w", step, e, err)
-		}
-		if cfg.UseMemory {
-			for _, r := range env.Roles() {
-				if t.Memories[r] == nil {
-					t.Memories[r] = NewMemory(cfg.Memory)
-				}
-			}
-		}
-		es[e] = env
-	}
-	trs, err := smp.Rollouts(ctx, es, step)
-	if err != nil {
-		return st, fmt.Errorf("step %d: %w", step, err)
-	}
 	for _, tr := range trs {
 		st.Nodes += tr.Nodes
 		st.Reward += tr.Reward.Total()
@@ -564,21 +733,17 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 		if tr.Outcome.Success {
 			st.SuccessRate++
 		}
-		for _, g := range tr.Groups {
-			for _, a := range g.Alts {
-				branchSum += a.Reward.Total()
-				branches++
-			}
-		}
 		groups = append(groups, tr.Groups...)
 		outcomes = append(outcomes, tr.Outcome)
 		for _, g := range tr.Groups {
 			for _, a := range g.Alts {
+				branchSum += a.Reward.Total()
+				branches++
 				outcomes = append(outcomes, a.Outcome)
 			}
 		}
 	}
-	n := float64(cfg.Envs)
+	n := float64(len(trs))
 	st.Reward /= n
 	st.Accuracy /= n
 	st.SuccessRate /= n
@@ -592,8 +757,9 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	st.Selected, st.Agents = len(sel), agents
 	bufs := Buffers(sel)
 	var advs []float64
-	for _, b := range bufs {
-		for _, s := range b {
+	names := slices.Sorted(maps.Keys(bufs)) // a fixed order: the summary's sums do not depend on map order
+	for _, name := range names {
+		for _, s := range bufs[name] {
 			advs = append(advs, s.Advantage)
 		}
 	}
@@ -601,39 +767,66 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	if err := rl.FillRefs(ctx, t.Refs, bufs); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	upd, err := rl.UpdateAll(ctx, t.Policies, bufs)
-	st.Updates = upd
+	req := UpdateRequest{Buffers: bufs}
+	if bank != nil {
+		req.Memory = evolveRequest(cfg, step, ep.Roles, groups, outcomes)
+	}
+	var res UpdateResult
+	if t.Update != nil {
+		res, err = t.Update.Update(ctx, req)
+	} else {
+		res, err = t.updateLocal(ctx, bank, req)
+	}
+	st.Updates = res.Updates
 	if err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	if cfg.UseMemory {
-		for _, g := range groups {
-			m := t.Memories[g.Role]
-			if m == nil {
-				continue
-			}
-			answers := make([]string, len(g.Alts))
-			mrew := make([]float64, len(g.Alts))
-			for j, a := range g.Alts {
-				answers[j], mrew[j] = a.Completion.Text, a.Reward.Memory()
-			}
-			u := m.Observe(g.Situation, answers, mrew, step)
-			st.Memory.Inserted += u.Inserted
-			st.Memory.Replaced += u.Replaced
-			st.Memory.Removed += u.Removed
-		}
-		for _, o := range outcomes {
-			got := cfg.Reward.Of(o).Memory()
-			for _, u := range o.used {
-				if m := t.Memories[u.role]; m != nil && m.Feedback(u.situation, u.answer, got) {
-					st.Memory.Removed++
-				}
-			}
-		}
-		for r, m := range t.Memories {
-			st.MemorySize[r] = m.Len()
+	if req.Memory != nil {
+		st.Memory = res.Memory.Update
+		for r, n := range res.Memory.Sizes {
+			st.MemorySize[r] = n
 		}
 	}
 	t.step++
 	return st, nil
+}
+
+// updateLocal is the default Updater: the policies' updates in parallel
+// (rl.UpdateAll), then the memory evolution.
+func (t *Trainer) updateLocal(ctx context.Context, bank MemoryBank, req UpdateRequest) (UpdateResult, error) {
+	var res UpdateResult
+	var err error
+	res.Updates, err = rl.UpdateAll(ctx, t.Policies, req.Buffers)
+	if err != nil {
+		return res, err
+	}
+	if req.Memory != nil {
+		res.Memory, err = bank.Evolve(ctx, *req.Memory)
+		if err != nil {
+			return res, fmt.Errorf("memory: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// evolveRequest is a step's memory evolution: every group's answers with
+// their memory rewards (accuracy + format), then the memory reward of
+// every trajectory that used a memory answer, backbones and branches in
+// order.
+func evolveRequest(cfg Config, step int64, roles []string, groups []*Group, outcomes []Outcome) *EvolveRequest {
+	req := &EvolveRequest{Now: step, Roles: slices.Clone(roles)}
+	for _, g := range groups {
+		rec := GroupRecord{Role: g.Role, Situation: g.Situation, Answers: make([]string, len(g.Alts)), Rewards: make([]float64, len(g.Alts))}
+		for j, a := range g.Alts {
+			rec.Answers[j], rec.Rewards[j] = a.Completion.Text, a.Reward.Memory()
+		}
+		req.Groups = append(req.Groups, rec)
+	}
+	for _, o := range outcomes {
+		got := cfg.Reward.Of(o).Memory()
+		for _, u := range o.used {
+			req.Feedback = append(req.Feedback, FeedbackRecord{Role: u.role, Situation: u.situation, Answer: u.answer, Got: got})
+		}
+	}
+	return req
 }
