@@ -35,7 +35,9 @@ func (f *Future[R]) Ref() ObjectRef { return f.p }
 func (f *Future[R]) Get(ctx context.Context) (R, error) {
 	data, err := f.p.Wait(ctx)
 	if err != nil {
-		if _, _, ok := f.p.Result(); !ok { // ctx ended, not the call
+		// ctx ended, not the call (or the fetch of a remote value failed:
+		// a later Get tries again).
+		if _, _, ok := f.p.Result(); !ok || f.p.Remote() != nil {
 			var zero R
 			return zero, err
 		}
@@ -51,6 +53,13 @@ func (f *Future[R]) Get(ctx context.Context) (R, error) {
 	})
 	return f.val, f.err
 }
+
+// Release says the program will not use the result again, so a large
+// result held by the process that computed it can be freed there before the
+// future is garbage collected (which frees it too). Calls the future was
+// already passed to still get it. Get after Release fails unless the value
+// was fetched before.
+func (f *Future[R]) Release() { f.p.Release() }
 
 // failed returns a future that is already resolved with err.
 func failed[R any](err error) *Future[R] {

@@ -17,6 +17,12 @@ type InstanceHooks struct {
 	Restarted func(restarts int, cause string)
 	// Died is called once when the actor is dead for good.
 	Died func(err *ActorDiedError)
+	// Arg, when set, maps a call's argument bytes before the method decodes
+	// them: a runtime turns an object reference into the value there.
+	Arg func(ctx context.Context, data []byte) ([]byte, error)
+	// Result, when set, maps a method's encoded result before the reply: a
+	// runtime keeps a large result and replies a reference to it.
+	Result func(data []byte) []byte
 }
 
 // Instance hosts one live actor inside a process: it runs the constructor,
@@ -195,10 +201,20 @@ func (in *Instance) run(obj reflect.Value, inv *Invocation) {
 			return
 		}
 	}
+	if in.hooks.Arg != nil {
+		var err error
+		if data, err = in.hooks.Arg(ctx, data); err != nil {
+			inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: argument: %w", in.label(), mi.name, err))
+			return
+		}
+	}
 	out, err, crash := in.invoke(ctx, obj, mi, data)
 	if crash != nil {
 		in.crashed(inv, mi, crash)
 		return
+	}
+	if err == nil && in.hooks.Result != nil {
+		out = in.hooks.Result(out)
 	}
 	inv.Reply.Resolve(out, err)
 }

@@ -14,6 +14,24 @@ type Promise struct {
 	data      []byte
 	err       error
 	onResolve func([]byte, error)
+
+	remote  RemoteValue   // set by ResolveRemote
+	fetchMu chan struct{} // one fetch of remote at a time
+	fetched []byte        // remote's bytes once fetched here
+}
+
+// RemoteValue is a result that another process holds. A runtime resolves a
+// Promise with one instead of the value's bytes when the value is large, so
+// that it travels from the process that made it straight to the process
+// that uses it, not through the caller.
+type RemoteValue interface {
+	// Ref is the reference's encoding, which transports pass on to other
+	// processes in place of the value.
+	Ref() []byte
+	// Fetch returns the value's msgpack bytes from the process holding it.
+	Fetch(ctx context.Context) ([]byte, error)
+	// Release says the program is done with the value (see Promise.Release).
+	Release()
 }
 
 // NewPromise returns an unresolved promise.
@@ -40,25 +58,87 @@ func (p *Promise) Resolve(data []byte, err error) bool {
 	return true
 }
 
-// Done is closed once the promise is resolved.
-func (p *Promise) Done() <-chan struct{} { return p.done }
-
-// Wait blocks until the promise is resolved or ctx ends.
-func (p *Promise) Wait(ctx context.Context) ([]byte, error) {
-	select {
-	case <-p.done:
-		return p.data, p.err
-	default:
+// ResolveRemote resolves p with a value that another process holds: Wait
+// fetches it on first use (and keeps it), while Result returns rv.Ref(),
+// which transports forward so that the next consumer fetches the value
+// itself. A promise made by NewPromiseFunc gets (rv.Ref(), nil). Later
+// calls are ignored and report false.
+func (p *Promise) ResolveRemote(rv RemoteValue) bool {
+	if !p.resolved.CompareAndSwap(false, true) {
+		return false
 	}
+	p.remote, p.data, p.fetchMu = rv, rv.Ref(), make(chan struct{}, 1)
+	close(p.done)
+	if p.onResolve != nil {
+		p.onResolve(p.data, nil)
+	}
+	return true
+}
+
+// Remote returns the remote value p was resolved with, or nil (not
+// resolved yet, or resolved with bytes or an error).
+func (p *Promise) Remote() RemoteValue {
 	select {
 	case <-p.done:
-		return p.data, p.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		return p.remote
+	default:
+		return nil
 	}
 }
 
+// Release says the program will not use the result again. A remote value
+// is then freed by the process holding it once the calls it was already
+// passed to have fetched it; a later Wait that has not fetched it yet fails.
+// For a value held here it does nothing: the garbage collector frees it.
+func (p *Promise) Release() {
+	if rv := p.Remote(); rv != nil {
+		rv.Release()
+	}
+}
+
+// fetchRemote fetches p's remote value once; concurrent waiters share the
+// fetch, and a failed fetch is tried again by the next Wait.
+func (p *Promise) fetchRemote(ctx context.Context) ([]byte, error) {
+	select {
+	case p.fetchMu <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.fetchMu }()
+	if p.fetched != nil {
+		return p.fetched, nil
+	}
+	data, err := p.remote.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.fetched = data
+	return data, nil
+}
+
+// Done is closed once the promise is resolved.
+func (p *Promise) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the promise is resolved or ctx ends. A remote value is
+// fetched (once) from the process holding it.
+func (p *Promise) Wait(ctx context.Context) ([]byte, error) {
+	select {
+	case <-p.done:
+	default:
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if p.remote != nil {
+		return p.fetchRemote(ctx)
+	}
+	return p.data, p.err
+}
+
 // Result returns the outcome of a resolved promise and false before that.
+// For a remote value the data is its reference's encoding (RemoteValue.Ref).
 func (p *Promise) Result() ([]byte, error, bool) {
 	select {
 	case <-p.done:

@@ -1,0 +1,171 @@
+package objstore
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Errors of fetches and releases. Each is wrapped with the object's ID and
+// owner.
+var (
+	// ErrFreed: the owner freed the object (no reference remained).
+	ErrFreed = errors.New("freed by its owner (no reference remained)")
+	// ErrUnknown: the owner never held an object with this ID and key (or
+	// it restarted, or freed it long ago).
+	ErrUnknown = errors.New("unknown to its owner")
+	// ErrUnreachable: the owner could not be reached or the transfer broke.
+	ErrUnreachable = errors.New("owner unreachable")
+)
+
+// InlineMax is the size from which a worker keeps a result in its Store and
+// replies a reference: smaller results travel inline in the reply, as the
+// fast common case.
+const InlineMax = 256 << 10
+
+// freedMemory is how many freed IDs a Store remembers to tell ErrFreed from
+// ErrUnknown.
+const freedMemory = 16384
+
+// Store holds one process's objects with reference counts.
+type Store struct {
+	owner string
+
+	mu    sync.Mutex
+	objs  map[ID]*object
+	bytes int64
+	freed map[ID]struct{} // recently freed IDs
+	ring  []ID            // freed IDs in order, for forgetting the oldest
+	next  int
+}
+
+type object struct {
+	data []byte
+	key  Key
+	refs int
+}
+
+// NewStore returns an empty store whose objects are served at owner (the
+// transfer address that Refs name).
+func NewStore(owner string) *Store {
+	return &Store{owner: owner, objs: map[ID]*object{}, freed: map[ID]struct{}{}}
+}
+
+// Owner is the transfer address the store's Refs name.
+func (s *Store) Owner() string { return s.owner }
+
+// Put keeps data (not copied: the caller must not modify it) as a new
+// object with one reference and returns the reference.
+func (s *Store) Put(data []byte) Ref {
+	id, key := newIDKey()
+	s.mu.Lock()
+	s.objs[id] = &object{data: data, key: key, refs: 1}
+	s.bytes += int64(len(data))
+	s.mu.Unlock()
+	global.stored.Add(1)
+	global.held.Add(1)
+	global.heldBytes.Add(int64(len(data)))
+	return Ref{ID: id, Key: key, Owner: s.owner, Size: int64(len(data))}
+}
+
+// lookup finds a live object; s.mu must be held.
+func (s *Store) lookup(id ID, key Key) (*object, error) {
+	o := s.objs[id]
+	if o == nil || subtle.ConstantTimeCompare(o.key[:], key[:]) != 1 {
+		if _, ok := s.freed[id]; ok && o == nil {
+			return nil, fmt.Errorf("object %s at %s: %w", id, s.owner, ErrFreed)
+		}
+		return nil, fmt.Errorf("object %s at %s: %w", id, s.owner, ErrUnknown)
+	}
+	return o, nil
+}
+
+// Get returns an object's bytes (the store's own slice: read only) without
+// taking a reference.
+func (s *Store) Get(id ID, key Key) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, err := s.lookup(id, key)
+	if err != nil {
+		return nil, err
+	}
+	return o.data, nil
+}
+
+// Retain adds a reference to an object.
+func (s *Store) Retain(id ID, key Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, err := s.lookup(id, key)
+	if err != nil {
+		return err
+	}
+	o.refs++
+	return nil
+}
+
+// Release drops a reference; the object is freed when none remains.
+func (s *Store) Release(id ID, key Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, err := s.lookup(id, key)
+	if err != nil {
+		return err
+	}
+	s.unref(id, o)
+	return nil
+}
+
+// acquire returns an object's bytes with a reference held for a transfer;
+// done gives it back.
+func (s *Store) acquire(id ID, key Key) (data []byte, done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, err := s.lookup(id, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.refs++
+	return o.data, func() {
+		s.mu.Lock()
+		s.unref(id, o)
+		s.mu.Unlock()
+	}, nil
+}
+
+// unref drops one reference of o; s.mu must be held.
+func (s *Store) unref(id ID, o *object) {
+	o.refs--
+	if o.refs > 0 {
+		return
+	}
+	delete(s.objs, id)
+	s.bytes -= int64(len(o.data))
+	global.freed.Add(1)
+	global.held.Add(-1)
+	global.heldBytes.Add(-int64(len(o.data)))
+	o.data = nil
+	if len(s.ring) < freedMemory {
+		s.ring = append(s.ring, id)
+	} else {
+		delete(s.freed, s.ring[s.next])
+		s.ring[s.next] = id
+		s.next = (s.next + 1) % freedMemory
+	}
+	s.freed[id] = struct{}{}
+}
+
+// Len is the number of objects held.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.objs)
+}
+
+// Bytes is the total size of the objects held.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
