@@ -25,9 +25,6 @@ func init() {
 	})
 }
 
-// errClusterMode is returned for --address until the cluster client lands.
-var errClusterMode = errors.New("cluster mode not available yet")
-
 // gpusEnv is what `troupe gpus` touches outside itself, injectable by tests.
 type gpusEnv struct {
 	stdout, stderr io.Writer
@@ -56,9 +53,11 @@ func runGPUs(ctx context.Context, args []string, env gpusEnv) error {
 	once := fs.Bool("once", false, "print one snapshot and exit")
 	asJSON := fs.Bool("json", false, "print one snapshot as JSON and exit")
 	interval := fs.Duration("interval", time.Second, "refresh interval of the live view")
-	address := fs.String("address", "", "cluster to show (default $TROUPE_ADDRESS); without it, this machine's GPUs")
+	address := fs.String("address", "", "show every node's GPUs of the cluster at HOST:PORT[,...] (default $TROUPE_ADDRESS); without it, this machine's GPUs")
+	token := fs.String("token", "", "cluster token with --address (default: TROUPE_TOKEN, or --data-dir's token file)")
+	dataDir := fs.String("data-dir", "", "with --address: read the token from this node data dir")
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: troupe gpus [flags]\n\nShows this machine's GPUs (real through NVML, or simulated) in a live,\ntop-like view refreshing in place; --once and --json print one snapshot.\n\nFlags:\n")
+		fmt.Fprintf(env.stderr, "Usage: troupe gpus [flags]\n\nShows GPUs in a live, top-like view refreshing in place; --once and --json\nprint one snapshot. With --address (or TROUPE_ADDRESS): every node's GPUs\nof that cluster with the actor (and job) on each; without: this machine's\nGPUs (real through NVML, or simulated with --simulate-gpus).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -80,8 +79,10 @@ func runGPUs(ctx context.Context, args []string, env gpusEnv) error {
 		addr = env.getenv("TROUPE_ADDRESS")
 	}
 	if addr != "" {
-		return fmt.Errorf("%w: showing the GPUs of the cluster at %s needs the cluster client, which is not built yet; "+
-			"unset TROUPE_ADDRESS and drop --address to see this machine's GPUs", errClusterMode, addr)
+		if *simulate != "" {
+			return fmt.Errorf("--simulate-gpus shows this machine's GPUs; with --address (or TROUPE_ADDRESS) each node shows its own: drop one of them")
+		}
+		return runClusterGPUs(ctx, env, clusterGPUsOptions{addr: addr, token: *token, dataDir: *dataDir, once: *once, json: *asJSON, interval: *interval})
 	}
 	profile := *simulate
 	if profile == "" {
@@ -186,11 +187,27 @@ func renderGPUs(node string, inv *gpu.Inventory, samples []gpu.Sample, now time.
 		return b.String()
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "%-3s %-30s %-28s %5s %-15s %-11s %5s  %s\n", "GPU", "NAME", "SM UTIL", "MEM%", "MEMORY GiB", "POWER W", "TEMP", "ACTORS")
-	devs := inv.Devices()
+	procs := writeGPURows(&b, inv.Devices(), samples)
+	if len(procs) > 0 {
+		fmt.Fprintf(&b, "\nPROCESSES\n%3s %8s %10s %5s\n%s\n", "GPU", "PID", "MEM GiB", "SM%", strings.Join(procs, "\n"))
+	}
+	if inv.Len() > 1 {
+		b.WriteString("\nTOPOLOGY (NV# = NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe path; score: NVLink 100/link, PIX 50 ... SYS 10)\n")
+		b.WriteString(inv.Topology().String())
+	}
+	return b.String()
+}
+
+// writeGPURows writes the GPU table (header and one row per device, with
+// its sample) and returns the process lines for the PROCESSES section.
+func writeGPURows(b *strings.Builder, devs []gpu.DeviceInfo, samples []gpu.Sample) []string {
+	fmt.Fprintf(b, "%-3s %-30s %-28s %5s %-15s %-11s %5s  %s\n", "GPU", "NAME", "SM UTIL", "MEM%", "MEMORY GiB", "POWER W", "TEMP", "ACTORS")
 	var procs []string
 	for i, d := range devs {
-		s := samples[i]
+		s := gpu.Sample{Index: d.Index, Errors: map[string]string{"sample": "none"}}
+		if i < len(samples) {
+			s = samples[i]
+		}
 		name := d.Name
 		if name == "" {
 			name = "n/a"
@@ -230,7 +247,7 @@ func renderGPUs(node string, inv *gpu.Inventory, samples []gpu.Sample, now time.
 			}
 			actors = strings.Join(parts, ", ")
 		}
-		fmt.Fprintf(&b, "%3d %-30s %s %5s %5s %-15s %-11s %5s  %s\n", d.Index, trunc(name, 30), bar(s.SMUtil), pctStr(s.SMUtil),
+		fmt.Fprintf(b, "%3d %-30s %s %5s %5s %-15s %-11s %5s  %s\n", d.Index, trunc(name, 30), bar(s.SMUtil), pctStr(s.SMUtil),
 			pctStr(s.MemUtil), mem, power, temp, actors)
 		for _, p := range s.Processes {
 			procs = append(procs, fmt.Sprintf("%3d %8d %10s %5s", d.Index, p.PID, gib(p.MemoryUsed), pctStr(p.SMUtil)))
@@ -244,17 +261,10 @@ func renderGPUs(node string, inv *gpu.Inventory, samples []gpu.Sample, now time.
 				missing = append(missing, f)
 			}
 			sort.Strings(missing)
-			fmt.Fprintf(&b, "    missing: %s\n", strings.Join(missing, ", "))
+			fmt.Fprintf(b, "    missing: %s\n", strings.Join(missing, ", "))
 		}
 	}
-	if len(procs) > 0 {
-		fmt.Fprintf(&b, "\nPROCESSES\n%3s %8s %10s %5s\n%s\n", "GPU", "PID", "MEM GiB", "SM%", strings.Join(procs, "\n"))
-	}
-	if inv.Len() > 1 {
-		b.WriteString("\nTOPOLOGY (NV# = NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe path; score: NVLink 100/link, PIX 50 ... SYS 10)\n")
-		b.WriteString(inv.Topology().String())
-	}
-	return b.String()
+	return procs
 }
 
 func trunc(s string, n int) string {

@@ -139,23 +139,6 @@ func TestGPUsEnvSelectsProfile(t *testing.T) {
 	}
 }
 
-func TestGPUsClusterModeNotYet(t *testing.T) {
-	for name, c := range map[string]struct {
-		args []string
-		vars map[string]string
-	}{
-		"flag": {[]string{"--once", "--address", "10.0.0.1:7077"}, nil},
-		"env":  {[]string{"--json"}, map[string]string{"TROUPE_ADDRESS": "10.0.0.1:7077"}},
-	} {
-		var out bytes.Buffer
-		env := loadedEnv(&out, &testClock{}, c.vars)
-		err := runGPUs(context.Background(), c.args, env)
-		if !errors.Is(err, errClusterMode) || !strings.Contains(err.Error(), "10.0.0.1:7077") {
-			t.Errorf("%s: err = %v, want cluster mode not available naming the address", name, err)
-		}
-	}
-}
-
 func TestGPUsBadInput(t *testing.T) {
 	var out bytes.Buffer
 	env := loadedEnv(&out, &testClock{}, nil)

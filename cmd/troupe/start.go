@@ -54,7 +54,7 @@ func runStart(ctx context.Context, args []string) error {
 	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
 	fast := fs.Bool("fast-timers", false, "shortened raft and gossip timers for clusters on one machine (tests)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address, e.g. 127.0.0.1:8265 (default: off)")
+	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -125,13 +125,21 @@ func runStart(ctx context.Context, args []string) error {
 			filepath.Join(*dataDir, "token"), filepath.Join(*dataDir, "token"))
 	}
 	fmt.Printf("drivers and the CLI connect with: TROUPE_ADDRESS=%s\n", n.Addr())
-	if *httpAddr != "" {
-		wctx, stopWeb := context.WithCancel(context.Background())
-		defer stopWeb()
-		w, err := newWeb(wctx, n.ID(), *simGPUs, n)
+	// Every node samples its GPUs for the cluster's GPU views (troupe gpus,
+	// the head's dashboard); simulated ones follow the actors' work.
+	wctx, stopWeb := context.WithCancel(context.Background())
+	defer stopWeb()
+	agent, err := startGPUAgent(wctx, gpuAgentOptions{Node: n.ID(), Simulate: *simGPUs, Ledgers: true, Log: log})
+	if err != nil {
+		log.Warn("GPU sampling off", "err", err)
+	} else {
+		n.ServeGPUs(agent.sampler, agent.inv.Profile())
+	}
+	if listen := dashboardAddr(*httpAddr, cfg.Role); listen != "" && agent != nil {
+		w, err := newWeb(wctx, n.ID(), agent, n)
 		if err == nil {
 			var addr string
-			if addr, err = w.serve(wctx, *httpAddr, log); err == nil {
+			if addr, err = w.serve(wctx, listen, log); err == nil {
 				fmt.Printf("dashboard: http://%s/  metrics: http://%s/metrics\n", addr, addr)
 			}
 		}

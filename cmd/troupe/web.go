@@ -25,7 +25,7 @@ func init() {
 
 // web is a node's HTTP side: the dashboard at / and Prometheus at /metrics,
 // over this machine's GPU sampler and, on a cluster node, the cluster's
-// nodes and actors as this node's server copy sees them.
+// nodes, actors and every node's GPUs (gathered through the GPU service).
 type web struct {
 	local *dashboard.LocalSource
 	attr  *gpu.Attribution
@@ -34,25 +34,21 @@ type web struct {
 
 	mu       sync.Mutex
 	assigned map[string]bool // actors put into attr
+	// The cluster's GPU history, merged from the points each poll brings
+	// (only those newer than since[node] are shipped).
+	hist  map[string][]dashboard.Point // "node/index" → points, oldest first
+	since map[string]int64             // node → newest point held (Unix ms)
 }
 
-// newWeb opens this machine's GPUs (simulated when simulate names a
-// profile) and starts sampling them until ctx ends.
-func newWeb(ctx context.Context, name, simulate string, node *cluster.Node) (*web, error) {
-	inv, err := gpu.Open(gpu.Options{Simulate: simulate})
-	if err != nil {
-		return nil, err
-	}
-	attr := gpu.NewAttribution()
-	s := gpu.NewSampler(inv, gpu.SamplerConfig{Attribution: attr})
-	s.SampleOnce()
-	go func() {
-		s.Run(ctx)
-		inv.Close()
-	}()
-	w := &web{local: dashboard.NewLocalSource(inv, s, attr), attr: attr, reg: metrics.New(name), node: node, assigned: map[string]bool{}}
+// maxHistory bounds the points kept per GPU (5 minutes at 1 s).
+const maxHistory = 300
+
+// newWeb serves the GPUs sampled by agent and, with node, the cluster.
+func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Node) (*web, error) {
+	w := &web{local: dashboard.NewLocalSource(agent.inv, agent.sampler, agent.attr), attr: agent.attr, reg: metrics.New(name), node: node,
+		assigned: map[string]bool{}, hist: map[string][]dashboard.Point{}, since: map[string]int64{}}
 	w.local.Node = name
-	if err := w.reg.RegisterGPUs(s); err != nil {
+	if err := w.reg.RegisterGPUs(agent.sampler); err != nil {
 		return nil, err
 	}
 	if node != nil { // keep metrics and attribution fresh between page polls
@@ -78,14 +74,24 @@ func (w *web) State(ctx context.Context) (dashboard.State, error) {
 	if err != nil || w.node == nil {
 		return st, err
 	}
+	profiles := map[string]string{}
+	if gpus, err := w.clusterGPUs(ctx); err == nil {
+		st.GPUs, profiles = gpus.GPUs, gpus.profiles
+	} else {
+		slog.Debug("dashboard: cluster GPUs unavailable, showing this node's", "err", err)
+	}
 	cs := w.node.Status()
 	if len(cs.Nodes) == 0 { // a worker keeps no state copy: show itself
 		return st, nil
 	}
 	st.Nodes = st.Nodes[:0]
 	for _, n := range cs.Nodes {
+		sim := profiles[n.ID]
+		if sim == "" {
+			sim = simulatedLabel(n.Labels)
+		}
 		st.Nodes = append(st.Nodes, dashboard.Node{Name: n.ID, Address: n.Address, Leader: n.ID == cs.Leader,
-			Alive: n.State == "alive", CPUs: int(n.Total.CPUs()), GPUs: len(n.GPUs), SimulatedGPUs: simulatedLabel(n.Labels)})
+			Alive: n.State == "alive", CPUs: int(n.Total.CPUs()), GPUs: len(n.GPUs), SimulatedGPUs: sim})
 	}
 	st.Actors = st.Actors[:0]
 	for _, a := range cs.Actors {
@@ -96,6 +102,92 @@ func (w *web) State(ctx context.Context) (dashboard.State, error) {
 		st.Actors = append(st.Actors, dashboard.Actor{Name: name, Type: a.Class, Node: a.Node, State: a.State, GPUs: a.GPUs})
 	}
 	return st, nil
+}
+
+// clusterView is every node's GPUs for the dashboard.
+type clusterView struct {
+	GPUs     []dashboard.GPU
+	profiles map[string]string // node → simulated profile
+}
+
+// clusterGPUs gathers every node's GPUs through the GPU service and merges
+// the new history points into the ones held.
+func (w *web) clusterGPUs(ctx context.Context) (clusterView, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	since := make(map[string]int64, len(w.since))
+	for k, v := range w.since {
+		since[k] = v
+	}
+	view, err := w.node.GPUs(ctx, &cluster.ClusterGPUsRequest{History: true, HistorySince: since})
+	if err != nil {
+		return clusterView{}, err
+	}
+	out := clusterView{GPUs: []dashboard.GPU{}, profiles: map[string]string{}}
+	seen := map[string]bool{}
+	for _, n := range view.Nodes {
+		if n.Error != "" {
+			continue
+		}
+		if n.Simulated {
+			out.profiles[n.Node] = n.Profile
+		}
+		newest := w.since[n.Node]
+		for i, d := range n.Devices {
+			key := fmt.Sprintf("%s/%d", n.Node, d.Index)
+			seen[key] = true
+			h := w.hist[key]
+			if i < len(n.History) {
+				for _, p := range n.History[i] {
+					if len(h) > 0 && p.T <= h[len(h)-1].T {
+						continue
+					}
+					h = append(h, dashboard.Point{T: p.T, SM: p.SM, Mem: p.Mem})
+					newest = max(newest, p.T)
+				}
+			}
+			if len(h) > maxHistory {
+				h = append([]dashboard.Point(nil), h[len(h)-maxHistory:]...)
+			}
+			w.hist[key] = h
+			g := dashboard.GPU{Node: n.Node, Index: d.Index, UUID: d.UUID, Name: d.Name, Simulated: d.Simulated,
+				MemoryTotal: d.MemoryTotal, PowerLimitWatts: d.PowerLimitWatts, Actors: []gpu.Holder{},
+				History: append([]dashboard.Point(nil), h...)}
+			if i < len(n.Samples) {
+				s := n.Samples[i]
+				g.SMUtil, g.MemUtil, g.MemoryUsed = s.SMUtil, s.MemUtil, s.MemoryUsed
+				g.PowerWatts, g.TemperatureC = s.PowerWatts, s.TemperatureC
+				if s.MemoryTotal != nil {
+					g.MemoryTotal = s.MemoryTotal
+				}
+				if s.Actors != nil {
+					g.Actors = s.Actors
+				}
+			}
+			out.GPUs = append(out.GPUs, g)
+		}
+		w.since[n.Node] = newest
+	}
+	for key := range w.hist { // GPUs of nodes gone (or unreachable) drop out
+		if !seen[key] {
+			delete(w.hist, key)
+		}
+	}
+	for node := range w.since { // their history is gone: ask for all of it again
+		if !nodeListed(view, node) {
+			delete(w.since, node)
+		}
+	}
+	return out, nil
+}
+
+func nodeListed(v *cluster.ClusterGPUs, node string) bool {
+	for _, n := range v.Nodes {
+		if n.Node == node && n.Error == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // refresh brings the metrics and this node's GPU attribution up to date
@@ -180,7 +272,11 @@ func runDashboard(ctx context.Context, args []string) error {
 		return errUsage
 	}
 	host, _ := os.Hostname()
-	w, err := newWeb(ctx, host, *simGPUs, nil)
+	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: host, Simulate: *simGPUs})
+	if err != nil {
+		return err
+	}
+	w, err := newWeb(ctx, host, agent, nil)
 	if err != nil {
 		return err
 	}
@@ -200,4 +296,24 @@ func simulatedLabel(labels map[string]string) string {
 		return "simulated"
 	}
 	return ""
+}
+
+// defaultDashboard is where the head serves the dashboard unless --http
+// says otherwise: loopback only (reach it remotely through an SSH tunnel,
+// or pass --http 0.0.0.0:8265 on a trusted network).
+const defaultDashboard = "127.0.0.1:8265"
+
+// dashboardAddr resolves --http: "off" (or "none", "false") disables the
+// dashboard; empty means the default on the head and off on other nodes.
+func dashboardAddr(flagVal string, role cluster.Role) string {
+	switch strings.ToLower(strings.TrimSpace(flagVal)) {
+	case "off", "none", "false", "no":
+		return ""
+	case "":
+		if role == cluster.RoleHead {
+			return defaultDashboard
+		}
+		return ""
+	}
+	return flagVal
 }

@@ -39,7 +39,11 @@ func getBody(t *testing.T, url string) string {
 func TestWebServesLocalDashboardAndMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := newWeb(ctx, "box", "pcie-4", nil)
+	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: "box", Simulate: "pcie-4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWeb(ctx, "box", agent, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +80,12 @@ func TestWebShowsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Shutdown()
-	w, err := newWeb(ctx, n.ID(), "2", n)
+	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: n.ID(), Simulate: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ServeGPUs(agent.sampler, agent.inv.Profile())
+	w, err := newWeb(ctx, n.ID(), agent, n)
 	if err != nil {
 		t.Fatal(err)
 	}
