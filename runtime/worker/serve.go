@@ -20,7 +20,12 @@ import (
 func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 	c := newCtrl(rw)
 	defer rw.Close()
-	h := &host_{insts: map[string]*actors.Instance{}}
+	objs, err := startObjects(host)
+	if err != nil {
+		return err
+	}
+	defer objs.close()
+	h := &host_{insts: map[string]*actors.Instance{}, objs: objs}
 	srv := wire.NewServer(wire.HostFunc(h.lookup), 0)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -55,6 +60,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 
 // host_ holds the worker's live actor instances.
 type host_ struct {
+	objs  *objects
 	mu    sync.Mutex
 	insts map[string]*actors.Instance
 }
@@ -90,6 +96,9 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 		h.mu.Unlock()
 		c.send(&msg{Op: opDied, ID: id, Inc: inc, Cause: d.Cause})
 	}}
+	if h.objs != nil {
+		hooks.Arg, hooks.Result = h.objs.arg, h.objs.result
+	}
 	in, err := actors.NewInstance(ctx, spec, *m.Info, hooks)
 	if err != nil {
 		c.send(&msg{Op: opStarted, ID: id, Inc: inc, Err: err.Error()})

@@ -1,0 +1,59 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"troupe/runtime/objstore"
+)
+
+// objects is a worker's object store: results of at least
+// objstore.InlineMax bytes stay here and the reply carries a reference;
+// arguments that are references are fetched from their owner (or taken
+// from this store when this worker is the owner) before the method runs.
+type objects struct {
+	store  *objstore.Store
+	client *objstore.Client
+	srv    *objstore.Server
+	served chan struct{}
+}
+
+// startObjects serves the worker's store on host (port chosen by the
+// system).
+func startObjects(host string) (*objects, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("worker: object store listen: %w", err)
+	}
+	st := objstore.NewStore(l.Addr().String())
+	o := &objects{store: st, client: objstore.NewClient(st), srv: objstore.NewServer(st), served: make(chan struct{})}
+	go func() { o.srv.Serve(l); close(o.served) }()
+	return o, nil
+}
+
+func (o *objects) close() {
+	o.srv.Close()
+	<-o.served
+	o.client.Close()
+}
+
+// arg is the actors.InstanceHooks.Arg of the worker's actors.
+func (o *objects) arg(ctx context.Context, data []byte) ([]byte, error) {
+	if !objstore.IsRef(data) {
+		return data, nil
+	}
+	ref, err := objstore.DecodeRef(data)
+	if err != nil {
+		return nil, err
+	}
+	return o.client.Fetch(ctx, ref)
+}
+
+// result is the actors.InstanceHooks.Result of the worker's actors.
+func (o *objects) result(data []byte) []byte {
+	if len(data) < objstore.InlineMax {
+		return data
+	}
+	return o.store.Put(data).Encode()
+}
