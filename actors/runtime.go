@@ -63,6 +63,11 @@ type ActorInfo struct {
 	Node     string
 	GPUs     []int // indices of the GPUs assigned to the actor on its node
 	Restarts int   // how many times it has been restarted
+	// PlacementGroup is the ID of the placement group the actor runs in
+	// ("" when none), and Bundle the index of its bundle there: GPUs are
+	// then devices the bundle reserved on Node.
+	PlacementGroup string `msgpack:"pg,omitempty"`
+	Bundle         int    `msgpack:"bundle,omitempty"`
 }
 
 type selfKey struct{}

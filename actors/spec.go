@@ -77,6 +77,7 @@ type Spec struct {
 	MaxRestarts    int         `msgpack:"max_restarts,omitempty"` // -1: unlimited
 	MaxConcurrency int         `msgpack:"max_conc,omitempty"`     // 0 or 1: calls run one at a time
 	MaxTaskRetries int         `msgpack:"max_retries,omitempty"`  // -1: unlimited
+	Placement      Placement   `msgpack:"place,omitempty"`        // placement group bundle or node affinity (placement.go)
 }
 
 // Validate reports the first malformed field.
@@ -95,6 +96,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.MaxConcurrency < 0 {
 		return fmt.Errorf("spawn %s: MaxConcurrency(%d): must be ≥ 1", s.Type, s.MaxConcurrency)
+	}
+	if err := s.Placement.Validate(); err != nil {
+		return fmt.Errorf("spawn %s: %w", s.Type, err)
 	}
 	return nil
 }

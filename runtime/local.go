@@ -37,7 +37,10 @@ type local struct {
 	// restarts of dead actors: restarts happen in place here, so the
 	// scheduler state (which counts re-placements) does not see them.
 	deadRestarts map[scheduler.ActorID]int
-	closed       bool
+	// groupCh is closed (and replaced) whenever a placement group changes,
+	// waking Wait callers (local_groups.go).
+	groupCh chan struct{}
+	closed  bool
 }
 
 // localActor is one live actor of the embedded cluster.
@@ -77,7 +80,8 @@ func newLocal(cfg config) (*local, error) {
 		node.Topology = t.Scores
 	}
 	l := &local{inv: inv, now: time.Now, state: scheduler.NewState(),
-		actors: map[scheduler.ActorID]*localActor{}, waiting: map[scheduler.ActorID]chan struct{}{}, deadRestarts: map[scheduler.ActorID]int{}}
+		actors: map[scheduler.ActorID]*localActor{}, waiting: map[scheduler.ActorID]chan struct{}{}, deadRestarts: map[scheduler.ActorID]int{},
+		groupCh: make(chan struct{})}
 	if err := l.state.Apply(&scheduler.RegisterNode{Node: node, At: l.now().UnixNano()}); err != nil {
 		inv.Close()
 		return nil, fmt.Errorf("init: node resources: %w", err)
@@ -113,7 +117,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	l.nextID++
 	id := scheduler.ActorID(fmt.Sprintf("%08x", l.nextID))
 	aspec := scheduler.ActorSpec{ID: id, Name: spec.Name, Class: spec.Type, MaxRestarts: spec.MaxRestarts,
-		Request: toRequest(spec.Resources), Args: spec.Config}
+		Request: specRequest(spec), Args: spec.Config}
 	cmd, err := l.planner.CreateActor(l.state, aspec, l.now().UnixNano())
 	if err == nil {
 		err = l.state.Apply(cmd)
@@ -147,10 +151,23 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 
 	l.mu.Lock()
 	a := l.state.Actor(id)
+	if a == nil || a.Node == "" {
+		// It will never be placed: its placement group was removed, or its
+		// hard-affinity node is gone.
+		cause := "forgotten by the cluster"
+		if a != nil {
+			cause = a.DeathCause
+		}
+		l.mu.Unlock()
+		return nil, fmt.Errorf("spawn %s: %w", label, &actors.ActorDiedError{Actor: label, Cause: cause})
+	}
 	gpus := scheduler.GPUIndices(a.GPUs)
+	info := actors.ActorInfo{ID: string(id), Name: spec.Name, Node: string(a.Node), GPUs: gpus}
+	if g := a.Spec.Request.Group; g != "" {
+		info.PlacementGroup, info.Bundle = string(g), a.Bundle
+	}
 	l.mu.Unlock()
 	la := &localActor{l: l, id: id, spec: spec}
-	info := actors.ActorInfo{ID: string(id), Name: spec.Name, Node: localNodeID, GPUs: gpus}
 	inst, err := actors.NewInstance(ctx, spec, info, actors.InstanceHooks{Died: la.died})
 	if err != nil {
 		l.mu.Lock()
@@ -160,6 +177,16 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	}
 	la.inst = inst
 	l.mu.Lock()
+	if st := l.state.Actor(id); st == nil || st.State == scheduler.ActorDead {
+		// Its placement group was removed while the constructor ran.
+		cause := "forgotten by the cluster"
+		if st != nil {
+			cause = st.DeathCause
+		}
+		l.mu.Unlock()
+		inst.Kill(cause)
+		return nil, fmt.Errorf("spawn %s: %w", label, &actors.ActorDiedError{Actor: label, Cause: cause})
+	}
 	l.applyLocked(&scheduler.ActorStarted{Actor: id, Address: "in-process"})
 	l.actors[id] = la
 	closed := l.closed
@@ -184,11 +211,20 @@ func (l *local) applyLocked(c scheduler.Command) {
 		c.At = at
 	case *scheduler.ActorStarted:
 		c.At = at
+	case *scheduler.RemovePlacementGroup:
+		c.At = at
 	}
 	if err := l.state.Apply(c); err != nil {
 		panic(fmt.Sprintf("runtime: embedded cluster refused its own command %T: %v", c, err))
 	}
-	if _, frees := c.(*scheduler.KillActor); !frees || len(l.waiting) == 0 {
+	groups := false
+	switch c.(type) {
+	case *scheduler.KillActor, *scheduler.RemovePlacementGroup: // resources freed
+		groups = l.state.NumGroups() > 0
+		if len(l.waiting) == 0 && !groups {
+			return
+		}
+	default:
 		return
 	}
 	cmds, _ := l.planner.PlanPending(l.state, at)
@@ -196,12 +232,17 @@ func (l *local) applyLocked(c scheduler.Command) {
 		if err := l.state.Apply(pc); err != nil {
 			panic(fmt.Sprintf("runtime: embedded cluster refused its own placement: %v", err))
 		}
-		if ca, ok := pc.(*scheduler.PlaceActor); ok {
-			if ch := l.waiting[ca.Actor]; ch != nil {
-				delete(l.waiting, ca.Actor)
-				close(ch)
-			}
+	}
+	// Wake the spawns that were placed or will never be (dead: their group
+	// was removed), and whoever waits for a group.
+	for id, ch := range l.waiting {
+		if a := l.state.Actor(id); a == nil || a.Node != "" || a.State == scheduler.ActorDead {
+			delete(l.waiting, id)
+			close(ch)
 		}
+	}
+	if groups || len(cmds) > 0 {
+		l.groupsChanged()
 	}
 }
 

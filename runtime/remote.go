@@ -104,7 +104,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	}
 	id := newID()
 	as := scheduler.ActorSpec{ID: scheduler.ActorID(id), Name: spec.Name, Class: spec.Type, JobID: r.job, MaxRestarts: spec.MaxRestarts,
-		Request: toRequest(spec.Resources), Args: args}
+		Request: specRequest(spec), Args: args}
 	res, err := r.client.CreateActors(ctx, []scheduler.ActorSpec{as})
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)

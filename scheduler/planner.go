@@ -119,9 +119,26 @@ func pickGPUsScore(n *Node, r Resources, minScore int, mask uint64, anchor uint6
 	return out, score, true
 }
 
-// topologyCandidates is how many equally loaded nodes a multi-GPU request
-// compares to find the best-connected free GPUs.
-const topologyCandidates = 8
+// packCandidates is how many nodes with equally many whole free GPUs a
+// decision compares: a multi-GPU request to find the best-connected free
+// GPUs, a PACK request to find the least waste. Bounding it keeps a
+// decision independent of the cluster's size.
+const packCandidates = 8
+
+// waste is what PACK minimizes among nodes that keep equally many whole
+// GPUs free: the share of the node's CPU and of its memory left free after
+// placing r (0 to 2; a dimension the node does not have counts 0). Filling
+// the fullest node first keeps whole nodes free for large requests.
+func waste(n *Node, r Resources) float64 {
+	w := 0.0
+	if t := n.Total.MilliCPU; t > 0 {
+		w += float64(n.Free.MilliCPU-r.MilliCPU) / float64(t)
+	}
+	if t := n.Total.MemoryBytes; t > 0 {
+		w += float64(n.Free.MemoryBytes-r.MemoryBytes) / float64(t)
+	}
+	return w
+}
 
 // findNode searches the index for a node that takes req now.
 func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) {
@@ -154,22 +171,30 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 	var found Placement
 	ok := false
 	multi := req.Resources.wholeGPUs() >= 2
-	// scan takes the first fitting node of a bucket; for a multi-GPU
-	// request it compares up to topologyCandidates fitting nodes of the
-	// bucket (equally good by count) and keeps the best-connected GPU set,
-	// stopping early at a set as good as the node's topology allows.
+	pack := req.Strategy == Pack
+	// scan compares up to packCandidates fitting nodes of a bucket (equally
+	// good by whole free GPUs): a multi-GPU request keeps the
+	// best-connected GPU set first; under PACK, ties go to the node left
+	// with the least CPU and memory waste. It stops early at a node that
+	// cannot be beaten (ideal topology and, for PACK, no waste). SPREAD
+	// takes the first fitting node of a single-GPU or CPU search.
 	scan := func(b bitset) bool {
-		seen, bestScore := 0, -1
+		seen, bestScore, bestWaste := 0, -1, 0.0
 		b.each(p.start(len(x.order)), func(i int) bool {
 			pl, fits := try(x.order[i])
 			if !fits {
 				return true
 			}
-			if score > bestScore {
-				found, bestScore, ok = pl, score, true
+			w := 0.0
+			if pack {
+				w = waste(v.node(x.order[i]), req.Resources)
+			}
+			if score > bestScore || (score == bestScore && w < bestWaste) {
+				found, bestScore, bestWaste, ok = pl, score, w, true
 			}
 			seen++
-			if !multi || seen >= topologyCandidates || score >= x.topo[i].ideal[req.Resources.wholeGPUs()] {
+			ideal := !multi || score >= x.topo[i].ideal[req.Resources.wholeGPUs()]
+			if seen >= packCandidates || (ideal && (!pack || w == 0)) || (!pack && !multi) {
 				return false
 			}
 			return true
@@ -260,8 +285,11 @@ func (p Planner) place(v *view, req Request, o searchOpts) (Placement, error) {
 	if af := req.Affinity; af != nil {
 		n := s.d.Nodes[af.Node]
 		if !af.Soft {
-			if n == nil || n.State == NodeDead {
+			if n == nil {
 				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which is not in the cluster", ErrInfeasible, af.Node)
+			}
+			if n.State == NodeDead {
+				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which is dead", ErrInfeasible, af.Node)
 			}
 			if miss := totalShortfall(n, req); len(miss) > 0 {
 				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which can never hold %s: short of %s", ErrInfeasible, af.Node, req.Resources, strings.Join(miss, ", "))
@@ -783,18 +811,29 @@ func (p Planner) packOnOneNode(s *State, spec GroupSpec, order []int, fixed map[
 		}
 		return nil, fmt.Errorf("%w: %v group: node %s cannot take the remaining bundles (%s)", ErrPending, spec.Strategy, target, sum)
 	}
+	// Per bucket (nodes with equally many whole free GPUs, fewest first),
+	// the nodes that have the CPU and memory are tried in order of least
+	// waste, among the first packCandidates of them.
 	x := &s.idx
+	type cand struct {
+		n *Node
+		w float64
+	}
+	var cands []cand
 	for b := whole; b <= x.maxGPUs; b++ {
-		var got []BundlePlacement
+		cands = cands[:0]
 		x.buckets[b].each(p.start(len(x.order)), func(i int) bool {
-			bps, ok := try(x.order[i])
-			if ok {
-				got = bps
+			n := x.order[i]
+			if n.schedulable() && n.Free.shortfall(withoutGPUs(sum)) == nil {
+				cands = append(cands, cand{n, waste(n, sum)})
 			}
-			return !ok
+			return len(cands) < packCandidates
 		})
-		if got != nil {
-			return got, nil
+		sort.SliceStable(cands, func(i, j int) bool { return cands[i].w < cands[j].w })
+		for _, c := range cands {
+			if bps, ok := try(c.n); ok {
+				return bps, nil
+			}
 		}
 	}
 	err := p.diagnose(&view{s: s}, sumReq, searchOpts{})

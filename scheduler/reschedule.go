@@ -21,6 +21,11 @@ type Waiting struct {
 // decision sees the ones before it (they are applied to a scratch copy of
 // the state), so the returned commands can be committed together, for
 // example as one Batch. What cannot be placed is listed in waiting.
+//
+// An actor that can never be placed again fails instead of waiting
+// forever: one with hard affinity to a node that is dead or no longer in
+// the cluster, or one whose placement group is gone, gets a KillActor
+// whose cause names the node or group (its ActorDiedError says why).
 func (p Planner) PlanPending(s *State, at int64) (cmds []Command, waiting []Waiting) {
 	scratch := s.Clone()
 	return p.planPending(scratch, at)
@@ -69,6 +74,15 @@ func (p Planner) planPending(scratch *State, at int64) (cmds []Command, waiting 
 		return actors[i].Spec.ID < actors[j].Spec.ID
 	})
 	for _, a := range actors {
+		if cause := neverPlaceable(scratch, a.Spec.Request); cause != "" {
+			c := &KillActor{Actor: a.Spec.ID, Cause: cause, At: at}
+			if err := scratch.Apply(c); err != nil {
+				waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: fmt.Errorf("%w: %s (kill refused: %v)", ErrInfeasible, cause, err)})
+				continue
+			}
+			cmds = append(cmds, c)
+			continue
+		}
 		pl, err := p.Place(scratch, a.Spec.Request)
 		if err != nil {
 			waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: err})
@@ -102,4 +116,26 @@ func (p Planner) NodeDied(s *State, id NodeID, cause string, at int64) (cmds []C
 	}
 	rest, waiting := p.planPending(scratch, at)
 	return append([]Command{mark}, rest...), waiting, nil
+}
+
+// neverPlaceable returns why req can never be placed again ("" when it
+// may be): its hard-affinity node is dead or unknown, or its placement
+// group is gone. A node that is only suspect or draining may recover, so
+// the request keeps waiting, its pending reason naming the node.
+func neverPlaceable(s *State, req Request) string {
+	if g := req.Group; g != "" {
+		if s.d.Groups[g] == nil {
+			return fmt.Sprintf("placement group %s was removed", g)
+		}
+		return ""
+	}
+	if af := req.Affinity; af != nil && !af.Soft {
+		switch n := s.d.Nodes[af.Node]; {
+		case n == nil:
+			return fmt.Sprintf("hard affinity to node %s, which is not in the cluster", af.Node)
+		case n.State == NodeDead:
+			return fmt.Sprintf("hard affinity to node %s, which is dead", af.Node)
+		}
+	}
+	return ""
 }

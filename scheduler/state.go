@@ -148,6 +148,9 @@ func (s *State) Groups() []*PlacementGroup {
 	return out
 }
 
+// NumGroups returns how many placement groups exist.
+func (s *State) NumGroups() int { return len(s.d.Groups) }
+
 // Job returns the job with the given ID, or nil.
 func (s *State) Job(id JobID) *Job { return s.d.Jobs[id] }
 

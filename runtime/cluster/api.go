@@ -75,6 +75,8 @@ type CreateResult struct {
 	Pending   string               `msgpack:"pending,omitempty"`
 	Err       *WireError           `msgpack:"err,omitempty"`
 	Index     uint64               `msgpack:"index,omitempty"`
+	// Bundles is a created placement group's reservation (groups.go).
+	Bundles []scheduler.BundlePlacement `msgpack:"bundles,omitempty"`
 }
 
 // StatusRequest asks for a cluster snapshot.

@@ -183,11 +183,17 @@ func (n *Node) commitLocal(c scheduler.Command) (*ApplyResponse, error) {
 	return resp, resp.Err.AsError()
 }
 
-// placeReq is a CreateActors call waiting for the placer.
+// placeReq is a CreateActors call waiting for the placer, or placement
+// group work (groups.go), decided by the same placer so actor and group
+// decisions see each other.
 type placeReq struct {
-	specs []scheduler.ActorSpec
-	reply chan placeResult
+	specs  []scheduler.ActorSpec
+	groups *groupWork // results follow the actors' in placeResult.results
+	reply  chan placeResult
 }
+
+// size is how many results r gets.
+func (r *placeReq) size() int { return len(r.specs) + r.groups.size() }
 
 type placeResult struct {
 	results []CreateResult
@@ -214,13 +220,13 @@ func (n *Node) placer(ctx context.Context) {
 		case r := <-n.placeCh:
 			batch = append(batch, r)
 		}
-		count := len(batch[0].specs)
+		count := batch[0].size()
 	more:
 		for count < maxPlaceBatch {
 			select {
 			case r := <-n.placeCh:
 				batch = append(batch, r)
-				count += len(r.specs)
+				count += r.size()
 			default:
 				break more
 			}
@@ -238,7 +244,7 @@ func (n *Node) placer(ctx context.Context) {
 		var slots []slot
 		results := make([][]CreateResult, len(batch))
 		for ri, r := range batch {
-			results[ri] = make([]CreateResult, len(r.specs))
+			results[ri] = make([]CreateResult, r.size())
 			for i, spec := range r.specs {
 				res := &results[ri][i]
 				if a := scratch.Actor(spec.ID); a != nil && sameSpec(&a.Spec, &spec) {
@@ -268,6 +274,12 @@ func (n *Node) placer(ctx context.Context) {
 				cmds = append(cmds, b)
 				slots = append(slots, slot{ri, i})
 			}
+			for i := 0; i < r.groups.size(); i++ {
+				if b := r.groups.plan(n, scratch, i, at, &results[ri][len(r.specs)+i]); b != nil {
+					cmds = append(cmds, b)
+					slots = append(slots, slot{ri, len(r.specs) + i})
+				}
+			}
 		}
 		var err error
 		if len(cmds) > 0 {
@@ -282,9 +294,9 @@ func (n *Node) placer(ctx context.Context) {
 					res := &results[s.req][s.i]
 					res.Index = resp.Index
 					if k < len(resp.BatchErrs) && resp.BatchErrs[k] != nil {
-						res.Placement, res.Pending, res.Err = nil, "", resp.BatchErrs[k]
+						*res = CreateResult{Index: resp.Index, Err: resp.BatchErrs[k]}
 					} else if len(resp.BatchErrs) == 0 {
-						res.Placement, res.Pending, res.Err = nil, "", resp.Err
+						*res = CreateResult{Index: resp.Index, Err: resp.Err}
 					}
 				}
 			default:

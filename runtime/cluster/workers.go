@@ -233,6 +233,9 @@ func (w *workerSet) start(a *scheduler.Actor) {
 		return
 	}
 	info := actors.ActorInfo{ID: string(id), Name: a.Spec.Name, Node: n.cfg.NodeID, GPUs: scheduler.GPUIndices(a.GPUs), Restarts: inc}
+	if g := a.Spec.Request.Group; g != "" {
+		info.PlacementGroup, info.Bundle = string(g), a.Bundle
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Minute)
 	err = proc.StartActor(ctx, l.Spec, info)
 	cancel()

@@ -1,0 +1,272 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"troupe/runtime/transport"
+	"troupe/scheduler"
+)
+
+// Placement groups through the cluster: a driver asks the leader to create
+// or remove groups; the leader's placer decides every bundle's node and
+// GPUs with scheduler.Planner (together with actor creations, so their
+// decisions see each other), and commits the whole round as one raft entry
+// (a Batch), so many concurrent requests cost one commit. Reads go to the
+// leader, so a driver sees its group right after creating it.
+
+// GroupServiceName is the gRPC service name of placement groups.
+const GroupServiceName = "troupe.PlacementGroups"
+
+// GroupsRequest creates and removes placement groups in one commit.
+type GroupsRequest struct {
+	Create []scheduler.GroupSpec `msgpack:"create,omitempty"`
+	Remove []scheduler.GroupID   `msgpack:"remove,omitempty"`
+	Hops   int                   `msgpack:"hops,omitempty"`
+}
+
+// GroupsResponse has one result per created group, then one per removed
+// group, in request order. A created group's result has Bundles (reserved)
+// or Pending (why it waits), or Err (infeasible or refused: not created).
+type GroupsResponse struct {
+	Results []CreateResult `msgpack:"results"`
+}
+
+// GetGroupRequest asks for a group's committed state; with Timeout > 0
+// the answer waits (up to Timeout, at most a minute) until every bundle is
+// reserved or the group is gone.
+type GetGroupRequest struct {
+	ID      scheduler.GroupID `msgpack:"id"`
+	Timeout time.Duration     `msgpack:"timeout,omitempty"`
+	Hops    int               `msgpack:"hops,omitempty"`
+}
+
+// GetGroupResponse is the group's committed state; Group is nil when there
+// is no such group (never created, or removed).
+type GetGroupResponse struct {
+	Group *scheduler.PlacementGroup `msgpack:"group,omitempty"`
+}
+
+// maxGroupsPerCall bounds one GroupsRequest.
+const maxGroupsPerCall = 16 * maxPlaceBatch
+
+type groupServer interface {
+	commit(ctx context.Context, r *GroupsRequest) (*GroupsResponse, error)
+	get(ctx context.Context, r *GetGroupRequest) (*GetGroupResponse, error)
+}
+
+var groupDesc = grpc.ServiceDesc{
+	ServiceName: GroupServiceName,
+	HandlerType: (*groupServer)(nil),
+	Methods: []grpc.MethodDesc{
+		transport.UnaryMethod(GroupServiceName, "Commit", groupServer.commit),
+		transport.UnaryMethod(GroupServiceName, "Get", groupServer.get),
+	},
+	Metadata: "troupe/runtime/cluster/groups.go",
+}
+
+func init() { registerNodeService(&groupDesc, func(n *Node) any { return (*groupImpl)(n) }) }
+
+// groupImpl is the Node seen as the placement group service.
+type groupImpl Node
+
+// groupWork is the placement-group part of a placer request.
+type groupWork struct {
+	create []scheduler.GroupSpec
+	remove []scheduler.GroupID
+}
+
+func (w *groupWork) size() int {
+	if w == nil {
+		return 0
+	}
+	return len(w.create) + len(w.remove)
+}
+
+// plan decides item i (creates first, then removes) on the placer's
+// scratch state, applies it there and returns the encoded command, or nil
+// with res.Err set (or res filled from the committed state for a retried
+// create).
+func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res *CreateResult) []byte {
+	var c scheduler.Command
+	if i < len(w.create) {
+		spec := w.create[i]
+		if g := scratch.Group(spec.ID); g != nil && sameGroupSpec(&g.Spec, &spec) {
+			// A retry of a create that committed: report it, commit nothing.
+			res.Pending = g.PendingReason
+			for _, b := range g.Bundles {
+				if b.Node != "" {
+					res.Bundles = append(res.Bundles, scheduler.BundlePlacement{Index: b.Index, Node: b.Node, GPUs: b.GPUs})
+				}
+			}
+			return nil
+		}
+		cg, err := n.planner.CreateGroup(scratch, spec, at)
+		if err != nil {
+			res.Err = toWire(err)
+			return nil
+		}
+		res.Bundles, res.Pending = cg.Bundles, cg.PendingReason
+		c = cg
+	} else {
+		id := w.remove[i-len(w.create)]
+		if scratch.Group(id) == nil {
+			res.Err = toWire(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
+			return nil
+		}
+		c = &scheduler.RemovePlacementGroup{Group: id, At: at}
+	}
+	if err := scratch.Apply(c); err != nil {
+		*res = CreateResult{Err: toWire(err)}
+		return nil
+	}
+	b, err := scheduler.EncodeCommand(c)
+	if err != nil {
+		*res = CreateResult{Err: toWire(err)}
+		return nil
+	}
+	return b
+}
+
+func sameGroupSpec(a, b *scheduler.GroupSpec) bool {
+	ea, err1 := scheduler.EncodeCommand(&scheduler.CreatePlacementGroup{Spec: *a})
+	eb, err2 := scheduler.EncodeCommand(&scheduler.CreatePlacementGroup{Spec: *b})
+	return err1 == nil && err2 == nil && string(ea) == string(eb)
+}
+
+func (g *groupImpl) commit(ctx context.Context, r *GroupsRequest) (*GroupsResponse, error) {
+	total := len(r.Create) + len(r.Remove)
+	switch {
+	case total == 0:
+		return nil, status.Error(codes.InvalidArgument, "placement groups: nothing to create or remove")
+	case total > maxGroupsPerCall:
+		return nil, status.Errorf(codes.InvalidArgument, "placement groups: %d in one call, at most %d", total, maxGroupsPerCall)
+	}
+	n := (*Node)(g)
+	out := new(GroupsResponse)
+	err := n.onLeader(ctx, r.Hops, func() error {
+		var err error
+		out.Results, err = n.groupsLocal(ctx, &groupWork{create: r.Create, remove: r.Remove})
+		return err
+	}, func(cc *grpc.ClientConn) error {
+		return cc.Invoke(ctx, "/"+GroupServiceName+"/Commit", &GroupsRequest{Create: r.Create, Remove: r.Remove, Hops: r.Hops + 1}, out)
+	})
+	return out, err
+}
+
+// groupsLocal hands group work to the placer (this node must lead).
+func (n *Node) groupsLocal(ctx context.Context, w *groupWork) ([]CreateResult, error) {
+	r := &placeReq{groups: w, reply: make(chan placeResult, 1)}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+send:
+	for {
+		select {
+		case n.placeCh <- r:
+			break send
+		case <-tick.C:
+			if !n.isLeader() {
+				return nil, raft.ErrNotLeader // onLeader forwards to the new leader
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	select {
+	case res := <-r.reply:
+		return res.results, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// get answers from the leader's state when it can (read-your-writes after
+// a create), else from this server's copy; a worker node forwards.
+func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupResponse, error) {
+	n := (*Node)(g)
+	if !n.isLeader() && r.Hops < maxHops {
+		if addr := n.leaderGRPC(); addr != "" && addr != n.r.grpcAddr() {
+			out := new(GetGroupResponse)
+			cc, err := n.peers.get(addr)
+			if err == nil {
+				err = cc.Invoke(ctx, "/"+GroupServiceName+"/Get", &GetGroupRequest{ID: r.ID, Timeout: r.Timeout, Hops: r.Hops + 1}, out)
+			}
+			if err == nil || status.Code(err) != codes.Unavailable || n.raft == nil {
+				return out, err
+			}
+		}
+	}
+	if n.raft == nil {
+		return nil, status.Error(codes.Unavailable, "this worker knows no live server")
+	}
+	deadline := time.Now().Add(min(max(r.Timeout, 0), time.Minute))
+	delay := 200 * time.Microsecond
+	for {
+		out := new(GetGroupResponse)
+		done := true
+		n.fsm.Read(func(s *scheduler.State) {
+			if grp := s.Group(r.ID); grp != nil {
+				out.Group = cloneGroup(grp)
+				done = grp.State == scheduler.GroupCreated
+			}
+		})
+		if done || r.Timeout <= 0 || time.Now().After(deadline) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-n.ctx.Done():
+			return nil, status.Error(codes.Unavailable, "node shutting down")
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Millisecond)
+	}
+}
+
+// cloneGroup copies a group out of the FSM.
+func cloneGroup(g *scheduler.PlacementGroup) *scheduler.PlacementGroup {
+	c := *g
+	c.Bundles = make([]scheduler.Bundle, len(g.Bundles))
+	for i, b := range g.Bundles {
+		cb := b
+		cb.Resources, cb.Free = b.Resources.Clone(), b.Free.Clone()
+		cb.GPUs = append([]scheduler.GPUAlloc(nil), b.GPUs...)
+		cb.GPUFree = append([]scheduler.GPUAlloc(nil), b.GPUFree...)
+		c.Bundles[i] = cb
+	}
+	return &c
+}
+
+// CommitPlacementGroups creates and removes placement groups through the
+// leader in one commit; results are the creates' then the removes', in
+// order. A result's Err is the FSM's or planner's verdict on that item
+// (errors.Is works with the scheduler sentinels); the returned error is a
+// transport or leadership failure.
+func (c *Client) CommitPlacementGroups(ctx context.Context, create []scheduler.GroupSpec, remove []scheduler.GroupID) ([]CreateResult, error) {
+	resp := new(GroupsResponse)
+	if err := c.invokeService(ctx, GroupServiceName, "Commit", &GroupsRequest{Create: create, Remove: remove}, resp); err != nil {
+		return nil, err
+	}
+	if want := len(create) + len(remove); len(resp.Results) != want {
+		return nil, fmt.Errorf("placement groups: %d results for %d requests", len(resp.Results), want)
+	}
+	return resp.Results, nil
+}
+
+// PlacementGroup returns the committed state of a group (nil when there is
+// no such group). With wait > 0 it waits on the cluster side, up to wait,
+// until every bundle is reserved or the group is gone.
+func (c *Client) PlacementGroup(ctx context.Context, id scheduler.GroupID, wait time.Duration) (*scheduler.PlacementGroup, error) {
+	resp := new(GetGroupResponse)
+	if err := c.invokeService(ctx, GroupServiceName, "Get", &GetGroupRequest{ID: id, Timeout: wait}, resp); err != nil {
+		return nil, fmt.Errorf("placement group %s: %w", id, err)
+	}
+	return resp.Group, nil
+}

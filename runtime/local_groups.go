@@ -1,0 +1,93 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+
+	"troupe/scheduler"
+)
+
+// Placement groups of the embedded cluster: the same planner and commands
+// as on a cluster, applied directly to the local state.
+
+// groupsChanged wakes every waitGroup (l.mu held).
+func (l *local) groupsChanged() {
+	close(l.groupCh)
+	l.groupCh = make(chan struct{})
+}
+
+func (l *local) createGroup(ctx context.Context, spec scheduler.GroupSpec) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrShutdown
+	}
+	cmd, err := l.planner.CreateGroup(l.state, spec, l.now().UnixNano())
+	if err == nil {
+		err = l.state.Apply(cmd)
+	}
+	if err != nil {
+		return infeasible(err)
+	}
+	l.groupsChanged()
+	return nil
+}
+
+func (l *local) group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g := l.state.Group(id); g != nil {
+		return cloneGroup(g), nil
+	}
+	return nil, nil
+}
+
+func (l *local) waitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+	for {
+		l.mu.Lock()
+		g := l.state.Group(id)
+		if g == nil || g.State == scheduler.GroupCreated {
+			var out *scheduler.PlacementGroup
+			if g != nil {
+				out = cloneGroup(g)
+			}
+			l.mu.Unlock()
+			return out, nil
+		}
+		ch := l.groupCh
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// removeGroup commits the removal (which kills the group's actors in the
+// state and frees its reservations), ends the group's running instances
+// and places what waited for the freed resources.
+func (l *local) removeGroup(ctx context.Context, id scheduler.GroupID) error {
+	l.mu.Lock()
+	if l.state.Group(id) == nil {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: no placement group %s", scheduler.ErrNotFound, id)
+	}
+	var kill []*localActor
+	for _, a := range l.actors {
+		if a.spec.Placement.Group == string(id) {
+			kill = append(kill, a)
+		}
+	}
+	l.applyLocked(&scheduler.RemovePlacementGroup{Group: id, At: l.now().UnixNano()})
+	l.mu.Unlock()
+	reason := fmt.Sprintf("placement group %s removed", id)
+	for _, a := range kill {
+		if a.inst != nil {
+			a.inst.Kill(reason)
+		}
+	}
+	return nil
+}
+
+var _ groupBackend = (*local)(nil)
