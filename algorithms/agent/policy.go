@@ -31,6 +31,7 @@ import (
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
+	"troupe/gpu"
 	"troupe/gpu/cpu"
 )
 
@@ -125,7 +126,16 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
 	}
-	be := cpu.New()
+	// On a GPU the actor was placed on, the backend's busy time drives the
+	// GPU's simulated utilization (see gpu.BindActorBackend).
+	var be gpu.Backend = cpu.New()
+	if info, ok := actors.Self(ctx); ok {
+		name := info.Name
+		if name == "" {
+			name = info.ID
+		}
+		be = gpu.BindActorBackend(be, info.Node, info.GPUs, name)
+	}
 	var (
 		m    *policy.Model
 		meta map[string]string
