@@ -41,6 +41,8 @@ type remote struct {
 	mu      sync.Mutex
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
+
+	objs *objRefs // results held by workers (remote_objects.go)
 }
 
 // newRemote connects to the cluster at addr (one or more comma-separated
@@ -72,6 +74,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: register the job: %w", err)
 	}
+	r.objs = newObjRefs()
 	return r, nil
 }
 
@@ -226,6 +229,7 @@ func (r *remote) Shutdown(ctx context.Context) error {
 	for _, cl := range cls {
 		cl.Close()
 	}
+	r.objs.close()
 	return errors.Join(ferr, r.client.Close())
 }
 

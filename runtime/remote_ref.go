@@ -69,7 +69,19 @@ func (a *actorRef) resolve(ctx context.Context) error {
 
 // Invoke implements actors.Ref. It never blocks on a lookup: while the
 // actor is being looked up, calls queue in order.
-func (a *actorRef) Invoke(inv *actors.Invocation) { a.invoke(inv, 0) }
+// A future given as the argument is pinned until the call ends, so the
+// object it refers to outlives the callee's fetch.
+func (a *actorRef) Invoke(inv *actors.Invocation) {
+	a.r.objs.pin(inv.ArgRef)
+	a.invoke(inv, 0)
+}
+
+// finish delivers a call's final outcome (a large result as a reference
+// to the object its worker keeps) and unpins its argument.
+func (a *actorRef) finish(inv *actors.Invocation, data []byte, err error) {
+	a.r.objs.resolve(inv.Reply, data, err)
+	a.r.objs.unpin(inv.ArgRef)
+}
 
 func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
@@ -100,7 +112,7 @@ func (a *actorRef) resolveQueued() {
 	// Sent under the lock so later calls cannot overtake queued ones.
 	for _, c := range q {
 		if err != nil {
-			c.inv.Reply.Resolve(nil, fmt.Errorf("call %s.%s: %w", a.label(), c.inv.Method, err))
+			a.finish(c.inv, nil, fmt.Errorf("call %s.%s: %w", a.label(), c.inv.Method, err))
 		} else {
 			a.send(cl, inc, node, c.inv, c.attempt)
 		}
@@ -111,11 +123,11 @@ func (a *actorRef) resolveQueued() {
 // turned into ErrActorRestarted (or, with MaxTaskRetries left, the call is
 // sent again to the next incarnation) or the actor's *ActorDiedError.
 func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invocation, attempt int) {
-	orig := inv.Reply
 	out := *inv
+	wireArg(&out) // a future argument's reference, not its bytes
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
 		if err == nil || !a.incarnationGone(cl, err) {
-			orig.Resolve(data, err)
+			a.finish(inv, data, err)
 			return
 		}
 		// Not inline: cl.Invoke may resolve on the caller's goroutine,
@@ -128,7 +140,7 @@ func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invoc
 				a.invoke(inv, attempt+1)
 				return
 			}
-			orig.Resolve(nil, lerr)
+			a.finish(inv, nil, lerr)
 		}()
 	})
 	cl.Invoke(a.id, &out)

@@ -1,0 +1,158 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"weak"
+
+	"troupe/actors"
+	"troupe/runtime/objstore"
+)
+
+// objRefs is a driver's side of object references. A worker replies a
+// large result as a reference (see package objstore); the driver resolves
+// the call's future with an objHandle instead of bytes. Passing the future
+// to another call forwards the reference, so the callee's worker fetches
+// the value from its owner and the bytes never pass through the driver;
+// Get fetches them here.
+//
+// The driver holds one reference per object and gives it up when the
+// future is released (Future.Release) or garbage collected, but not while
+// a call given the future as its argument is in flight: such calls pin the
+// future from Invoke until their outcome, and the callee fetches its
+// argument before its method runs.
+type objRefs struct {
+	client *objstore.Client
+
+	mu   sync.Mutex
+	pins map[*actors.Promise]int // futures in flight as arguments
+}
+
+func newObjRefs() *objRefs {
+	return &objRefs{client: objstore.NewClient(nil), pins: map[*actors.Promise]int{}}
+}
+
+// close stops the client (sending the releases still queued).
+func (o *objRefs) close() {
+	if o != nil {
+		o.client.Close()
+	}
+}
+
+// pin marks a call's argument future as in use until unpin.
+func (o *objRefs) pin(ref actors.ObjectRef) {
+	p, ok := ref.(*actors.Promise)
+	if o == nil || !ok {
+		return
+	}
+	o.mu.Lock()
+	o.pins[p]++
+	o.mu.Unlock()
+}
+
+// unpin ends a pin; a release asked for meanwhile happens now.
+func (o *objRefs) unpin(ref actors.ObjectRef) {
+	p, ok := ref.(*actors.Promise)
+	if o == nil || !ok {
+		return
+	}
+	o.mu.Lock()
+	n := o.pins[p] - 1
+	if n > 0 {
+		o.pins[p] = n
+		o.mu.Unlock()
+		return
+	}
+	delete(o.pins, p)
+	h, _ := p.Remote().(*objHandle)
+	free := h != nil && h.wanted && !h.released
+	if free {
+		h.released = true
+	}
+	o.mu.Unlock()
+	if free {
+		o.client.Release(h.ref)
+	}
+}
+
+// resolve delivers a call's outcome to p: a reference from the worker
+// becomes a remote value, anything else is resolved as it is.
+func (o *objRefs) resolve(p *actors.Promise, data []byte, err error) {
+	if o == nil || err != nil || !objstore.IsRef(data) {
+		p.Resolve(data, err)
+		return
+	}
+	ref, derr := objstore.DecodeRef(data)
+	if derr != nil {
+		p.Resolve(nil, fmt.Errorf("result from the worker: %w", derr))
+		return
+	}
+	h := &objHandle{o: o, ref: ref, enc: data, self: weak.Make(p)}
+	if !p.ResolveRemote(h) {
+		o.client.Release(ref) // p was already resolved (failed locally): nobody holds this
+		return
+	}
+	goruntime.AddCleanup(p, func(h *objHandle) { h.Release() }, h)
+}
+
+// wireArg prepares a call's argument future for the wire: the value or the
+// reference it was resolved with, never a fetch here.
+func wireArg(out *actors.Invocation) {
+	p, ok := out.ArgRef.(*actors.Promise)
+	if !ok {
+		return
+	}
+	if data, err, ready := p.Result(); ready && err == nil {
+		out.Arg, out.ArgRef = data, nil
+		return
+	}
+	out.ArgRef = rawArg{p}
+}
+
+// rawArg waits for a future and yields what it was resolved with: a
+// remote value's reference rather than its bytes.
+type rawArg struct{ p *actors.Promise }
+
+func (r rawArg) Wait(ctx context.Context) ([]byte, error) {
+	select {
+	case <-r.p.Done():
+		data, err, _ := r.p.Result()
+		return data, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// objHandle is the driver's reference to one object: the RemoteValue its
+// future was resolved with.
+type objHandle struct {
+	o    *objRefs
+	ref  objstore.Ref
+	enc  []byte
+	self weak.Pointer[actors.Promise] // the future's promise (weak: its cleanup releases h)
+
+	wanted, released bool // under o.mu
+}
+
+// Ref implements actors.RemoteValue.
+func (h *objHandle) Ref() []byte { return h.enc }
+
+// Fetch implements actors.RemoteValue: the bytes come from the owner.
+func (h *objHandle) Fetch(ctx context.Context) ([]byte, error) { return h.o.client.Fetch(ctx, h.ref) }
+
+// Release implements actors.RemoteValue: the driver's reference is given
+// up now, or when the last call using the future as argument ends.
+func (h *objHandle) Release() {
+	o := h.o
+	o.mu.Lock()
+	h.wanted = true
+	if p := h.self.Value(); h.released || p != nil && o.pins[p] > 0 {
+		o.mu.Unlock()
+		return
+	}
+	h.released = true
+	o.mu.Unlock()
+	o.client.Release(h.ref)
+}
