@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -79,8 +80,8 @@ type Config struct {
 	// BindAddr is the gRPC address ("host:port"); the host must be an IP
 	// address other nodes can reach (or set Advertise).
 	BindAddr string
-	// Advertise is the host other nodes use to reach this one; default:
-	// BindAddr's host.
+	// Advertise is the host other nodes use to reach this one: an IP
+	// address, or a name resolved once at start; default: BindAddr's host.
 	Advertise string
 	// GossipPort and RaftPort default to the gRPC port + 1 and + 2.
 	GossipPort, RaftPort int
@@ -161,6 +162,15 @@ func (c *Config) normalize() (resolved, error) {
 	if c.Advertise != "" {
 		r.host = c.Advertise
 	}
+	if net.ParseIP(r.host) == nil && r.host != "" {
+		// A name (a container's or pod's DNS name): gossip and raft carry
+		// addresses, so it is resolved once, here.
+		ip, err := resolveHost(r.host)
+		if err != nil {
+			return r, fmt.Errorf("%w: advertised host: %v", ErrConfig, err)
+		}
+		r.host = ip
+	}
 	if ip := net.ParseIP(r.host); ip == nil || ip.IsUnspecified() {
 		return r, fmt.Errorf("%w: %q is not an address other nodes can reach; set --advertise", ErrConfig, r.host)
 	}
@@ -199,6 +209,26 @@ func (c *Config) normalize() (resolved, error) {
 		return r, fmt.Errorf("%w: node ID %q: at most 64 characters, no spaces or slashes", ErrConfig, c.NodeID)
 	}
 	return r, nil
+}
+
+// resolveHost returns the address a host name resolves to, preferring
+// IPv4 (what container networks hand out), within 10 s.
+func resolveHost(host string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return "", fmt.Errorf("resolve %q: %w", host, err)
+	}
+	for _, a := range addrs {
+		if a.IP.To4() != nil {
+			return a.IP.String(), nil
+		}
+	}
+	if len(addrs) == 0 {
+		return "", fmt.Errorf("resolve %q: no addresses", host)
+	}
+	return addrs[0].IP.String(), nil
 }
 
 // loadNodeID reads the node ID saved in dir, or makes and saves a new one.

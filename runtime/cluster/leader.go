@@ -87,18 +87,30 @@ func (n *Node) goneGrace() time.Duration {
 func (n *Node) reconcile(ctx context.Context) {
 	ms := n.members.snapshot()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		in := map[raft.ServerID]bool{}
+		in := map[raft.ServerID]raft.ServerAddress{}
 		for _, s := range f.Configuration().Servers {
-			in[s.ID] = true
+			in[s.ID] = s.Address
 		}
 		for id, m := range ms {
-			if m.state == memberlist.StateAlive && m.meta.Role.isServer() && m.meta.Raft != "" && !in[raft.ServerID(id)] {
-				err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
-				if err != nil {
-					n.log.Warn("add raft voter failed", "server", id, "err", err)
-				} else {
-					n.log.Info("added raft voter", "server", id, "raft", m.meta.Raft)
-				}
+			if m.state != memberlist.StateAlive || !m.meta.Role.isServer() || m.meta.Raft == "" {
+				continue
+			}
+			// A server missing from the configuration is added; one that
+			// came back with a new address (a restarted container or pod
+			// with a new IP) gets it updated: AddVoter on a known voter
+			// changes only its address.
+			have, known := in[raft.ServerID(id)]
+			if known && (have == raft.ServerAddress(m.meta.Raft) || id == n.cfg.NodeID) {
+				continue
+			}
+			err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
+			switch {
+			case err != nil:
+				n.log.Warn("add raft voter failed", "server", id, "err", err)
+			case known:
+				n.log.Info("updated raft voter address", "server", id, "old", have, "raft", m.meta.Raft)
+			default:
+				n.log.Info("added raft voter", "server", id, "raft", m.meta.Raft)
 			}
 		}
 	}

@@ -118,12 +118,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if err := n.join(ctx, n.cfg.Join, n.cfg.JoinTimeout); err != nil {
 			return nil, err
 		}
-	} else if peers := n.loadPeers(); len(peers) > 0 {
-		// A restart without --join: rejoin gossip through the peers this
-		// node knew, in the background (they may be restarting too).
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.rejoinLoop(peers) }()
 	}
+	// From now on the node rejoins by itself whenever it misses part of
+	// the cluster: after a partition, or, restarted without --join,
+	// through the peers it saved (they may be restarting too).
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.rejoinLoop() }()
 	if cfg.DataDir != "" {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.savePeersLoop() }()
@@ -232,41 +232,26 @@ func (n *Node) startRaft() error {
 }
 
 // join finds the gossip ports of the Join addresses over gRPC (which also
-// checks the token: a wrong token fails here, clearly) and joins gossip.
+// checks the token: a wrong token fails here, clearly) and joins gossip,
+// retrying until one of them answers or the timeout passes. Addresses that
+// are this node itself are skipped (only those given: nothing to join).
 func (n *Node) join(ctx context.Context, addrs []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var gossip []string
-		var last error
-		for _, addr := range addrs {
-			if addr == n.r.grpcAddr() {
-				continue
-			}
-			info, err := n.peerInfo(ctx, addr)
-			if status.Code(err) == codes.Unauthenticated {
-				return fmt.Errorf("join %s: %w", addr, err)
-			}
-			if err != nil {
-				last = fmt.Errorf("join %s: %w", addr, err)
-				continue
-			}
-			gossip = append(gossip, info.GossipAddr)
-		}
-		if len(gossip) > 0 {
-			_, err := n.ml.Join(gossip)
-			if err == nil {
-				n.log.Info("joined the cluster", "via", gossip)
-				return nil
-			}
-			last = fmt.Errorf("gossip join %v: %w", gossip, err)
-		}
-		if last == nil { // only our own address was given
+		via, err := n.joinOnce(ctx, addrs)
+		switch {
+		case err == nil:
+			n.log.Info("joined the cluster", "via", via)
 			return nil
+		case errors.Is(err, errOnlySelf):
+			return nil
+		case status.Code(errors.Unwrap(err)) == codes.Unauthenticated:
+			return err
 		}
 		if time.Now().After(deadline) {
-			return last
+			return err
 		}
-		n.log.Info("waiting to join", "err", last)
+		n.log.Info("waiting to join", "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("join: %w", ctx.Err())

@@ -64,20 +64,3 @@ func (n *Node) savePeersLoop() {
 		}
 	}
 }
-
-// rejoinLoop joins gossip through the saved peers, retrying until one
-// answers or the node stops.
-func (n *Node) rejoinLoop(peers []string) {
-	for {
-		err := n.join(n.ctx, peers, 2*time.Second)
-		if err == nil {
-			return
-		}
-		n.log.Warn("rejoining through saved peers", "peers", peers, "err", err)
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
