@@ -165,14 +165,17 @@ func (pg *PlacementGroup) Ready(ctx context.Context) (bool, error) {
 func (pg *PlacementGroup) Wait(ctx context.Context) error {
 	g, err := pg.b.waitGroup(ctx, scheduler.GroupID(pg.id))
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		why := ""
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if g, gerr := pg.b.group(qctx, scheduler.GroupID(pg.id)); gerr == nil && g != nil && g.PendingReason != "" {
 			why = " (" + g.PendingReason + ")"
 		}
-		return fmt.Errorf("%s: waiting for its bundles%s: %w", pg.label(), why, ctx.Err())
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
+		return fmt.Errorf("%s: waiting for its bundles%s: %w", pg.label(), why, err)
 	case err != nil:
 		return fmt.Errorf("%s: %w", pg.label(), err)
 	case g == nil:

@@ -2,8 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"troupe/scheduler"
 )
@@ -43,6 +47,9 @@ func (r *remote) waitGroup(ctx context.Context, id scheduler.GroupID) (*schedule
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if status.Code(errors.Unwrap(err)) == codes.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded {
+				return nil, context.DeadlineExceeded // the deadline passed on the cluster's side first
 			}
 			return nil, err
 		}
