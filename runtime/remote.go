@@ -31,6 +31,7 @@ type remote struct {
 	job    scheduler.JobID
 	binary string
 	token  string
+	sess   jobSession // keep-alives of the job (remote_job.go)
 
 	hashOnce sync.Once
 	hash     string // sha256 of binary ("" when it could not be read)
@@ -69,10 +70,11 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 	}
 	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
-	// The job's actors die when the driver shuts down (JobFinished).
-	if _, err := c.ApplyCommand(cctx, &scheduler.SubmitJob{Spec: scheduler.JobSpec{ID: r.job, Entrypoint: exe}, At: time.Now().UnixNano()}); err != nil {
+	// The job's actors die when the driver shuts down or is lost
+	// (remote_job.go).
+	if err := r.startJob(cctx); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("init: register the job: %w", err)
+		return nil, fmt.Errorf("init: %w", err)
 	}
 	r.objs = newObjRefs()
 	return r, nil
@@ -218,10 +220,7 @@ func (r *remote) Shutdown(ctx context.Context) error {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	var ferr error
-	if _, err := r.client.ApplyCommand(ctx, &scheduler.JobFinished{Job: r.job, State: scheduler.JobSucceeded, Message: "driver shut down", At: time.Now().UnixNano()}); err != nil {
-		ferr = fmt.Errorf("shutdown: finish job %s: %w", r.job, err)
-	}
+	ferr := r.endJob(ctx)
 	r.mu.Lock()
 	cls := r.clients
 	r.clients = map[string]*wire.Client{}

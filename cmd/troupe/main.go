@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -75,6 +76,13 @@ func run(args []string) int {
 	if err := c.run(ctx, args[1:]); err != nil {
 		if err == errUsage {
 			return 2
+		}
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) { // e.g. troupe submit exits with its job's code
+			if msg := err.Error(); msg != "" {
+				fmt.Fprintf(os.Stderr, "troupe %s: %s\n", c.name, msg)
+			}
+			return ec.ExitCode()
 		}
 		fmt.Fprintf(os.Stderr, "troupe %s: %v\n", c.name, err)
 		return 1
