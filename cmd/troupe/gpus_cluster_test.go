@@ -65,7 +65,7 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	waitFor(t, "both nodes registered", func() bool {
+	waitUntil(t, "both nodes registered", func() bool {
 		st, err := client.Status(ctx)
 		return err == nil && len(st.Nodes) == 2
 	})
@@ -85,7 +85,7 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 			t.Fatalf("create: %v", r.Err)
 		}
 	}
-	waitFor(t, "actors placed", func() bool {
+	waitUntil(t, "actors placed", func() bool {
 		st, err := client.Status(ctx)
 		if err != nil {
 			return false
@@ -110,7 +110,7 @@ func (c *gpuCluster) work(t *testing.T) {
 	c.workerA.sampler.SampleOnce()
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
+func waitUntil(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !ok() {

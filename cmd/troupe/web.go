@@ -93,13 +93,19 @@ func (w *web) State(ctx context.Context) (dashboard.State, error) {
 		st.Nodes = append(st.Nodes, dashboard.Node{Name: n.ID, Address: n.Address, Leader: n.ID == cs.Leader,
 			Alive: n.State == "alive", CPUs: int(n.Total.CPUs()), GPUs: len(n.GPUs), SimulatedGPUs: sim})
 	}
+	jobs := map[string]string{} // actor → job, as the GPU attribution knows it
+	for _, g := range st.GPUs {
+		for _, h := range g.Actors {
+			jobs[g.Node+"/"+h.Actor] = h.Job
+		}
+	}
 	st.Actors = st.Actors[:0]
 	for _, a := range cs.Actors {
 		name := a.Name
 		if name == "" {
 			name = a.ID
 		}
-		st.Actors = append(st.Actors, dashboard.Actor{Name: name, Type: a.Class, Node: a.Node, State: a.State, GPUs: a.GPUs})
+		st.Actors = append(st.Actors, dashboard.Actor{Name: name, Type: a.Class, Job: jobs[a.Node+"/"+name], Node: a.Node, State: a.State, GPUs: a.GPUs})
 	}
 	return st, nil
 }

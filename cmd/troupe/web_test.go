@@ -1,14 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +132,116 @@ func TestWebShowsTheCluster(t *testing.T) {
 func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	return p.TextToMetricFamilies(r)
+}
+
+var updateClusterScreenshot = flag.Bool("update-cluster-screenshot", false, "copy the cluster dashboard screenshot to testdata/dashboard-cluster.png (if < 300 KB)")
+
+// TestClusterDashboardInChromium loads the head's dashboard of a running
+// two-node cluster with simulated GPUs in headless Chromium: the GPUs of
+// both nodes (gathered through the GPU service) must appear with their
+// actors, the charts follow new samples between polls, and a screenshot
+// is saved.
+func TestClusterDashboardInChromium(t *testing.T) {
+	bin := findChromium()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium not installed (scripts/install-deps.sh installs it)")
+		}
+		t.Skip("chromium not installed; skipping the end-to-end cluster dashboard test")
+	}
+	c := startGPUCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := newWeb(ctx, c.head.ID(), c.headA, c.head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each poll first lets the cluster move on: the worker's planner works
+	// and both nodes take a sample, so the page must follow live updates.
+	var polls atomic.Int32
+	// The test's samplers tick hourly (it samples by hand): poll every second.
+	h := dashboard.New(pollEvery{w, 1000}, dashboard.Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/state" {
+			polls.Add(1)
+			c.work(t)
+		}
+		h.ServeHTTP(rw, r)
+	}))
+	defer srv.Close()
+	for range 5 { // some history before the page opens
+		c.work(t)
+		w.State(ctx)
+	}
+
+	dir := t.TempDir()
+	shot := filepath.Join(dir, "dashboard-cluster.png")
+	run := func(extra ...string) string {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+			"--user-data-dir=" + filepath.Join(dir, "profile"), "--window-size=1280,900",
+			"--virtual-time-budget=3000"}, extra...)
+		out, err := exec.CommandContext(rctx, bin, append(args, srv.URL+"/")...).Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v", extra, err)
+		}
+		return string(out)
+	}
+	dom := run("--dump-dom")
+	for _, want := range []string{`data-gpu="head-1/0"`, `data-gpu="head-1/3"`, `data-gpu="worker-1/0"`, `data-gpu="worker-1/1"`,
+		`data-node="worker-1"`, `data-actor="planner"`, "planner (job-7)", "critic (job-7) 50%", "SIMULATED", "status live"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("rendered DOM lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`data-gpu="worker-1/0"[^§]*?class="big sm">100%<`).MatchString(dom) {
+		t.Error("the worker's busy GPU 0 is not shown at 100%")
+	}
+	if p := polls.Load(); p < 2 {
+		t.Errorf("page polled %d times in 3 s of virtual time, want >= 2 (live updates)", p)
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", dom)
+	}
+	run("--screenshot=" + shot)
+	data, err := os.ReadFile(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 900 {
+		t.Errorf("screenshot is %v, want 1280x900", b)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(data))
+	if *updateClusterScreenshot && len(data) < 300<<10 {
+		if err := os.WriteFile(filepath.Join("testdata", "dashboard-cluster.png"), data, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// pollEvery overrides the poll interval a source tells the page.
+type pollEvery struct {
+	src dashboard.StateSource
+	ms  int
+}
+
+func (p pollEvery) State(ctx context.Context) (dashboard.State, error) {
+	st, err := p.src.State(ctx)
+	st.PollMillis = p.ms
+	return st, err
+}
+
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
 }

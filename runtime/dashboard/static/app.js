@@ -89,7 +89,7 @@ function renderSummary(st) {
   $("clock").textContent = new Date(st.time).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
-function renderNodes(st) {
+function renderNodes(st, now) {
   const box = $("nodes");
   box.textContent = "";
   for (const n of st.nodes) {
@@ -103,8 +103,36 @@ function renderNodes(st) {
     let gp = n.gpus + " GPU(s)";
     if (n.simulated_gpus) gp += " — simulated " + n.simulated_gpus;
     c.appendChild(el("div", "", n.cpus + " CPU(s) · " + gp));
+    const mine = st.gpus.filter(g => g.node === n.name);
+    if (mine.length > 0) {
+      const avg = nodeAverage(mine);
+      const last = avg.length ? avg[avg.length - 1].v : null;
+      c.appendChild(el("div", "node-util", "GPU SM avg " + (last === null ? "n/a" : Math.round(last) + "%")));
+      const cv = el("canvas", "spark node-spark");
+      c.appendChild(cv);
+      box.appendChild(c);
+      drawChart(cv, [{ points: avg, color: "#5ccfe6", fill: "#5ccfe633", width: 1.5 }], now);
+      continue;
+    }
     box.appendChild(c);
   }
+}
+
+// nodeAverage is the mean SM utilization over a node's GPUs per second
+// (the GPUs of one node are sampled together, a few microseconds apart).
+function nodeAverage(gpus) {
+  const sums = new Map();
+  for (const g of gpus) {
+    for (const p of g.history) {
+      if (p.sm === null || p.sm === undefined) continue;
+      const k = Math.round(p.t / 1000) * 1000;
+      const e = sums.get(k) || { s: 0, n: 0 };
+      e.s += p.sm;
+      e.n++;
+      sums.set(k, e);
+    }
+  }
+  return Array.from(sums.entries()).sort((a, b) => a[0] - b[0]).map(([t, e]) => ({ t, v: e.s / e.n }));
 }
 
 function renderActors(st) {
@@ -138,8 +166,8 @@ function gpuCard(g, box) {
   c.id = id;
   c.dataset.gpu = gpuKey(g);
   const head = el("div", "gpu-head");
-  head.appendChild(el("span", "gpu-title", "GPU " + g.index));
-  head.appendChild(el("span", "gpu-name", g.name + (st_nodes > 1 ? " @ " + g.node : "")));
+  head.appendChild(el("span", "gpu-title", (st_nodes > 1 ? g.node + " · " : "") + "GPU " + g.index));
+  head.appendChild(el("span", "gpu-name", g.name));
   if (g.simulated) head.appendChild(el("span", "badge sim", "SIMULATED"));
   c.appendChild(head);
   const util = el("div", "gpu-util");
@@ -230,7 +258,7 @@ function render(st) {
   let now = Date.parse(st.time);
   for (const g of st.gpus) for (const p of g.history) if (p.t > now) now = p.t;
   renderSummary(st);
-  renderNodes(st);
+  renderNodes(st, now);
   renderGPUs(st, now);
   renderOverall(st, now);
 }
