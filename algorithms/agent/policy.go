@@ -9,12 +9,16 @@
 //
 // AT-GRPO's step has a static shape (every policy updates every step), so
 // ATGRPO runs its update as the Team's compiled graph. JoyAgents-R1 updates
-// only the agents that own the top-K groups, a set that changes every step,
-// so joyagents.Trainer drives the same Clients through rl.UpdateAll (one
-// concurrent actor call per selected agent) instead of a static graph. Its
-// memories stay in the trainer's process: joyagents.Trainer takes concrete
-// *joyagents.Memory values, so a memory actor cannot be injected without
-// changing that package.
+// only the agents that own the top-K groups, a set that changes every step;
+// its JoyGraph is nevertheless static: every policy actor and the memory
+// actor are nodes, and an agent that was not selected gets an empty buffer
+// (a no-op). SpawnJoyAgents wires the policy actors, the memory actor and
+// optionally environment host actors (envs.Pool) into a joyagents.Trainer;
+// ATGRPO samples over environment host actors when its Envs is set. Both
+// actor paths give exactly the in-process results on a seeded run. Policies
+// are placed by the cluster with TeamConfig's spawn options (per role too),
+// so they may sit on different nodes and GPUs (Team.Placements reports
+// where).
 package agent
 
 import (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"troupe/actors"
@@ -32,6 +33,9 @@ type TeamConfig struct {
 	// as actors.GPUs(1), restarts), so the policies can be placed on
 	// different nodes and GPUs by the cluster.
 	SpawnOptions []actors.Option
+	// RoleOptions are added to SpawnOptions for the policy of one name
+	// ("shared" or a role), e.g. a different resource or GPU count per role.
+	RoleOptions map[string][]actors.Option
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -57,12 +61,13 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		names = append([]string(nil), cfg.Roles...)
 	}
 	for n := range cfg.Checkpoints {
-		found := false
-		for _, m := range names {
-			found = found || m == n
-		}
-		if !found {
+		if !slices.Contains(names, n) {
 			return nil, fmt.Errorf("%w: checkpoint for unknown policy %q (policies: %v)", ErrConfig, n, names)
+		}
+	}
+	for n := range cfg.RoleOptions {
+		if !slices.Contains(names, n) {
+			return nil, fmt.Errorf("%w: spawn options for unknown policy %q (policies: %v)", ErrConfig, n, names)
 		}
 	}
 	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}}
@@ -72,7 +77,8 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		pc.Name = name
 		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
 		pc.Checkpoint = cfg.Checkpoints[name]
-		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, cfg.SpawnOptions...)
+		opts := append(slices.Clip(cfg.SpawnOptions), cfg.RoleOptions[name]...)
+		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
 		if err != nil {
 			t.Kill(context.Background())
 			return nil, fmt.Errorf("spawn policy %s: %w", name, err)
@@ -220,6 +226,12 @@ type ATGRPO struct {
 	Config atgrpo.Config
 	Team   *Team
 	NewEnv atgrpo.EnvFactory
+	// Envs, if set, holds the step's environments instead of NewEnv (e.g.
+	// an envs.Pool of environment host actors): each step Resets it with
+	// the seeds NewEnv would be given and samples with
+	// atgrpo.TreeRolloutsBatch, so a pool of the same environment gives the
+	// same run.
+	Envs envs.Batch
 	// Refs optionally maps a policy name to a frozen reference scorer (KL).
 	Refs map[string]rl.Scorer
 	step int64
@@ -231,19 +243,28 @@ func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
 	if err := cfg.Validate(); err != nil {
 		return atgrpo.StepStats{}, err
 	}
-	if a.NewEnv == nil || a.Team == nil {
-		return atgrpo.StepStats{}, fmt.Errorf("%w: AT-GRPO step needs a team and an environment factory", ErrConfig)
+	if (a.NewEnv == nil && a.Envs == nil) || a.Team == nil {
+		return atgrpo.StepStats{}, fmt.Errorf("%w: AT-GRPO step needs a team and an environment factory or batch", ErrConfig)
 	}
 	step := a.step
-	es := make([]envs.Env, cfg.Envs)
-	for i := range es {
-		e, err := a.NewEnv(i, rl.DeriveSeed(cfg.Seed, step, int64(i), 1))
-		if err != nil {
-			return atgrpo.StepStats{}, fmt.Errorf("step %d: make env %d: %w", step, i, err)
+	var (
+		rolls   []atgrpo.Rollout
+		buffers map[string][]rl.Sample
+		err     error
+	)
+	if a.Envs != nil {
+		rolls, buffers, err = a.rolloutsBatch(ctx, step)
+	} else {
+		es := make([]envs.Env, cfg.Envs)
+		for i := range es {
+			e, err := a.NewEnv(i, rl.DeriveSeed(cfg.Seed, step, int64(i), 1))
+			if err != nil {
+				return atgrpo.StepStats{}, fmt.Errorf("step %d: make env %d: %w", step, i, err)
+			}
+			es[i] = e
 		}
-		es[i] = e
+		rolls, buffers, err = atgrpo.TreeRollouts(ctx, cfg, a.Team.Policies, es, step)
 	}
-	rolls, buffers, err := atgrpo.TreeRollouts(ctx, cfg, a.Team.Policies, es, step)
 	if err != nil {
 		return atgrpo.StepStats{}, fmt.Errorf("step %d: %w", step, err)
 	}
@@ -280,4 +301,17 @@ func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
 	}
 	a.step++
 	return st, nil
+}
+
+// rolloutsBatch resets a.Envs with the step's seeds and tree-samples it.
+func (a *ATGRPO) rolloutsBatch(ctx context.Context, step int64) ([]atgrpo.Rollout, map[string][]rl.Sample, error) {
+	seeds := make([]int64, a.Config.Envs)
+	for i := range seeds {
+		seeds[i] = rl.DeriveSeed(a.Config.Seed, step, int64(i), 1)
+	}
+	ep, err := a.Envs.Reset(ctx, seeds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reset environments: %w", err)
+	}
+	return atgrpo.TreeRolloutsBatch(ctx, a.Config, a.Team.Policies, a.Envs, ep, step)
 }
