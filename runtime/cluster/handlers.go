@@ -207,6 +207,10 @@ func cloneActor(a *scheduler.Actor) scheduler.Actor {
 	return c
 }
 
+// followerCatchUp bounds how long a follower waits for an actor it does
+// not know yet to appear in its state before answering NotFound.
+const followerCatchUp = 5 * time.Second
+
 // waitActor polls this server's state (in memory, cheap) so the caller
 // makes one call per wait instead of polling over the network.
 func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetActorResponse, error) {
@@ -216,7 +220,8 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 		return out, n.forwardRead(ctx, "WaitActor", r.Hops, &WaitActorRequest{ID: r.ID, MinRestarts: r.MinRestarts, Timeout: r.Timeout, Hops: r.Hops + 1}, out)
 	}
 	timeout := min(max(r.Timeout, 0), time.Minute)
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	delay := 200 * time.Microsecond
 	for {
 		var out *GetActorResponse
@@ -227,7 +232,10 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 				done = a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != "" && a.Restarts >= r.MinRestarts)
 			}
 		})
-		if out == nil {
+		// A follower may not have applied the create yet (the caller got
+		// its answer from the leader): an unknown ID is final only on the
+		// leader, or once a follower has had time to catch up.
+		if out == nil && (n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)) {
 			return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
 		}
 		if done || time.Now().After(deadline) {
