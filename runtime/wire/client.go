@@ -17,7 +17,7 @@ type Client struct {
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
-	pending map[uint64]*clientCall
+	pending map[uint64]clientCall
 	err     error // set once the connection is gone
 	done    chan struct{}
 }
@@ -28,8 +28,15 @@ type clientCall struct {
 	stop  func() bool // stops the cancellation watcher, if any
 }
 
-// Dial connects to a worker's call server. network is "tcp" or "unix".
+// Dial connects to a worker's call server. network is "tcp" or "unix". For
+// a TCP address served on this host with ListenLocal, it connects through
+// the Unix socket beside it instead (unless TROUPE_WIRE_UNIX=0).
 func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, error) {
+	if network == "tcp" && localEnabled() {
+		if nc, err := dialLocal(ctx, addr); err == nil {
+			return NewClient(nc, maxFrame), nil
+		}
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -43,7 +50,7 @@ func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, err
 
 // NewClient runs the client side over an established connection.
 func NewClient(nc net.Conn, maxFrame int) *Client {
-	cl := &Client{c: newConn(nc, maxFrame), pending: map[uint64]*clientCall{}, done: make(chan struct{})}
+	cl := &Client{c: newConn(nc, maxFrame), pending: map[uint64]clientCall{}, done: make(chan struct{})}
 	go cl.readReplies()
 	return cl
 }
@@ -66,15 +73,15 @@ func (cl *Client) Err() error {
 }
 
 func (cl *Client) readReplies() {
-	err := cl.c.readLoop(func(f *frame) error {
+	err := cl.c.readLoop(func(f *frame, _ bool) error {
 		if f.kind != kindReply {
 			return fmt.Errorf("%w: kind %d from a server", ErrMalformed, f.kind)
 		}
 		cl.mu.Lock()
-		call := cl.pending[f.callID]
+		call, ok := cl.pending[f.callID]
 		delete(cl.pending, f.callID)
 		cl.mu.Unlock()
-		if call == nil {
+		if !ok {
 			return nil // a reply to a call already failed locally
 		}
 		if call.stop != nil {
@@ -121,7 +128,6 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 			f.data = nil
 		}
 	}
-	call := &clientCall{reply: inv.Reply}
 	if inv.Ctx != nil && inv.Ctx.Done() != nil {
 		if err := inv.Ctx.Err(); err != nil {
 			inv.Reply.Resolve(nil, fmt.Errorf("call %s: not sent: %w", inv.Method, err))
@@ -136,14 +142,30 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 		inv.Reply.Resolve(nil, fmt.Errorf("call %s: %w", inv.Method, err))
 		return
 	}
-	cl.pending[id] = call
+	cl.pending[id] = clientCall{reply: inv.Reply}
+	// A call alone on the connection is written by the caller: nothing
+	// else is coming to share the write, and waking the writer goroutine
+	// would cost more than the write. Calls in a burst share the writer's.
+	direct := len(cl.pending) == 1 && later == nil
 	cl.mu.Unlock()
-	if f.flags&flagCancel != 0 {
-		call.stop = context.AfterFunc(inv.Ctx, func() { cl.c.send(&frame{kind: kindCancel, callID: id}) })
-	}
-	if err := cl.c.send(&f); err != nil {
+	if err := cl.c.send(&f, direct); err != nil {
 		cl.fail(id, fmt.Errorf("call %s: %w", inv.Method, err))
 		return
+	}
+	if f.flags&flagCancel != 0 {
+		// Watch for cancellation once the call is on its way, so a cancel
+		// frame never overtakes it. The reply may have come already.
+		stop := context.AfterFunc(inv.Ctx, func() { cl.c.send(&frame{kind: kindCancel, callID: id}, false) })
+		cl.mu.Lock()
+		call, ok := cl.pending[id]
+		if ok {
+			call.stop = stop
+			cl.pending[id] = call
+		}
+		cl.mu.Unlock()
+		if !ok {
+			stop()
+		}
 	}
 	if later != nil {
 		go cl.sendArgLater(id, inv, later)
@@ -161,7 +183,7 @@ func (cl *Client) sendArgLater(id uint64, inv *actors.Invocation, ref actors.Obj
 	if err != nil {
 		f.kind, f.data = kindArgErr, encodeError(err)
 	}
-	if serr := cl.c.send(&f); serr != nil {
+	if serr := cl.c.send(&f, false); serr != nil {
 		cl.fail(id, fmt.Errorf("call %s: argument: %w", inv.Method, serr))
 	}
 }
@@ -169,10 +191,10 @@ func (cl *Client) sendArgLater(id uint64, inv *actors.Invocation, ref actors.Obj
 // fail resolves a pending call locally.
 func (cl *Client) fail(id uint64, err error) {
 	cl.mu.Lock()
-	call := cl.pending[id]
+	call, ok := cl.pending[id]
 	delete(cl.pending, id)
 	cl.mu.Unlock()
-	if call != nil {
+	if ok {
 		if call.stop != nil {
 			call.stop()
 		}

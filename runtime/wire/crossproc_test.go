@@ -77,6 +77,17 @@ var echoDesc = grpc.ServiceDesc{
 	}}},
 }
 
+// echoServe echoes every connection of l (the raw ping-pong baselines).
+func echoServe(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go io.Copy(c, c)
+	}
+}
+
 // runPeer serves until its standard input closes.
 func runPeer() {
 	h := &host{byID: map[string]*actors.Instance{}}
@@ -88,17 +99,16 @@ func runPeer() {
 		h.byID[fmt.Sprint("e", i)] = in
 	}
 	wl, _ := net.Listen("tcp", "127.0.0.1:0")
-	go NewServer(h, 0).Serve(wl)
+	srv := NewServer(h, 0)
+	go srv.Serve(wl)
+	if ul, err := ListenLocal(wl); err == nil {
+		go srv.Serve(ul)
+	}
 	tl, _ := net.Listen("tcp", "127.0.0.1:0")
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(c, c) // raw TCP echo
-		}
-	}()
+	go echoServe(tl)
+	if ul, err := net.Listen("unix", "@troupe-bench-echo/"+tl.Addr().String()); err == nil {
+		go echoServe(ul)
+	}
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	gs.RegisterService(&echoDesc, struct{}{})
@@ -157,24 +167,30 @@ func BenchmarkCrossProcess(b *testing.B) {
 	startPeer(b)
 	ctx := context.Background()
 
-	b.Run("tcp-pingpong", func(b *testing.B) {
-		c, err := net.Dial("tcp", peer.tcp)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		buf := make([]byte, 64)
-		for i := 0; i < b.N; i++ {
-			binary.LittleEndian.PutUint64(payload, uint64(i))
-			if _, err := c.Write(payload); err != nil {
+	pingPong := func(network, addr string) func(b *testing.B) {
+		return func(b *testing.B) {
+			c, err := net.Dial(network, addr)
+			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := io.ReadFull(c, buf); err != nil {
-				b.Fatal(err)
+			defer c.Close()
+			buf := make([]byte, 64)
+			for i := 0; i < b.N; i++ {
+				binary.LittleEndian.PutUint64(payload, uint64(i))
+				if _, err := c.Write(payload); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
 			}
+			reportRate(b, "calls/s")
 		}
-		reportRate(b, "calls/s")
-	})
+	}
+	b.Run("tcp-pingpong", pingPong("tcp", peer.tcp))
+	if localEnabled() {
+		b.Run("unix-pingpong", pingPong("unix", "@troupe-bench-echo/"+peer.tcp))
+	}
 
 	gc, err := grpc.NewClient(peer.grpcA, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(nil), grpc.CallContentSubtype("troupe-bench-raw")))
 	if err != nil {
@@ -219,14 +235,29 @@ func BenchmarkCrossProcess(b *testing.B) {
 	for i := range e {
 		e[i] = handle(cl, fmt.Sprint("e", i))
 	}
-	b.Run("troupe-sync", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			if _, err := actors.Call(ctx, e[0], (*echo).Bytes, payload).Get(ctx); err != nil {
-				b.Fatal(err)
+	syncCalls := func(h actors.Handle[echo]) func(b *testing.B) {
+		return func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := actors.Call(ctx, h, (*echo).Bytes, payload).Get(ctx); err != nil {
+					b.Fatal(err)
+				}
 			}
+			reportRate(b, "calls/s")
 		}
-		reportRate(b, "calls/s")
-	})
+	}
+	// Dial goes through the Unix socket beside the TCP address (same
+	// host); troupe-sync-tcp is the same calls over TCP.
+	b.Run("troupe-sync", syncCalls(e[0]))
+	if localEnabled() {
+		nc, err := net.Dial("tcp", peer.wire)
+		if err != nil {
+			b.Fatal(err)
+		}
+		nc.(*net.TCPConn).SetNoDelay(true)
+		tcl := NewClient(nc, 0)
+		defer tcl.Close()
+		b.Run("troupe-sync-tcp", syncCalls(handle(tcl, "e0")))
+	}
 	b.Run("troupe-graph-echo", func(b *testing.B) {
 		// A compiled one-actor graph across the two processes.
 		g, in := actors.NewGraph[[]byte]()

@@ -79,8 +79,9 @@ func appendBytes[S string | []byte](b []byte, s S) []byte {
 }
 
 // decodeFrame decodes the body of a frame (after the length prefix). It
-// never panics on bad input.
-func decodeFrame(body []byte) (frame, error) {
+// never panics on bad input. intern, if not nil, turns the actor and method
+// names into strings (a connection reuses the strings of names it has seen).
+func decodeFrame(body []byte, intern *interner) (frame, error) {
 	var f frame
 	if len(body) < 1 {
 		return f, fmt.Errorf("%w: empty frame", ErrMalformed)
@@ -90,8 +91,8 @@ func decodeFrame(body []byte) (frame, error) {
 	f.callID = r.uvarint()
 	switch f.kind {
 	case kindCall:
-		f.actor = string(r.bytes())
-		f.method = string(r.bytes())
+		f.actor = intern.string(r.bytes())
+		f.method = intern.string(r.bytes())
 		f.flags = r.byte()
 		f.data = r.bytes()
 	case kindArg, kindArgErr:
@@ -155,5 +156,33 @@ func (r *reader) bytes() []byte {
 	}
 	s := r.b[:n:n]
 	r.b = r.b[n:]
+	return s
+}
+
+// interner hands out one string per distinct name, so decoding the actor
+// and method of each call does not allocate. It holds a bounded number of
+// names; past that, names are allocated as usual. A nil interner always
+// allocates.
+type interner struct {
+	m map[string]string
+}
+
+// maxInterned bounds the names one connection keeps.
+const maxInterned = 4096
+
+func (in *interner) string(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if in.m == nil {
+		in.m = map[string]string{}
+	}
+	if len(in.m) < maxInterned {
+		in.m[s] = s
+	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"troupe/actors"
 )
@@ -89,11 +90,42 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// serverCall is a call in flight on a server connection.
+// serverCall is a tracked call in flight on a server connection: one whose
+// argument follows or whose caller may cancel it.
 type serverCall struct {
 	argLater *actors.Promise    // resolved by the arg frame
 	cancel   context.CancelFunc // set when the caller may cancel
 }
+
+// serverConn is the server side of one connection.
+type serverConn struct {
+	s   *Server
+	c   *conn
+	ctx context.Context // cancelled when the connection ends
+
+	mu    sync.Mutex
+	calls map[uint64]*serverCall // tracked calls
+
+	// inFlight counts calls received and not yet replied to, plus one
+	// while the reader holds more buffered input (more calls are coming).
+	// A reply that brings it to zero is written by the replying goroutine
+	// itself; other replies are queued for the writer goroutine, so a batch
+	// of calls gets its replies in few writes.
+	inFlight   atomic.Int64
+	readerBusy bool // the reader's share of inFlight; only the reader touches it
+}
+
+// incoming is one call received: its invocation and what the reply needs,
+// in one allocation.
+type incoming struct {
+	sc      *serverConn
+	id      uint64
+	tracked bool
+	inv     actors.Invocation
+}
+
+// resolved sends the call's outcome back.
+func (in *incoming) resolved(data []byte, err error) { in.sc.reply(in.id, in.tracked, data, err) }
 
 // ServeConn serves one connection until it fails or the server closes.
 func (s *Server) ServeConn(nc net.Conn) {
@@ -107,89 +139,108 @@ func (s *Server) ServeConn(nc net.Conn) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	ctx, cancelAll := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	calls := map[uint64]*serverCall{}
-	track := func(id uint64) *serverCall {
-		mu.Lock()
-		defer mu.Unlock()
-		sc := calls[id]
-		if sc == nil {
-			sc = &serverCall{}
-			calls[id] = sc
-		}
-		return sc
-	}
-	take := func(id uint64) *serverCall {
-		mu.Lock()
-		defer mu.Unlock()
-		sc := calls[id]
-		delete(calls, id)
-		return sc
-	}
-	c.readLoop(func(f *frame) error {
-		switch f.kind {
-		case kindCall:
-			id := f.callID
-			tracked := f.flags&(flagArgLater|flagCancel) != 0
-			reply := actors.NewPromiseFunc(func(data []byte, err error) {
-				if tracked {
-					if sc := take(id); sc != nil && sc.cancel != nil {
-						sc.cancel()
-					}
-				}
-				out := frame{kind: kindReply, callID: id, data: data}
-				if err != nil {
-					out.status, out.data = statusErr, encodeError(err)
-				}
-				if serr := c.send(&out); serr != nil && !errors.Is(serr, ErrClosed) {
-					// The result is too large for a frame: say so instead.
-					out.status, out.data = statusErr, encodeError(serr)
-					c.send(&out)
-				}
-			})
-			t, ok := s.host.Lookup(f.actor)
-			if !ok {
-				reply.Resolve(nil, fmt.Errorf("actor %s: %w on this worker", f.actor, actors.ErrNotFound))
-				return nil
-			}
-			inv := &actors.Invocation{Method: f.method, Arg: f.data, Reply: reply}
-			if tracked {
-				sc := track(id)
-				if f.flags&flagArgLater != 0 {
-					sc.argLater = actors.NewPromise()
-					inv.ArgRef, inv.Arg = sc.argLater, nil
-				}
-				if f.flags&flagCancel != 0 {
-					inv.Ctx, sc.cancel = context.WithCancel(ctx)
-				}
-			}
-			t.Invoke(inv)
-		case kindArg, kindArgErr:
-			mu.Lock()
-			sc := calls[f.callID]
-			mu.Unlock()
-			if sc == nil || sc.argLater == nil {
-				return nil // the call already ended (cancelled)
-			}
-			if f.kind == kindArg {
-				sc.argLater.Resolve(f.data, nil)
-			} else {
-				sc.argLater.Resolve(nil, decodeError(f.data))
-			}
-		case kindCancel:
-			mu.Lock()
-			sc := calls[f.callID]
-			mu.Unlock()
-			if sc != nil && sc.cancel != nil {
-				sc.cancel()
-			}
-		default:
-			return fmt.Errorf("%w: kind %d from a client", ErrMalformed, f.kind)
-		}
-		return nil
-	})
+	sc := &serverConn{s: s, c: c, ctx: ctx, calls: map[uint64]*serverCall{}}
+	c.readLoop(sc.handle)
 	cancelAll()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+}
+
+// track returns the tracked call id, creating it.
+func (sc *serverConn) track(id uint64) *serverCall {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	t := sc.calls[id]
+	if t == nil {
+		t = &serverCall{}
+		sc.calls[id] = t
+	}
+	return t
+}
+
+// lookup returns the tracked call id, or nil.
+func (sc *serverConn) lookup(id uint64) *serverCall {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.calls[id]
+}
+
+// reply sends a call's outcome.
+func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
+	if tracked {
+		sc.mu.Lock()
+		t := sc.calls[id]
+		delete(sc.calls, id)
+		sc.mu.Unlock()
+		if t != nil && t.cancel != nil {
+			t.cancel()
+		}
+	}
+	out := frame{kind: kindReply, callID: id, data: data}
+	if err != nil {
+		out.status, out.data = statusErr, encodeError(err)
+	}
+	direct := sc.inFlight.Add(-1) == 0
+	if serr := sc.c.send(&out, direct); serr != nil && !errors.Is(serr, ErrClosed) {
+		// The result is too large for a frame: say so instead.
+		out.status, out.data = statusErr, encodeError(serr)
+		sc.c.send(&out, direct)
+	}
+}
+
+// handle serves one frame from the client.
+func (sc *serverConn) handle(f *frame, more bool) error {
+	switch f.kind {
+	case kindCall:
+		if more && !sc.readerBusy {
+			// Count the reader as a call in flight while it has more
+			// input, so replies made meanwhile are not written alone.
+			sc.readerBusy = true
+			sc.inFlight.Add(1)
+		}
+		sc.inFlight.Add(1)
+		tracked := f.flags&(flagArgLater|flagCancel) != 0
+		t, ok := sc.s.host.Lookup(f.actor)
+		if !ok {
+			sc.reply(f.callID, false, nil, fmt.Errorf("actor %s: %w on this worker", f.actor, actors.ErrNotFound))
+			break
+		}
+		in := &incoming{sc: sc, id: f.callID, tracked: tracked}
+		in.inv = actors.Invocation{Method: f.method, Arg: f.data, Reply: actors.NewPromiseFunc(in.resolved)}
+		if tracked {
+			tc := sc.track(f.callID)
+			if f.flags&flagArgLater != 0 {
+				tc.argLater = actors.NewPromise()
+				in.inv.ArgRef, in.inv.Arg = tc.argLater, nil
+			}
+			if f.flags&flagCancel != 0 {
+				in.inv.Ctx, tc.cancel = context.WithCancel(sc.ctx)
+			}
+		}
+		t.Invoke(&in.inv)
+	case kindArg, kindArgErr:
+		t := sc.lookup(f.callID)
+		if t == nil || t.argLater == nil {
+			break // the call already ended (cancelled)
+		}
+		if f.kind == kindArg {
+			t.argLater.Resolve(f.data, nil)
+		} else {
+			t.argLater.Resolve(nil, decodeError(f.data))
+		}
+	case kindCancel:
+		if t := sc.lookup(f.callID); t != nil && t.cancel != nil {
+			t.cancel()
+		}
+	default:
+		return fmt.Errorf("%w: kind %d from a client", ErrMalformed, f.kind)
+	}
+	if !more && sc.readerBusy {
+		// Replies made meanwhile were queued, and the writer goroutine
+		// signalled: it is sending them.
+		sc.readerBusy = false
+		sc.inFlight.Add(-1)
+	}
+	return nil
 }

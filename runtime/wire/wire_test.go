@@ -232,13 +232,13 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, &frame{kind: kindCancel, callID: 3})[4:])
 	f.Add([]byte{kindArg, 0x80})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fr, err := decodeFrame(body)
+		fr, err := decodeFrame(body, nil)
 		if err != nil {
 			return
 		}
 		// What decodes re-encodes to a frame that decodes the same (the
 		// bytes may differ: varints have non-canonical forms).
-		again, err := decodeFrame(appendFrame(nil, &fr)[4:])
+		again, err := decodeFrame(appendFrame(nil, &fr)[4:], &interner{})
 		if err != nil || again.kind != fr.kind || again.callID != fr.callID || again.actor != fr.actor ||
 			again.method != fr.method || again.flags != fr.flags || again.status != fr.status || string(again.data) != string(fr.data) {
 			t.Fatalf("round trip changed the frame: %+v -> %+v (%v)", fr, again, err)
