@@ -33,6 +33,11 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 	}
 	served := make(chan struct{})
 	go func() { srv.Serve(l); close(served) }()
+	// Callers on this host reach the server through the Unix socket beside
+	// its TCP address (wire.Dial prefers it); callers elsewhere use TCP.
+	if ul, err := wire.ListenLocal(l); err == nil {
+		go srv.Serve(ul)
+	}
 	defer func() { srv.Close(); <-served; h.killAll("worker exiting") }()
 	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String()}); err != nil {
 		return err
