@@ -48,6 +48,7 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
 	sampleTemp := fs.Float64("sample-temp", f64(o.SampleTemp), "training sampling temperature (0: 1; above 1 explores states where the policy is confidently wrong)")
 	evalTemp := fs.Float64("eval-temp", f64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
+	fs.IntVar(&o.EnvActors, "env-actors", o.EnvActors, "host the training environments in N environment actors (0: step them in the driver; same results)")
 	if o.Algo == "joyagents" {
 		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
 		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory evolution")

@@ -56,6 +56,11 @@ type Options struct {
 	JoyTopK   int
 	JoyMemory bool
 
+	// EnvActors > 0 hosts the training environments in that many
+	// environment host actors (envs.Pool) instead of stepping them in the
+	// driver; the run is the same.
+	EnvActors int
+
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
 	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
@@ -352,6 +357,14 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			Team:   team,
 			NewEnv: EnvFactory(o.Env, ecfg, -1),
 		}
+		if o.EnvActors > 0 {
+			pool, err := envs.SpawnPool(ctx, rt, o.EnvActors, envs.HostConfig{Env: o.Env, Config: ecfg})
+			if err != nil {
+				return res, err
+			}
+			defer pool.Kill(context.Background())
+			tr.Envs = pool
+		}
 		stepFn = func(ctx context.Context) (StepRecord, error) {
 			s, err := tr.Step(ctx)
 			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.MeanReward, Success: s.SuccessRate, TeamReturn: s.TeamReturn, Samples: s.Samples, AdvZero: s.Adv.Zero}
@@ -361,7 +374,14 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	case "joyagents":
 		jc := joyagents.DefaultConfig()
 		jc.G, jc.Envs, jc.MaxTurns, jc.TopK, jc.UseMemory, jc.Seed = o.K, o.Envs, budget, o.JoyTopK, o.JoyMemory, o.Seed
-		tr := &joyagents.Trainer{Config: jc, Policies: team.Policies, NewEnv: func(i int, seed int64) (envs.Env, error) { return envs.New(o.Env, ecfg, seed) }}
+		// The update step is a compiled actor graph over the policy actors
+		// and the memory actor (agent.JoyGraph).
+		ja, err := agent.SpawnJoyAgents(ctx, rt, team, agent.JoyConfig{Config: jc, Env: o.Env, EnvConfig: ecfg, EnvActors: o.EnvActors})
+		if err != nil {
+			return res, err
+		}
+		defer ja.Kill(context.Background())
+		tr := ja.Trainer
 		stepFn = func(ctx context.Context) (StepRecord, error) {
 			s, err := tr.Step(ctx)
 			r := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.Reward, Success: s.SuccessRate, TeamReturn: s.Accuracy, Samples: s.Counts.NodeSamples + s.Counts.CompletionSamples, AdvZero: s.Adv.Zero}
