@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +37,10 @@ func (oblob) Sum(ctx context.Context, b []byte) (uint64, error) {
 	return s, nil
 }
 
+func (oblob) Len(ctx context.Context, b []byte) (int, error) { return len(b), nil }
+
+func (oblob) Pid(ctx context.Context, _ int) (int, error) { return os.Getpid(), nil }
+
 func (oblob) Stats(ctx context.Context, _ int) (objstore.Stats, error) { return objstore.ProcessStats(), nil }
 
 func init() {
@@ -52,7 +58,7 @@ func blobSum(n int) uint64 {
 // startObjCluster starts a head node with the custom resource "left" and a
 // worker node with "right", both in this process; each runs the job's
 // actors in a worker process of its own.
-func startObjCluster(t *testing.T, tok string) (head, w *cluster.Node) {
+func startObjCluster(t testing.TB, tok string) (head, w *cluster.Node) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(discard{}, nil))
 	head, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
@@ -180,4 +186,26 @@ func TestRemoteObjectRefs(t *testing.T) {
 	}()
 	fd = nil
 	waitHeld(0, true)
+
+	// The owner's process gone: using its object fails saying so, at once.
+	ff := actors.Call(ctx, a, (*oblob).Make, 1<<20)
+	if err := actors.WaitAll(ctx, ff); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := actors.Call(ctx, a, (*oblob).Pid, 0).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); alive(pid) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // reaped by its node
+	}
+	if _, err := ff.Get(ctx); err == nil || !strings.Contains(err.Error(), "owner unreachable") {
+		t.Errorf("Get of an object whose owner died: %v, want owner unreachable", err)
+	}
+	if _, err := actors.CallRef(ctx, b, (*oblob).Sum, ff).Get(ctx); err == nil || !strings.Contains(err.Error(), "owner unreachable") {
+		t.Errorf("CallRef with an object whose owner died: %v, want owner unreachable", err)
+	}
 }
