@@ -38,11 +38,21 @@ import (
 // Observations (6×6 example; '.' free, '#' blocked, 'A' agent, 'G' goal;
 // a14 = agent at row 1 col 4, g52 = goal at row 5 col 2, 0-based):
 //
-//	tool:    "t a14 g52 p:R ..#.../..#.A./....../#...#./..G.../......"
-//	planner: "p a14 g52 t:D ..#.../..#.A./....../#...#./..G.../......"
+//	tool:    "t a14 g52 n:UD-R p:L* ..#.../..#.A./....../#...#./..G.../......"
+//	planner: "p a14 g52 n:UD-R m:L* t:D ..#.../..#.A./....../#...#./..G.../......"
 //
-// p:/t: show the other role's last output in canonical form, "-" before it
-// has acted and "?" when it was unparseable.
+// n: spells the agent's four neighbours in U, D, L, R order, the letter
+// where the cell is free and '-' where it is blocked or off the grid: the
+// same grid, read out around the agent (a tiny model finds the cells above
+// and below hard to read from the flattened rows). p: shows the tool the
+// planner's last action in canonical form, with '*' when it hit a wall (the
+// agent stayed where the move was refused), "-" before its first action and
+// "?" when it was unparseable. m: shows the planner its own last action only
+// when it hit a wall ("L*"), otherwise "-": it sees what it tried and what
+// happened, and a refused move changes the observation (a history of good
+// moves would let imitation copy the previous move instead of reading the
+// grid). t: shows the tool's last suggestion ("-" before it, "?" when
+// unparseable).
 //
 // Single-agent baseline (Config.Single): the planner acts alone, with the
 // same rewards; its t: slot always shows "-".
@@ -64,6 +74,7 @@ type planPath struct {
 	taken    int    // valid moves executed
 	toolSays string // canonical tool suggestion, "-" or "?"
 	planDid  string // canonical last planner action, "-" or "?"
+	planHit  bool   // the last planner action hit a wall
 	toolDirs []int  // parsed tool suggestion (nil when invalid); immutable
 }
 
@@ -135,7 +146,7 @@ func (p *planPath) ShortestPath() int { return p.shortest }
 // Observe renders the role's prompt (format in the file comment).
 func (p *planPath) Observe(role string) string {
 	var b strings.Builder
-	b.Grow(16 + p.w*p.h + p.h)
+	b.Grow(32 + 2*p.moves + p.w*p.h + p.h)
 	switch role {
 	case "tool":
 		b.WriteString("t ")
@@ -150,10 +161,31 @@ func (p *planPath) Observe(role string) string {
 	b.WriteString(" g")
 	b.WriteByte(digit(p.goal / p.w))
 	b.WriteByte(digit(p.goal % p.w))
+	b.WriteString(" n:")
+	for d := 0; d < 4; d++ {
+		if n := neighbor(p.w, p.h, p.agent, d); n >= 0 && !p.blocked[n] {
+			b.WriteByte(dirLetters[d])
+		} else {
+			b.WriteByte('-')
+		}
+	}
 	if role == "tool" {
 		b.WriteString(" p:")
 		b.WriteString(p.planDid)
+		if p.planHit {
+			b.WriteByte('*')
+		}
 	} else {
+		// The planner's own last action only when it hit a wall: a
+		// history of good moves would let imitation copy the previous
+		// move instead of reading the grid.
+		b.WriteString(" m:")
+		if p.planHit {
+			b.WriteString(p.planDid)
+			b.WriteByte('*')
+		} else {
+			b.WriteByte('-')
+		}
 		b.WriteString(" t:")
 		b.WriteString(p.toolSays)
 	}
@@ -226,6 +258,7 @@ func (p *planPath) Step(role, action string) Step {
 		return st
 	}
 	st := Step{Valid: true, Local: p.judge(dirs), Info: "moved"}
+	p.planHit = false
 	if !ok {
 		p.planDid = "?"
 		st.Valid, st.Team, st.Info = false, InvalidPenalty, "invalid: unparseable move"
@@ -235,6 +268,7 @@ func (p *planPath) Step(role, action string) Step {
 			n := neighbor(p.w, p.h, p.agent, d)
 			if n < 0 || p.blocked[n] {
 				st.Valid, st.Info = false, "invalid: blocked"
+				p.planHit = true
 				st.Team += InvalidPenalty
 				break
 			}

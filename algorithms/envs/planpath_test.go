@@ -123,24 +123,34 @@ func TestPlanPathShortestBonus(t *testing.T) {
 
 func TestPlanPathObservation(t *testing.T) {
 	p := planPathFromLayout(t, testGrid, 1, 20)
-	if got, want := p.Observe("tool"), "t a00 g44 p:- A.#../..#../...../.#.../....G"; got != want {
+	if got, want := p.Observe("tool"), "t a00 g44 n:-D-R p:- A.#../..#../...../.#.../....G"; got != want {
 		t.Fatalf("tool obs %q, want %q", got, want)
 	}
 	p.Step("tool", "D")
-	if got, want := p.Observe("planner"), "p a00 g44 t:D A.#../..#../...../.#.../....G"; got != want {
+	if got, want := p.Observe("planner"), "p a00 g44 n:-D-R m:- t:D A.#../..#../...../.#.../....G"; got != want {
 		t.Fatalf("planner obs %q, want %q", got, want)
 	}
 	p.Step("planner", "D")
 	p.Step("tool", "#!")
-	if got, want := p.Observe("planner"), "p a10 g44 t:? ..#../A.#../...../.#.../....G"; got != want {
+	if got, want := p.Observe("planner"), "p a10 g44 n:UD-R m:- t:? ..#../A.#../...../.#.../....G"; got != want {
 		t.Fatalf("planner obs %q, want %q", got, want)
 	}
-	if got, want := p.Observe("tool"), "t a10 g44 p:D ..#../A.#../...../.#.../....G"; got != want {
+	if got, want := p.Observe("tool"), "t a10 g44 n:UD-R p:D ..#../A.#../...../.#.../....G"; got != want {
 		t.Fatalf("tool obs %q, want %q", got, want)
 	}
 	// The planner's expert ignores a broken suggestion and plays BFS.
 	if a := p.ExpertAction("planner"); a != "D" {
 		t.Fatalf("planner expert after bad suggestion = %q, want D", a)
+	}
+	// A move into a wall is shown with '*' (the agent stayed), to both roles,
+	// until the planner's next action.
+	p.Step("planner", "L")
+	if got, want := p.Observe("tool"), "t a10 g44 n:UD-R p:L* ..#../A.#../...../.#.../....G"; got != want {
+		t.Fatalf("tool obs after a blocked move %q, want %q", got, want)
+	}
+	p.Step("tool", "R")
+	if got, want := p.Observe("planner"), "p a10 g44 n:UD-R m:L* t:R ..#../A.#../...../.#.../....G"; got != want {
+		t.Fatalf("planner obs after a blocked move %q, want %q", got, want)
 	}
 }
 

@@ -192,8 +192,9 @@ func MaxObsLen(name string, cfg Config) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		// "t a14 g52 p:" + moves + " " + grid rows joined by '/'.
-		return 12 + c.moves + 1 + c.w*c.h + c.h - 1, nil
+		// "p a14 g52 n:UDLR m:" + moves + "*" + " t:" + moves + " " +
+		// grid rows joined by '/' (the planner's is the longer).
+		return 19 + c.moves + 1 + 3 + c.moves + 1 + c.w*c.h + c.h - 1, nil
 	case "sokoban":
 		c, err := sokobanConfig(cfg)
 		if err != nil {
