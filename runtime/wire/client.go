@@ -26,7 +26,25 @@ type Client struct {
 type clientCall struct {
 	reply *actors.Promise
 	stop  func() bool // stops the cancellation watcher, if any
+	// deps are calls on this connection whose argument is this call's
+	// result: the reader sends it to them as soon as it arrives, with no
+	// goroutine waiting per argument.
+	deps []uint64
 }
+
+// directPending is how many calls may be in flight on a connection for a
+// new call to be written by its caller rather than by the writer
+// goroutine: a few calls launched together (a graph's nodes) each save a
+// goroutine wake-up, while a longer burst shares the writer's writes.
+const directPending = 4
+
+// maxDepScan bounds the pending calls searched for the one whose result is
+// a new call's argument; past it the argument is awaited by a goroutine.
+const maxDepScan = 64
+
+// maxForwarded is the largest result the reader forwards itself as another
+// call's argument.
+const maxForwarded = 64 << 10
 
 // Dial connects to a worker's call server. network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
@@ -87,10 +105,14 @@ func (cl *Client) readReplies() {
 		if call.stop != nil {
 			call.stop()
 		}
-		if f.status == statusOK {
+		switch f.status {
+		case statusOK:
 			call.reply.Resolve(f.data, nil)
-		} else {
+		default:
 			call.reply.Resolve(nil, decodeError(f.data))
+		}
+		for _, dep := range call.deps {
+			cl.forward(dep, f.status, f.data, call.reply)
 		}
 		return nil
 	})
@@ -143,10 +165,10 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 		return
 	}
 	cl.pending[id] = clientCall{reply: inv.Reply}
-	// A call alone on the connection is written by the caller: nothing
-	// else is coming to share the write, and waking the writer goroutine
-	// would cost more than the write. Calls in a burst share the writer's.
-	direct := len(cl.pending) == 1 && later == nil
+	// A call with few others in flight is written by the caller: waking
+	// the writer goroutine would cost more than the write. Calls in a
+	// burst share the writer's writes.
+	direct := len(cl.pending) <= directPending
 	cl.mu.Unlock()
 	if err := cl.c.send(&f, direct); err != nil {
 		cl.fail(id, fmt.Errorf("call %s: %w", inv.Method, err))
@@ -167,8 +189,57 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 			stop()
 		}
 	}
-	if later != nil {
+	if later != nil && !cl.dependOn(id, later) {
 		go cl.sendArgLater(id, inv, later)
+	}
+}
+
+// dependOn arranges for the result of the pending call on this connection
+// whose reply is ref to be sent as the argument of call id, and reports
+// whether there is such a call. Call id's frame has been queued, so its
+// argument cannot overtake it.
+func (cl *Client) dependOn(id uint64, ref actors.ObjectRef) bool {
+	p, ok := ref.(*actors.Promise)
+	if !ok {
+		return false
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.pending) > maxDepScan {
+		return false
+	}
+	for pid, call := range cl.pending {
+		if call.reply == p {
+			call.deps = append(call.deps, id)
+			cl.pending[pid] = call
+			return true
+		}
+	}
+	return false
+}
+
+// forward sends the reply of a call (its status and payload) as the
+// argument of call dep. A reply of a kind it does not know is forwarded the
+// general way, through the resolved promise.
+func (cl *Client) forward(dep uint64, status byte, data []byte, p *actors.Promise) {
+	f := frame{kind: kindArg, callID: dep, data: data}
+	switch {
+	case len(data) > maxForwarded:
+		// Large: a goroutine sends it, so the reader never waits for
+		// room in the write queue.
+		go cl.sendArgLater(dep, &actors.Invocation{Method: "argument"}, p)
+		return
+	case status == statusOK:
+	case status == statusErr:
+		f.kind = kindArgErr
+	default:
+		go cl.sendArgLater(dep, &actors.Invocation{Method: "argument"}, p)
+		return
+	}
+	// Written by the reader itself: the argument is what the callee waits
+	// for, and frames queued meanwhile by others join this write.
+	if err := cl.c.send(&f, true); err != nil {
+		cl.fail(dep, fmt.Errorf("call argument: %w", err))
 	}
 }
 
@@ -183,7 +254,9 @@ func (cl *Client) sendArgLater(id uint64, inv *actors.Invocation, ref actors.Obj
 	if err != nil {
 		f.kind, f.data = kindArgErr, encodeError(err)
 	}
-	if serr := cl.c.send(&f, false); serr != nil {
+	// Written by this goroutine when no write is in progress: the callee
+	// is waiting for it.
+	if serr := cl.c.send(&f, true); serr != nil {
 		cl.fail(id, fmt.Errorf("call %s: argument: %w", inv.Method, serr))
 	}
 }
@@ -199,6 +272,9 @@ func (cl *Client) fail(id uint64, err error) {
 			call.stop()
 		}
 		call.reply.Resolve(nil, err)
+		for _, dep := range call.deps {
+			cl.forward(dep, statusErr, encodeError(err), call.reply)
+		}
 	}
 }
 

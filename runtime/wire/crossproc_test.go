@@ -272,6 +272,21 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 		reportRate(b, "runs/s")
 	})
+	b.Run("troupe-graph-chain2", func(b *testing.B) {
+		// Two actors in a chain, both in the peer process.
+		g, in := actors.NewGraph[[]byte]()
+		first := actors.Node(g, "first", e[1], (*echo).Bytes, in)
+		run, err := actors.Compile[[]byte](g, actors.Node(g, "second", e[2], (*echo).Bytes, first))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			if _, err := run.Run(ctx, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, "runs/s")
+	})
 	b.Run("troupe-pipelined", func(b *testing.B) {
 		const window = 2000
 		futs := make([]*actors.Future[[]byte], 0, window)

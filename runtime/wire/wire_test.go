@@ -162,6 +162,44 @@ func TestFutureArgumentIsAwaitedByTheCallee(t *testing.T) {
 	}
 }
 
+func TestResultOfACallOnTheConnectionIsForwardedAsAnArgument(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(5))
+	h.spawn(t, "b", spec(100))
+	a, b := handle(cl, "a"), handle(cl, "b")
+	block := actors.Call(ctx, a, (*echo).Add, 0) // keeps a busy briefly
+	first := actors.Call(ctx, a, (*echo).Add, 1)
+	second := actors.CallRef(ctx, b, (*echo).Add, first)
+	if v, err := second.Get(ctx); err != nil || v != 106 {
+		t.Fatalf("chained call = %d, %v; want 106", v, err)
+	}
+	if _, err := block.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failed := actors.Call(ctx, a, (*echo).Fail, "upstream broke")
+	after := actors.CallRef(ctx, b, (*echo).Add, failed)
+	if _, err := after.Get(ctx); err == nil || !strings.Contains(err.Error(), "upstream broke") {
+		t.Fatalf("call after a failed call on the connection: %v", err)
+	}
+	// A compiled chain across the connection, run many times.
+	g, in := actors.NewGraph[int]()
+	out := actors.Node(g, "second", b, (*echo).Add, actors.Node(g, "first", a, (*echo).Add, in))
+	run, err := actors.Compile[int](g, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		before, _ := actors.Call(ctx, b, (*echo).Add, 0).Get(ctx)
+		if _, err := run.Run(ctx, 1); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if now, _ := actors.Call(ctx, b, (*echo).Add, 0).Get(ctx); now <= before {
+			t.Fatalf("run %d did not reach b: %d then %d", i, before, now)
+		}
+	}
+}
+
 func TestCancellationReachesTheCallee(t *testing.T) {
 	ctx := context.Background()
 	h, cl := pair(t, 0)
