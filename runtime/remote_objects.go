@@ -23,12 +23,25 @@ import (
 // a call given the future as its argument is in flight: such calls pin the
 // future from Invoke until their outcome, and the callee fetches its
 // argument before its method runs.
+//
+// The driver's own heap barely grows with such results (they are held
+// elsewhere), so its garbage collector might run too seldom to notice the
+// dropped futures: after every gcEvery bytes of new references the driver
+// starts a collection itself.
 type objRefs struct {
 	client *objstore.Client
 
-	mu   sync.Mutex
-	pins map[*actors.Promise]int // futures in flight as arguments
+	mu     sync.Mutex
+	pins   map[*actors.Promise]int // futures in flight as arguments
+	since  int64                   // bytes referenced since the last collection we started
+	inGC   bool
+	gcRuns int // collections started, for tests
 }
+
+// gcEvery is how many bytes of new references start a garbage collection
+// in the driver, so dropped futures are released before their owners run
+// out of memory.
+const gcEvery = 1 << 30
 
 func newObjRefs() *objRefs {
 	return &objRefs{client: objstore.NewClient(nil), pins: map[*actors.Promise]int{}}
@@ -95,6 +108,22 @@ func (o *objRefs) resolve(p *actors.Promise, data []byte, err error) {
 		return
 	}
 	goruntime.AddCleanup(p, func(h *objHandle) { h.Release() }, h)
+	o.mu.Lock()
+	o.since += ref.Size
+	collect := o.since >= gcEvery && !o.inGC
+	if collect {
+		o.since, o.inGC = 0, true
+		o.gcRuns++
+	}
+	o.mu.Unlock()
+	if collect {
+		go func() {
+			goruntime.GC()
+			o.mu.Lock()
+			o.inGC = false
+			o.mu.Unlock()
+		}()
+	}
 }
 
 // wireArg prepares a call's argument future for the wire: the value or the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	goruntime "runtime"
 	"os"
 	"strings"
@@ -207,5 +208,79 @@ func TestRemoteObjectRefs(t *testing.T) {
 	}
 	if _, err := actors.CallRef(ctx, b, (*oblob).Sum, ff).Get(ctx); err == nil || !strings.Contains(err.Error(), "owner unreachable") {
 		t.Errorf("CallRef with an object whose owner died: %v, want owner unreachable", err)
+	}
+}
+
+// TestObjRefsPins: the driver's reference is given up on Release only once
+// the calls using the future as argument have ended, and by the garbage
+// collector for a dropped future; many referenced bytes start a
+// collection.
+func TestObjRefsPins(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := objstore.NewStore(l.Addr().String())
+	srv := objstore.NewServer(st)
+	served := make(chan struct{})
+	go func() { srv.Serve(l); close(served) }()
+	defer func() { srv.Close(); <-served }()
+	o := newObjRefs()
+	defer o.close()
+	waitLen := func(n int, gc bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); st.Len() != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("owner holds %d objects, want %d", st.Len(), n)
+			}
+			if gc {
+				goruntime.GC()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	p := actors.NewPromise()
+	o.resolve(p, st.Put(make([]byte, 1000)).Encode(), nil)
+	if p.Remote() == nil {
+		t.Fatal("a reference did not resolve the promise as a remote value")
+	}
+	o.pin(p)
+	o.pin(p)
+	p.Release()
+	o.unpin(p)
+	if st.Len() != 1 {
+		t.Fatal("freed with a call still using it")
+	}
+	o.unpin(p)
+	waitLen(0, false)
+
+	// Dropped without Release: the garbage collector's cleanup frees it.
+	func() {
+		q := actors.NewPromise()
+		o.resolve(q, st.Put(make([]byte, 1000)).Encode(), nil)
+	}()
+	waitLen(0, true)
+
+	// Plain results and errors are resolved as they are.
+	q := actors.NewPromise()
+	o.resolve(q, []byte{0x01}, nil)
+	if d, err, _ := q.Result(); q.Remote() != nil || err != nil || len(d) != 1 {
+		t.Fatalf("plain result: %x %v", d, err)
+	}
+	// A malformed reference is an error, not a value.
+	q = actors.NewPromise()
+	o.resolve(q, []byte("\xc1TOBJREF1short"), nil)
+	if _, err, _ := q.Result(); err == nil || !strings.Contains(err.Error(), "malformed object reference") {
+		t.Fatalf("malformed reference: %v", err)
+	}
+	// A gigabyte referenced starts a collection.
+	big := objstore.Ref{Owner: l.Addr().String(), Size: gcEvery}
+	o.resolve(actors.NewPromise(), big.Encode(), nil)
+	o.mu.Lock()
+	runs := o.gcRuns
+	o.mu.Unlock()
+	if runs != 1 {
+		t.Errorf("%d collections started after %d bytes referenced, want 1", runs, int64(gcEvery))
 	}
 }
