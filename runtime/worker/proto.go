@@ -8,6 +8,11 @@
 // and obeys the node over the socket pair. The node side is Proc. The
 // control messages are JSON lines; the socket pair closing (node gone, or
 // worker gone) ends the other side.
+//
+// A worker also keeps its actors' large results in an object store
+// (package objstore, served on a port of its own): the reply carries a
+// reference, and an argument that is a reference is fetched from the
+// worker that owns it before the method runs (objects.go).
 package worker
 
 import (
