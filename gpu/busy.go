@@ -114,7 +114,7 @@ var processMeter = func() *BusyMeter {
 	m := NewBusyMeter()
 	m.ledgerDir = func() string {
 		dir := LedgerDir(os.Getppid())
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		if !privateDir(dir) {
 			return "" // the parent is no node with simulated GPUs
 		}
 		return dir
@@ -288,6 +288,20 @@ func ReadLedgers(dir string) ([]BusyRecord, error) {
 	}
 	sortRecords(out)
 	return out, errors.Join(errs...)
+}
+
+// privateDir reports whether dir is a directory of this process's user
+// that others cannot read or write (a ledger directory someone else made
+// in the shared temporary directory is not used).
+func privateDir(dir string) bool {
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
+		return false
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok && int(s.Uid) != os.Getuid() {
+		return false
+	}
+	return true
 }
 
 // processAlive reports whether process pid exists.

@@ -221,3 +221,22 @@ func TestBindActorBackend(t *testing.T) {
 	}
 	t.Error("no record for the bound backend")
 }
+
+func TestBusyFeedRefusesForeignLedgerDir(t *testing.T) {
+	inv, err := gpu.Open(gpu.Options{Simulate: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	dir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o777)
+	if _, err := gpu.NewBusyFeed(inv.Simulation(), gpu.BusyFeedOptions{LedgerDir: dir}); err == nil {
+		t.Error("a world-writable ledger directory was accepted")
+	}
+	if _, err := gpu.NewBusyFeed(nil, gpu.BusyFeedOptions{}); err == nil {
+		t.Error("a feed without a simulation was accepted")
+	}
+}

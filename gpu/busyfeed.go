@@ -55,6 +55,8 @@ func NewBusyFeed(sim *Simulation, o BusyFeedOptions) (*BusyFeed, error) {
 			f.owned = true
 		} else if !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("busy feed: ledger directory: %w", err)
+		} else if !privateDir(f.dir) {
+			return nil, fmt.Errorf("busy feed: ledger directory %s exists and is not a private directory of this user", f.dir)
 		}
 	}
 	return f, nil
