@@ -239,12 +239,12 @@ func (n *Node) joinOnce(ctx context.Context, addrs []string) ([]string, error) {
 }
 
 // Rejoin intervals: a node missing part of its cluster retries joining
-// every rejoinBase at first, doubling while it fails, up to rejoinMax.
+// every rejoinBase at first, doubling while it fails, up to four times
+// that (10 s with LAN timers): an attempt is a few gRPC calls, and a
+// partition's end should be noticed within seconds.
 func (n *Node) rejoinBase() time.Duration {
 	return max(5*n.cfg.Timing.ProbeInterval, 500*time.Millisecond)
 }
-
-const rejoinMax = 30 * time.Second
 
 // rejoinTargets returns the gRPC addresses a node should join through now,
 // or none when its gossip view is whole. Memberlist heals a partition by
@@ -314,7 +314,7 @@ func (n *Node) rejoinLoop() {
 			via, err := n.joinOnce(ctx, targets)
 			cancel()
 			if err != nil {
-				delay = min(2*delay, rejoinMax)
+				delay = min(2*delay, 4*base)
 				n.log.Debug("rejoin failed", "via", targets, "err", err, "retry in", delay)
 			} else {
 				// Joined: memberlist settles who is alive (each side refutes
