@@ -245,3 +245,23 @@ func findChromium() string {
 	}
 	return ""
 }
+
+func TestDashboardAddr(t *testing.T) {
+	for _, c := range []struct {
+		flag string
+		role cluster.Role
+		want string
+	}{
+		{"", cluster.RoleHead, defaultDashboard},
+		{"", cluster.RoleServer, ""},
+		{"", cluster.RoleWorker, ""},
+		{"off", cluster.RoleHead, ""},
+		{" OFF ", cluster.RoleHead, ""},
+		{"none", cluster.RoleHead, ""},
+		{"0.0.0.0:9000", cluster.RoleWorker, "0.0.0.0:9000"},
+	} {
+		if got := dashboardAddr(c.flag, c.role); got != c.want {
+			t.Errorf("dashboardAddr(%q, %s) = %q, want %q", c.flag, c.role, got, c.want)
+		}
+	}
+}
