@@ -34,6 +34,11 @@ Ports: a node serves gRPC on its --bind port P (default 7370), gossips
 gossip message and raft connection is authenticated by the cluster token
 (--token or TROUPE_TOKEN; the head generates one when none is given).
 Drivers connect with TROUPE_ADDRESS=HOST:P and TROUPE_TOKEN.
+
+Every node samples its GPUs (troupe gpus --address shows them all). The head
+serves the web dashboard (every node's GPUs, nodes, actors) and Prometheus
+/metrics on 127.0.0.1:8265; --http ADDR moves it (any node), --http off
+turns it off.
 `
 
 func runStart(ctx context.Context, args []string) error {
