@@ -75,7 +75,7 @@ func runGPUs(ctx context.Context, args []string, env gpusEnv) error {
 		return fmt.Errorf("--interval %v: must be positive", *interval)
 	}
 	addr := *address
-	if addr == "" {
+	if addr == "" && *simulate == "" { // an explicit --simulate-gpus means this machine
 		addr = env.getenv("TROUPE_ADDRESS")
 	}
 	if addr != "" {

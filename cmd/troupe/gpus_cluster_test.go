@@ -238,3 +238,16 @@ func TestGPUsClusterGolden(t *testing.T) {
 	}
 	golden(t, "cluster.json", b.Bytes())
 }
+
+// An explicit --simulate-gpus shows this machine even with TROUPE_ADDRESS
+// set (a driver's environment); --address with it is a contradiction.
+func TestGPUsSimulateBeatsEnvAddress(t *testing.T) {
+	var out bytes.Buffer
+	env := loadedEnv(&out, &testClock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}, map[string]string{"TROUPE_ADDRESS": "127.0.0.1:1"})
+	if err := runGPUs(context.Background(), []string{"--once", "--simulate-gpus", "pcie-4"}, env); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "SIMULATED GPUs (profile pcie-4)") {
+		t.Errorf("not the local view:\n%s", out.String())
+	}
+}
