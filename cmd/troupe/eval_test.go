@@ -28,8 +28,8 @@ func tinyCheckpoint(t *testing.T, dir, name string, ctxLen int) string {
 
 func TestEvalCommand(t *testing.T) {
 	dir := t.TempDir()
-	tool := tinyCheckpoint(t, dir, "tool", 48)
-	planner := tinyCheckpoint(t, dir, "planner", 48)
+	tool := tinyCheckpoint(t, dir, "tool", 64)
+	planner := tinyCheckpoint(t, dir, "planner", 64)
 	ctx := context.Background()
 	var out, errb bytes.Buffer
 	err := runEval(ctx, []string{"--env", "planpath", "--size", "5", "--episodes", "3", "--role", "tool=" + tool, "--role", "planner=" + planner}, &out, &errb)
@@ -58,7 +58,7 @@ func TestEvalCommand(t *testing.T) {
 		"missing role":    {[]string{"--size", "5", "--role", "tool=" + tool}, `no checkpoint for role "planner"`},
 		"unknown role":    {[]string{"--size", "5", "--role", "tool=" + tool, "--role", "planner=" + planner, "--role", "pilot=" + tool}, `no role "pilot"`},
 		"bad role flag":   {[]string{"--role", "tool"}, "usage error"},
-		"grid too big":    {[]string{"--size", "8", "--policy", tool}, "context 48"},
+		"grid too big":    {[]string{"--size", "8", "--policy", tool}, "context 64"},
 		"unknown env":     {[]string{"--env", "chess", "--policy", tool}, "unknown environment"},
 		"bad size":        {[]string{"--size", "30", "--policy", tool}, "outside 5..10"},
 		"episodes":        {[]string{"--episodes", "0", "--policy", tool}, "at least 1"},
