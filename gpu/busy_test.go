@@ -240,3 +240,39 @@ func TestBusyFeedRefusesForeignLedgerDir(t *testing.T) {
 		t.Error("a feed without a simulation was accepted")
 	}
 }
+
+// A feed counts only work done after it started, and starts with a clean
+// ledger directory (one left by an earlier process with the same PID).
+func TestBusyFeedStartsFresh(t *testing.T) {
+	clk := &manualClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	inv, err := gpu.Open(gpu.Options{Simulate: "1", Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	meter := gpu.NewBusyMeter()
+	c := meter.Counter(gpu.BusyKey{GPU: 0})
+	c.AddBusy(time.Hour) // before the feed: not this node's business
+	dir := filepath.Join(t.TempDir(), "ledgers")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "1.json")
+	os.WriteFile(stale, []byte(`[{"gpu":0,"pid":1,"busy_ns":999999999999,"memory_bytes":0}]`), 0o600)
+	feed, err := gpu.NewBusyFeed(inv.Simulation(), gpu.BusyFeedOptions{Meter: meter, LedgerDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feed.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Error("stale ledger kept")
+	}
+	c.AddBusy(400 * time.Millisecond)
+	clk.add(time.Second)
+	if err := feed.Pull(); err != nil {
+		t.Fatal(err)
+	}
+	if u := inv.Sample()[0].SMUtil; *u != 40 {
+		t.Errorf("GPU 0 at %d%%, want 40%% (only the work after the feed started)", *u)
+	}
+}

@@ -39,7 +39,8 @@ type BusyFeedOptions struct {
 	// Meter is read on every Pull (ProcessMeter() in a node process).
 	Meter *BusyMeter
 	// LedgerDir, if set, is the directory of worker ledgers; it is created
-	// (mode 0700) if missing and removed by Close.
+	// afresh (mode 0700; stale ledgers of an earlier process are removed)
+	// and removed by Close. Only one feed may use a directory.
 	LedgerDir string
 }
 
@@ -51,12 +52,27 @@ func NewBusyFeed(sim *Simulation, o BusyFeedOptions) (*BusyFeed, error) {
 	f := &BusyFeed{sim: sim, node: o.Node, meter: o.Meter, dir: o.LedgerDir,
 		last: map[BusyRecord]int64{}, mem: map[feedSlot]uint64{}}
 	if f.dir != "" {
-		if err := os.Mkdir(f.dir, 0o700); err == nil {
-			f.owned = true
-		} else if !errors.Is(err, os.ErrExist) {
+		err := os.Mkdir(f.dir, 0o700)
+		if errors.Is(err, os.ErrExist) {
+			// Left by an earlier process with this PID (killed before it
+			// cleaned up): its ledgers are stale.
+			if !privateDir(f.dir) {
+				return nil, fmt.Errorf("busy feed: ledger directory %s exists and is not a private directory of this user", f.dir)
+			}
+			if err = os.RemoveAll(f.dir); err == nil {
+				err = os.Mkdir(f.dir, 0o700)
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("busy feed: ledger directory: %w", err)
-		} else if !privateDir(f.dir) {
-			return nil, fmt.Errorf("busy feed: ledger directory %s exists and is not a private directory of this user", f.dir)
+		}
+		f.owned = true
+	}
+	if f.meter != nil { // count only work done from now on
+		for _, r := range f.meter.Snapshot() {
+			k := r
+			k.BusyNanos, k.MemoryBytes = 0, 0
+			f.last[k] = r.BusyNanos
 		}
 	}
 	return f, nil
