@@ -38,7 +38,8 @@ stop. With --detach it prints the job ID and returns; then
   troupe jobs                   list jobs and their states
   troupe stop-job JOB           stop it
 When the driver ends (exit, crash, kill -9) its job ends and its actors are
-killed.
+killed (a submitted job ends when its driver process exits, not at
+rt.Shutdown). The node needs a --data-dir.
 
 Flags go before BINARY; everything after BINARY (and an optional --) is
 passed to the driver.

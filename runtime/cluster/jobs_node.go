@@ -71,8 +71,9 @@ func (n *Node) jobLease() time.Duration {
 	return max(3*time.Second, 20*n.cfg.Timing.ProbeInterval)
 }
 
-// keepAliveEvery is how often keep-alives are sent.
-func (n *Node) keepAliveEvery() time.Duration { return max(n.jobLease()/4, 100*time.Millisecond) }
+// keepAliveEvery is how often keep-alives are sent: seven can be lost or
+// late (a loaded machine, a leader election) before a lease runs out.
+func (n *Node) keepAliveEvery() time.Duration { return max(n.jobLease()/8, 100*time.Millisecond) }
 
 func (m *jobManager) jobsDir() (string, error) {
 	if m.n.cfg.DataDir == "" {
