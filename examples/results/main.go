@@ -15,9 +15,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"troupe/algorithms/envs"
@@ -54,6 +56,7 @@ func main() {
 	lr := flag.Float64("lr", 3e-4, "RL learning rate")
 	flag.StringVar(&plotsDir, "plots", plotsDir, "directory that receives a copy of every cell's plot (linked from the markdown)")
 	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
+	jobs := flag.Int("jobs", 1, "cells trained at the same time (a cell starting from another's warm start waits for it); wall times then overlap")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	flag.Parse()
 	notesFile = *notes
@@ -121,41 +124,77 @@ func main() {
 			}
 		}
 	}
+	var selected []cell
 	for _, c := range all {
-		if len(want) > 0 && !want[c.ID] {
-			continue
+		if len(want) == 0 || want[c.ID] {
+			selected = append(selected, c)
 		}
+	}
+	// finished[id] is closed when cell id of this run has written its
+	// checkpoints; a cell starting from another's warm start waits for it.
+	finished := map[string]chan struct{}{}
+	for _, c := range selected {
+		finished[c.ID] = make(chan struct{})
+	}
+	var (
+		mu  sync.Mutex // outs, done, the markdown
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, max(1, *jobs))
+	)
+	jobsUsed = max(1, *jobs)
+	for _, c := range selected {
+		if ch, ok := finished[c.InitFrom]; ok {
+			<-ch
+		}
+		sem <- struct{}{}
 		o := c.Opt
 		o.Seed = *seed
 		o.OutDir = filepath.Join(*out, c.ID)
 		o.Progress, o.Log = os.Stderr, os.Stdout
+		if jobsUsed > 1 {
+			// Interleaved progress bars are unreadable: cells log lines only,
+			// each prefixed with its cell.
+			o.Progress, o.Log = nil, &prefixWriter{prefix: "[" + c.ID + "] ", w: os.Stdout}
+		}
 		if c.InitFrom != "" {
 			// Start from that cell's warm start when it ran here (this run
 			// or an earlier one); otherwise warm-start from scratch.
 			prefix := filepath.Join(*out, c.InitFrom, "warm-")
-			if m, _ := filepath.Glob(prefix + "*.safetensors"); done[c.InitFrom] || len(m) > 0 {
+			mu.Lock()
+			ran := done[c.InitFrom]
+			mu.Unlock()
+			if m, _ := filepath.Glob(prefix + "*.safetensors"); ran || len(m) > 0 {
 				o.Init = prefix
 			}
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
-		res, err := recipe.Run(ctx, rt, o)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "results: cell %s: %v\n", c.ID, err)
-			os.Exit(1)
-		}
-		outs = append(outs, outcome{ID: c.ID, Desc: c.Desc, Result: res, Opt: o})
-		done[c.ID] = true
-		// Write after every cell so an interrupted run still leaves a table.
-		merged := order(all, append(append([]outcome(nil), kept...), outs...))
-		if err := copyPlots(*out, merged); err != nil {
-			fmt.Fprintln(os.Stderr, "results:", err)
-			os.Exit(1)
-		}
-		if err := write(*doc, *out, merged, time.Since(start)); err != nil {
-			fmt.Fprintln(os.Stderr, "results:", err)
-			os.Exit(1)
-		}
+		wg.Add(1)
+		go func(c cell, o recipe.Options) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := recipe.Run(ctx, rt, o)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "results: cell %s: %v\n", c.ID, err)
+				os.Exit(1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			outs = append(outs, outcome{ID: c.ID, Desc: c.Desc, Result: res, Opt: o})
+			done[c.ID] = true
+			close(finished[c.ID])
+			// Write after every cell so an interrupted run still leaves a table.
+			merged := order(all, append(append([]outcome(nil), kept...), outs...))
+			if err := copyPlots(*out, merged); err != nil {
+				fmt.Fprintln(os.Stderr, "results:", err)
+				os.Exit(1)
+			}
+			if err := write(*doc, *out, merged, time.Since(start)); err != nil {
+				fmt.Fprintln(os.Stderr, "results:", err)
+				os.Exit(1)
+			}
+		}(c, o)
 	}
+	wg.Wait()
 	fmt.Printf("wrote %s (%d cells, %s)\n", *doc, len(outs), time.Since(start).Round(time.Second))
 }
 
@@ -163,6 +202,7 @@ func main() {
 type saved struct {
 	Outcomes []outcome
 	Total    time.Duration
+	Jobs     int // cells trained at the same time (0 in older files: 1)
 }
 
 func rewrite(from, doc, out string) error {
@@ -177,6 +217,7 @@ func rewrite(from, doc, out string) error {
 			return fmt.Errorf("%s: %w", from, err)
 		}
 	}
+	jobsUsed = max(1, s.Jobs)
 	return write(doc, out, s.Outcomes, s.Total)
 }
 
@@ -242,6 +283,28 @@ func cells(steps int) []cell {
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
 
+// jobsUsed is the number of cells that ran at the same time (for the
+// markdown's note on wall times).
+var jobsUsed = 1
+
+// prefixWriter writes each Write (one log line) behind a prefix, so the
+// lines of cells running at the same time stay attributable.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+var logMu sync.Mutex
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	if _, err := io.WriteString(p.w, p.prefix); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
+}
+
 // notesFile is the hand-written observations appended to the table.
 var notesFile = "examples/results/notes.md"
 
@@ -276,7 +339,12 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	fmt.Fprintf(&b, "Generated by `go run ./examples/results` on %s (total %s). Every cell is trained from scratch\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), total.Round(time.Second))
 	fmt.Fprintf(&b, "on the embedded cluster, policies as actors, and evaluated on the same **100 held-out 6×6 grids**\n")
 	fmt.Fprintf(&b, "(22%% obstacles, seeds 1000000..1000099, never trained on) with independent rollouts (one sampled\n")
-	fmt.Fprintf(&b, "action per turn, temperature 1, no branching). Success = the planner reaches the goal within the turn budget.\n\n")
+	fmt.Fprintf(&b, "action per turn, temperature 1, no branching). Success = the planner reaches the goal within the turn budget.\n")
+	if jobsUsed > 1 {
+		fmt.Fprintf(&b, "Cells were trained %d at a time (`--jobs %d`), so a cell's wall time includes the others' load, and the\n", jobsUsed, jobsUsed)
+		fmt.Fprintf(&b, "process CPU time is that of the whole process up to the cell's end.\n")
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "| method | troupe (tiny GPT) | paper (Qwen3-1.7B) | policies × params | RL steps | wall time (process CPU) |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---|---:|---:|\n")
 	row := func(name, paper string, o outcome, warm bool) {
@@ -334,7 +402,8 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	if len(outs) > 0 {
 		o := outs[0].Opt
 		o.Defaults()
-		fmt.Fprintf(&b, "- Model: GPT-2 style, %d layers, width %d, %d heads, character tokenizer over `envs.Alphabet()` (vocab 59), context = longest observation + action + 3 tokens (59 on 6×6). One policy actor per role (per-role) or one for both (shared).\n", o.Layers, o.Width, o.Heads)
+		ctxLen, _, _ := recipe.Context(o.Env, o.EnvConfig)
+		fmt.Fprintf(&b, "- Model: GPT-2 style, %d layers, width %d, %d heads, character tokenizer over `envs.Alphabet()` (%d characters + BOS, SEP, EOS), context = longest observation + action + 3 tokens (%d on 6×6). One policy actor per role (per-role) or one for both (shared).\n", o.Layers, o.Width, o.Heads, len(envs.Alphabet()), ctxLen)
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned, so the planner also sees wrong tool suggestions and off-path states), %d epochs of cross-entropy on the answer tokens, batch 32, lr %.0e.\n", o.WarmEpisodes, o.WarmEpisodes-1, 100*o.WarmNoise, o.WarmEpochs, o.WarmLR)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages, clipped loss ε = 0.2, one AdamW step per update (lr %.0e); the per-role updates run as one compiled actor graph (fan-out to the policy actors, Gather of their statistics).\n", o.Envs, o.K, o.LR)
 		fmt.Fprintf(&b, "- Single agent + GRPO: the planner alone (`envs.Config.Single`), the same turn-wise grouped GRPO (AT-GRPO's sampler with one agent).\n")
@@ -355,7 +424,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	if err := os.WriteFile(doc, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	js, _ := json.MarshalIndent(saved{Outcomes: outs, Total: total}, "", "  ")
+	js, _ := json.MarshalIndent(saved{Outcomes: outs, Total: total, Jobs: jobsUsed}, "", "  ")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
