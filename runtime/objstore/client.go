@@ -18,7 +18,8 @@ const maxIdlePerOwner = 4
 const DialTimeout = 10 * time.Second
 
 // Client fetches objects from their owners and gives references up. One
-// Client serves a whole process; it is safe for concurrent use.
+// Client serves a whole process; it is safe for concurrent use. It reaches
+// an owner on the same host through its Unix socket (see ListenLocal).
 type Client struct {
 	local *Store // this process's store, if any: its objects are not fetched over TCP
 
@@ -175,13 +176,9 @@ func (c *Client) conn(ctx context.Context, owner string) (cc *clientConn, reused
 	c.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(dctx, "tcp", owner)
+	nc, err := dial(dctx, owner)
 	if err != nil {
 		return nil, false, err
-	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
 	}
 	nc.SetWriteDeadline(time.Now().Add(IOTimeout))
 	if _, err := nc.Write([]byte(preface)); err != nil {

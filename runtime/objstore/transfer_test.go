@@ -15,11 +15,11 @@ import (
 	"time"
 )
 
-// owner is a Store served on loopback.
+// owner is a Store served on loopback (TCP and the local Unix socket).
 type owner struct {
 	store  *Store
 	srv    *Server
-	served chan struct{}
+	served sync.WaitGroup
 }
 
 func startOwner(t testing.TB) *owner {
@@ -28,14 +28,17 @@ func startOwner(t testing.TB) *owner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &owner{store: NewStore(l.Addr().String()), served: make(chan struct{})}
+	o := &owner{store: NewStore(l.Addr().String())}
 	o.srv = NewServer(o.store)
-	go func() { o.srv.Serve(l); close(o.served) }()
+	o.served.Go(func() { o.srv.Serve(l) })
+	if ul, err := ListenLocal(l); err == nil {
+		o.served.Go(func() { o.srv.Serve(ul) })
+	}
 	t.Cleanup(o.close)
 	return o
 }
 
-func (o *owner) close() { o.srv.Close(); <-o.served }
+func (o *owner) close() { o.srv.Close(); o.served.Wait() }
 
 func newClient(t testing.TB, local *Store) *Client {
 	c := NewClient(local)
@@ -68,7 +71,15 @@ func checkGoroutines(t *testing.T, base int) {
 	}
 }
 
-func TestTransferLoopback(t *testing.T) {
+func TestTransferLoopback(t *testing.T) { testTransferLoopback(t, "unix") }
+
+// TestTransferLoopbackTCP: the same without the Unix shortcut.
+func TestTransferLoopbackTCP(t *testing.T) {
+	t.Setenv(LocalEnv, "0")
+	testTransferLoopback(t, "tcp")
+}
+
+func testTransferLoopback(t *testing.T, network string) {
 	base := runtime.NumGoroutine()
 	o := startOwner(t)
 	c := NewClient(nil)
@@ -86,6 +97,11 @@ func TestTransferLoopback(t *testing.T) {
 		}
 		c.Release(ref)
 	}
+	c.mu.Lock()
+	if cs := c.idle[o.store.Owner()]; len(cs) == 0 || cs[0].nc.LocalAddr().Network() != network {
+		t.Errorf("pooled connections %v, want %s", cs, network)
+	}
+	c.mu.Unlock()
 	c.Close() // sends the queued releases
 	if o.store.Len() != 0 {
 		t.Errorf("after the releases the owner holds %d objects", o.store.Len())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 
 	"troupe/runtime/objstore"
 )
@@ -16,25 +17,28 @@ type objects struct {
 	store  *objstore.Store
 	client *objstore.Client
 	srv    *objstore.Server
-	served chan struct{}
+	served sync.WaitGroup
 }
 
 // startObjects serves the worker's store on host (port chosen by the
-// system).
+// system), and to processes of this host on the Unix socket beside it.
 func startObjects(host string) (*objects, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("worker: object store listen: %w", err)
 	}
 	st := objstore.NewStore(l.Addr().String())
-	o := &objects{store: st, client: objstore.NewClient(st), srv: objstore.NewServer(st), served: make(chan struct{})}
-	go func() { o.srv.Serve(l); close(o.served) }()
+	o := &objects{store: st, client: objstore.NewClient(st), srv: objstore.NewServer(st)}
+	o.served.Go(func() { o.srv.Serve(l) })
+	if ul, err := objstore.ListenLocal(l); err == nil {
+		o.served.Go(func() { o.srv.Serve(ul) })
+	}
 	return o, nil
 }
 
 func (o *objects) close() {
 	o.srv.Close()
-	<-o.served
+	o.served.Wait()
 	o.client.Close()
 }
 
