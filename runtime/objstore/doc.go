@@ -37,8 +37,10 @@
 //
 // # Transfer protocol
 //
-// A Client opens TCP connections to the owner's Server and keeps a few idle
-// ones per owner. A connection starts with the 5-byte preface "TOBJ\x01";
+// A Client opens connections to the owner's Server (TCP, or the abstract
+// Unix socket beside the owner's TCP address when the owner is on the same
+// host: see ListenLocal) and keeps a few idle ones per owner. A connection
+// starts with the 5-byte preface "TOBJ\x01";
 // then requests and responses alternate:
 //
 //	fetch:    u8 1 | 16 id | 16 key
