@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +34,7 @@ type web struct {
 	node  *cluster.Node // nil for a machine outside any cluster
 
 	mu       sync.Mutex
-	assigned map[string]bool // actors put into attr
+	assigned map[string]bool // "actor@gpu" put into attr
 	// The cluster's GPU history, merged from the points each poll brings
 	// (only those newer than since[node] are shipped).
 	hist  map[string][]dashboard.Point // "node/index" → points, oldest first
@@ -202,34 +203,39 @@ func (w *web) refresh() {
 	cs := w.node.Status()
 	w.reg.SetActorCounts(cs.ActorsByState)
 	w.reg.SetRaft(cs.Leader == w.node.ID(), cs.Term, cs.AppliedIndex)
+	// This node's placements per GPU, as the GPU service attributes them
+	// (a worker, holding no state, learns them through a server).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	view, err := w.node.GPUs(ctx, &cluster.ClusterGPUsRequest{Nodes: []string{w.node.ID()}})
+	cancel()
+	if err != nil || len(view.Nodes) != 1 || view.Nodes[0].Error != "" {
+		return // keep the attribution until the next try
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	live := map[string]bool{}
-	for _, a := range cs.Actors {
-		if a.Node != w.node.ID() || a.State != "ALIVE" || len(a.GPUs) == 0 {
-			continue
+	live := map[string]bool{} // "actor@gpu"
+	for _, s := range view.Nodes[0].Samples {
+		for _, h := range s.Actors {
+			k := h.Actor + "@" + strconv.Itoa(s.Index)
+			live[k] = true
+			if !w.assigned[k] {
+				w.attr.Assign(s.Index, gpu.Holder{Actor: h.Actor, Job: h.Job, Fraction: h.Fraction, PID: h.PID})
+				w.assigned[k] = true
+			}
 		}
-		name := a.Name
-		if name == "" {
-			name = a.ID
-		}
-		live[name] = true
-		if w.assigned[name] {
-			continue
-		}
-		frac := a.Resources.GPUs
-		if frac > 1 {
-			frac = 1
-		}
-		for _, g := range a.GPUs {
-			w.attr.Assign(g, gpu.Holder{Actor: name, Fraction: frac})
-		}
-		w.assigned[name] = true
 	}
-	for name := range w.assigned {
-		if !live[name] {
-			w.attr.Release(name)
-			delete(w.assigned, name)
+	for k := range w.assigned {
+		if live[k] {
+			continue
+		}
+		// Gone from a GPU: release the actor everywhere; what is still
+		// live is assigned again on the next refresh.
+		actor := k[:strings.LastIndex(k, "@")]
+		w.attr.Release(actor)
+		for k2 := range w.assigned {
+			if strings.HasPrefix(k2, actor+"@") {
+				delete(w.assigned, k2)
+			}
 		}
 	}
 }

@@ -265,3 +265,34 @@ func TestDashboardAddr(t *testing.T) {
 		}
 	}
 }
+
+// A worker node (no state copy) serving /metrics labels its GPUs with the
+// actors placed on them, learned through the GPU service.
+func TestWorkerMetricsNameActors(t *testing.T) {
+	c := startGPUCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := newWeb(ctx, c.worker.ID(), c.workerA, c.worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(w.handler())
+	defer srv.Close()
+	waitUntil(t, "the worker's metrics to name the planner on GPU 0", func() bool {
+		c.workerA.sampler.SampleOnce() // attribution is read at sampling
+		mf, err := parseMetrics(strings.NewReader(getBody(t, srv.URL+"/metrics")))
+		if err != nil || mf["troupe_gpu_actor_fraction"] == nil {
+			return false
+		}
+		for _, m := range mf["troupe_gpu_actor_fraction"].Metric {
+			l := map[string]string{}
+			for _, p := range m.Label {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["node"] == "worker-1" && l["gpu"] == "0" && l["actor"] == "planner" && l["job"] == "job-7" && m.Gauge.GetValue() == 1 {
+				return true
+			}
+		}
+		return false
+	})
+}

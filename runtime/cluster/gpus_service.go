@@ -89,7 +89,9 @@ type ClusterGPUsRequest struct {
 	// HistorySince, per node ID, limits the history to points newer than
 	// that Unix millisecond time (a poller passes the newest it has).
 	HistorySince map[string]int64 `msgpack:"since,omitempty"`
-	Hops         int              `msgpack:"hops,omitempty"`
+	// Nodes, if set, limits the view to these node IDs.
+	Nodes []string `msgpack:"nodes,omitempty"`
+	Hops  int      `msgpack:"hops,omitempty"`
 }
 
 // NodeGPUsRequest asks one node for its GPUs.
@@ -265,9 +267,13 @@ func (s *gpuService) cluster(ctx context.Context, r *ClusterGPUsRequest) (*Clust
 		holders  map[int][]gpu.Holder
 	}
 	var targets []target
+	only := map[string]bool{}
+	for _, id := range r.Nodes {
+		only[id] = true
+	}
 	n.fsm.Read(func(st *scheduler.State) {
 		for _, nd := range st.Nodes() {
-			if nd.State == scheduler.NodeDead {
+			if nd.State == scheduler.NodeDead || (len(only) > 0 && !only[string(nd.ID)]) {
 				continue
 			}
 			holders := map[int][]gpu.Holder{}

@@ -120,4 +120,13 @@ func TestClusterGPUsFanOut(t *testing.T) {
 	if len(v2.Nodes[1].History[0]) != 3 {
 		t.Errorf("w1's full history not shipped: %d points", len(v2.Nodes[1].History[0]))
 	}
+
+	// One node only, asked from that worker (through a server and back).
+	v3, err := w1.GPUs(ctx, &ClusterGPUsRequest{Nodes: []string{"w1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v3.Nodes) != 1 || v3.Nodes[0].Node != "w1" || v3.Nodes[0].Samples[0].Actors[0].Actor != "learner" {
+		t.Errorf("w1 only: %+v", v3.Nodes)
+	}
 }
