@@ -170,7 +170,8 @@ func findJob(ctx context.Context, c *cluster.Client, ref string) (*cluster.JobVi
 
 const logsHelp = `Prints the output (stdout and stderr, interleaved) of a job submitted with
 troupe submit, from any node: the node that ran the driver keeps it in
-<data-dir>/jobs/<job id>/output.log (32 MiB, then rotated to output.log.1).
+<data-dir>/jobs/<job id>/output.log (32 MiB, then rotated to output.log.1),
+for its last 100 finished jobs.
 JOB is a job ID, a unique start of one, or a name (the latest job with it).
 With --follow it goes on until the driver exits (Ctrl-C stops following,
 not the job). The job's end is reported on stderr.

@@ -244,3 +244,36 @@ func FuzzJobRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestPruneJobDirs: only the newest finished jobs are kept; running jobs
+// and unknown directories stay.
+func TestPruneJobDirs(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, rec *jobRecord) {
+		d := filepath.Join(dir, name)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if rec != nil {
+			if err := writeJobRecord(filepath.Join(d, "job.json"), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		mk(fmt.Sprintf("job-%d", i), &jobRecord{ID: fmt.Sprint(i), EndedAt: int64(i), Exit: &JobExit{State: "SUCCEEDED"}})
+	}
+	mk("job-running", &jobRecord{ID: "r"})
+	mk("job-norecord", nil)
+	if err := pruneJobDirs(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if got := strings.Join(left, " "); got != "job-3 job-4 job-norecord job-running" {
+		t.Errorf("left %s", got)
+	}
+}

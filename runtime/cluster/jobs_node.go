@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -133,6 +134,46 @@ func (m *jobManager) recoverRecords() {
 		rec.EndedAt = time.Now().UnixNano()
 		writeJobRecord(p, rec)
 	}
+}
+
+// keptJobs is how many finished jobs' directories (output and record) a
+// node keeps; older ones are removed when a job is submitted.
+const keptJobs = 100
+
+// pruneJobDirs removes the directories of finished jobs beyond the newest
+// keep (by end time). Running jobs and directories without a record are
+// left alone.
+func pruneJobDirs(jobsDir string, keep int) error {
+	ents, err := os.ReadDir(jobsDir)
+	if err != nil {
+		return err
+	}
+	type ended struct {
+		dir string
+		at  int64
+	}
+	var done []ended
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		rec, err := readJobRecord(filepath.Join(jobsDir, e.Name(), "job.json"))
+		if err != nil || rec.Exit == nil {
+			continue
+		}
+		done = append(done, ended{filepath.Join(jobsDir, e.Name()), rec.EndedAt})
+	}
+	if len(done) <= keep {
+		return nil
+	}
+	sort.Slice(done, func(a, b int) bool { return done[a].at > done[b].at })
+	var errs []error
+	for _, d := range done[keep:] {
+		if err := os.RemoveAll(d.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func readJobRecord(path string) (*jobRecord, error) {

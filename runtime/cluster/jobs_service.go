@@ -36,6 +36,9 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
+	if err := pruneJobDirs(jobsDir, keptJobs); err != nil && !errors.Is(err, os.ErrNotExist) {
+		n.log.Warn("removing old job directories", "err", err)
+	}
 	id := scheduler.JobID(newJobID())
 	dir := filepath.Join(jobsDir, string(id))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
