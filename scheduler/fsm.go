@@ -99,6 +99,32 @@ func (s *State) UnmarshalBinary(b []byte) error {
 type FSM struct {
 	mu sync.RWMutex
 	st *State
+	j  journal
+
+	cmu     sync.Mutex
+	changed chan struct{} // closed at the next apply; nil while nobody waits
+}
+
+// Changed returns a channel that is closed when the FSM next applies a
+// command or restores a snapshot. To wait for a condition on the state
+// without polling, take the channel, then Read, and if the condition does
+// not hold yet, wait on the channel and repeat.
+func (f *FSM) Changed() <-chan struct{} {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
+}
+
+func (f *FSM) notify() {
+	f.cmu.Lock()
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
+	f.cmu.Unlock()
 }
 
 // NewFSM returns an FSM over an empty state.
@@ -127,8 +153,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	c, err := DecodeCommand(l.Data) // outside the lock: readers keep going
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.apply(l.Index, c, err)
+	r := f.apply(l.Index, c, err)
+	f.mu.Unlock()
+	f.notify()
+	return r
 }
 
 // ApplyBatch implements raft.BatchingFSM: the entries raft commits together
@@ -143,12 +171,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
 			out[i] = f.apply(l.Index, cmds[i], errs[i])
 		}
 	}
+	f.mu.Unlock()
+	f.notify()
 	return out
 }
 
@@ -161,6 +190,7 @@ func (f *FSM) apply(index uint64, c Command, decodeErr error) *Response {
 	// Keep the derived index fresh under the write lock, so planners reading
 	// through Read never have to rebuild it concurrently.
 	f.st.idx.ensure(f.st)
+	f.j.add(index, c)
 	return &Response{Err: err, Index: index}
 }
 
@@ -199,7 +229,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.idx.ensure(st)
 	f.mu.Lock()
 	f.st = st
+	f.j.reset(st.d.Applied)
 	f.mu.Unlock()
+	f.notify()
 	return nil
 }
 

@@ -205,9 +205,12 @@ func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupRespo
 	if n.raft == nil {
 		return nil, status.Error(codes.Unavailable, "this worker knows no live server")
 	}
-	deadline := time.Now().Add(min(max(r.Timeout, 0), time.Minute))
-	delay := 200 * time.Microsecond
+	timeout := min(max(r.Timeout, 0), time.Minute)
+	deadline := time.Now().Add(timeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	for {
+		changed := n.fsm.Changed() // before reading: no apply is missed
 		out := new(GetGroupResponse)
 		done := true
 		n.fsm.Read(func(s *scheduler.State) {
@@ -216,7 +219,7 @@ func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupRespo
 				done = grp.State == scheduler.GroupCreated
 			}
 		})
-		if done || r.Timeout <= 0 || time.Now().After(deadline) {
+		if done || !time.Now().Before(deadline) {
 			return out, nil
 		}
 		select {
@@ -224,9 +227,9 @@ func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupRespo
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-n.ctx.Done():
 			return nil, status.Error(codes.Unavailable, "node shutting down")
-		case <-time.After(delay):
+		case <-changed:
+		case <-timer.C:
 		}
-		delay = min(2*delay, 2*time.Millisecond)
 	}
 }
 

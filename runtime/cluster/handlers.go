@@ -211,8 +211,9 @@ func cloneActor(a *scheduler.Actor) scheduler.Actor {
 // not know yet to appear in its state before answering NotFound.
 const followerCatchUp = 5 * time.Second
 
-// waitActor polls this server's state (in memory, cheap) so the caller
-// makes one call per wait instead of polling over the network.
+// waitActor waits on this server's state, woken by every apply (no
+// polling), so the caller makes one call per wait instead of polling over
+// the network.
 func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetActorResponse, error) {
 	n := c.node()
 	if n.raft == nil {
@@ -222,8 +223,10 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 	timeout := min(max(r.Timeout, 0), time.Minute)
 	start := time.Now()
 	deadline := start.Add(timeout)
-	delay := 200 * time.Microsecond
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	for {
+		changed := n.fsm.Changed() // before reading: no apply is missed
 		var out *GetActorResponse
 		done := false
 		n.fsm.Read(func(s *scheduler.State) {
@@ -238,16 +241,21 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 		if out == nil && (n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)) {
 			return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
 		}
-		if done || time.Now().After(deadline) {
+		if done || !time.Now().Before(deadline) {
 			return out, nil
+		}
+		var recheck <-chan time.Time // an unknown ID is re-judged in time
+		if out == nil {
+			recheck = time.After(min(timeout, followerCatchUp) - time.Since(start))
 		}
 		select {
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-n.ctx.Done():
 			return nil, status.Error(codes.Unavailable, "node shutting down")
-		case <-time.After(delay):
+		case <-changed: // the state moved on: look again
+		case <-timer.C:
+		case <-recheck:
 		}
-		delay = min(2*delay, 2*time.Millisecond)
 	}
 }

@@ -218,9 +218,9 @@ const maxPlaceBatch = 1024
 // placer decides and commits actor creations in batches: every request
 // waiting when a batch starts goes into it, each decision seeing the ones
 // before it, and the batch is one raft entry. It plans on a scratch copy of
-// the state that it keeps between batches as long as nothing else was
-// committed in between (then the copy equals the FSM's state, because
-// applying is deterministic).
+// the state that it keeps between batches, applying what others committed
+// in between from the FSM's journal (catchup.go), so the copy stays equal
+// to the FSM's state without cloning it after every commit.
 func (n *Node) placer(ctx context.Context) {
 	var scratch *scheduler.State
 	var scratchIdx uint64
@@ -244,12 +244,17 @@ func (n *Node) placer(ctx context.Context) {
 			}
 		}
 		var applied uint64
-		n.fsm.Read(func(s *scheduler.State) {
-			applied = s.AppliedIndex()
-			if scratch == nil || applied != scratchIdx {
+		n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
+		if scratch != nil && applied != scratchIdx && !catchUp(n.fsm, scratch, scratchIdx, applied, false) {
+			scratch = nil
+		}
+		if scratch == nil {
+			n.fsm.Read(func(s *scheduler.State) {
+				applied = s.AppliedIndex()
 				scratch = s.Clone()
-			}
-		})
+			})
+		}
+		base := applied // scratch equals the FSM's state at base
 		at := time.Now().UnixNano()
 		type slot struct{ req, i int }
 		var cmds [][]byte
@@ -313,6 +318,9 @@ func (n *Node) placer(ctx context.Context) {
 				}
 			default:
 				scratchIdx = resp.Index
+				if !catchUp(n.fsm, scratch, base, resp.Index-1, true) {
+					scratch = nil
+				}
 				for _, s := range slots {
 					results[s.req][s.i].Index = resp.Index
 				}
