@@ -160,6 +160,34 @@ func gone(pid int) bool {
 	return len(f) > 2 && f[2] == "Z"
 }
 
+// startHandDriver runs the driver in hold mode as a user would, with
+// TROUPE_ADDRESS and TROUPE_TOKEN, not through troupe submit.
+func startHandDriver(t *testing.T, exe string, env []string) (*cliProc, *exec.Cmd) {
+	t.Helper()
+	p := &cliProc{done: make(chan struct{})}
+	cmd := exec.Command(exe, driverRun)
+	cmd.Env = append(append(os.Environ(), env...), jobDriverEnv+"=hold")
+	cmd.Stdout, cmd.Stderr = p, p
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.done })
+	return p, cmd
+}
+
+// jobOfDriver finds the job of a driver started by hand by its PID.
+func jobOfDriver(t *testing.T, env []string, addr string, pid int) *cluster.JobView {
+	t.Helper()
+	for _, j := range jobsJSON(t, env, addr) {
+		if strings.HasSuffix(j.Driver, fmt.Sprintf(" pid %d", pid)) {
+			return &j
+		}
+	}
+	return nil
+}
+
 func actorState(t *testing.T, env []string, id string) string {
 	st, err := statusJSON(t, env)
 	if err != nil {
@@ -283,16 +311,7 @@ func TestJobsEndToEnd(t *testing.T) {
 
 	// kill -9 of a driver started by hand: its keep-alives stop and the
 	// leader ends the job after the lease (4 s with fast timers).
-	direct := &cliProc{done: make(chan struct{})}
-	cmd := exec.Command(exe, driverRun)
-	cmd.Env = append(append(os.Environ(), env...), jobDriverEnv+"=hold")
-	cmd.Stdout, cmd.Stderr = direct, direct
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { direct.err = cmd.Wait(); close(direct.done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-direct.done })
+	direct, cmd := startHandDriver(t, exe, env)
 	waitJob(t, "the hand-started driver's actor", func() bool {
 		_, actorPID, actorID, _ = driverPIDs(direct.output())
 		return actorID != ""
@@ -300,16 +319,27 @@ func TestJobsEndToEnd(t *testing.T) {
 	cmd.Process.Kill()
 	<-direct.done
 	waitJob(t, "the lost driver's actor to die", func() bool { return actorState(t, env, actorID) == "DEAD" })
-	var lost *cluster.JobView
-	for _, j := range jobsJSON(t, env, headAddr) {
-		if j.Driver != "" && strings.Contains(j.Driver, fmt.Sprintf("pid %d", cmd.Process.Pid)) {
-			lost = &j
-		}
-	}
+	lost := jobOfDriver(t, env, headAddr, cmd.Process.Pid)
 	if lost == nil || lost.State != "FAILED" || !strings.Contains(lost.Message, "driver lost") {
 		t.Errorf("job of the driver killed by hand: %+v", lost)
 	}
 	waitJob(t, "the lost driver's worker process to exit", func() bool { return gone(actorPID) })
+
+	// stop-job of a job whose driver was started by hand: the job ends
+	// (its actor dies) and the driver is told.
+	direct, cmd = startHandDriver(t, exe, env)
+	waitJob(t, "the second hand-started driver's actor", func() bool {
+		_, _, actorID, _ = driverPIDs(direct.output())
+		return actorID != ""
+	})
+	if j := jobOfDriver(t, env, headAddr, cmd.Process.Pid); j == nil {
+		t.Errorf("no job for the driver started by hand")
+	} else if out, err := cliRun(t, env, "stop-job", j.ID); err != nil || !strings.Contains(out, "stopped") {
+		t.Errorf("stop-job of a hand-started driver's job: %v\n%s", err, out)
+	}
+	waitJob(t, "the stopped hand-started job's actor to die", func() bool { return actorState(t, env, actorID) == "DEAD" })
+	waitJob(t, "the driver to hear that its job ended", func() bool { return strings.Contains(direct.output(), "was ended by the cluster") })
+	cmd.Process.Kill()
 
 	// stop-job ends a running job (SIGTERM to its driver) and its actor.
 	out, err = cliRun(t, env, "submit", "--detach", "--name", "tostop", "--env", jobDriverEnv+"=hold", exe, driverRun)
