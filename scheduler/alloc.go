@@ -105,9 +105,12 @@ func (b *Bundle) adjustGPUs(gpus []GPUAlloc, sign float64) {
 // relations are derived lookups (not serialized): which actors sit on a
 // node, belong to a group, or to a job. They are rebuilt after a restore.
 type relations struct {
-	onNode  map[NodeID]map[ActorID]struct{}
-	inGroup map[GroupID]map[ActorID]struct{}
-	ofJob   map[JobID]map[ActorID]struct{}
+	onNode map[NodeID]map[ActorID]struct{}
+	// starting: actors placed on the node and not yet alive (PENDING or
+	// RESTARTING), which the node must start.
+	starting map[NodeID]map[ActorID]struct{}
+	inGroup  map[GroupID]map[ActorID]struct{}
+	ofJob    map[JobID]map[ActorID]struct{}
 }
 
 func addRel[K comparable](m *map[K]map[ActorID]struct{}, k K, a ActorID) {
@@ -150,6 +153,9 @@ func (s *State) rebuildRelations() {
 		}
 		if a.Node != "" {
 			addRel(&s.rel.onNode, a.Node, id)
+			if a.State != ActorAlive {
+				addRel(&s.rel.starting, a.Node, id)
+			}
 		}
 		if a.Spec.Request.Group != "" {
 			addRel(&s.rel.inGroup, a.Spec.Request.Group, id)

@@ -325,6 +325,7 @@ func (s *State) placeActor(a *Actor, p Placement) error {
 	a.Node, a.Bundle, a.PendingReason = p.Node, p.Bundle, ""
 	a.GPUs = append([]GPUAlloc(nil), p.GPUs...)
 	addRel(&s.rel.onNode, a.Node, a.Spec.ID)
+	addRel(&s.rel.starting, a.Node, a.Spec.ID)
 	return nil
 }
 
@@ -353,6 +354,7 @@ func (s *State) unplace(a *Actor, nodeGone bool) {
 		}
 	}
 	delRel(s.rel.onNode, a.Node, a.Spec.ID)
+	delRel(s.rel.starting, a.Node, a.Spec.ID)
 	a.Node, a.GPUs, a.Bundle, a.Address = "", nil, AnyBundle, ""
 }
 
@@ -431,6 +433,7 @@ func (s *State) actorStarted(c *ActorStarted) error {
 		return fmt.Errorf("actor started %s: %w: actor has no placement", c.Actor, ErrConflict)
 	}
 	a.State, a.Address, a.UpdatedAt = ActorAlive, c.Address, c.At
+	delRel(s.rel.starting, a.Node, a.Spec.ID)
 	return nil
 }
 

@@ -126,6 +126,18 @@ func (s *State) ActorsOn(id NodeID) []*Actor {
 	return out
 }
 
+// StartingOn returns the actors placed on node id that are not alive yet
+// (PENDING or RESTARTING: the node must start them), sorted by ID. Unlike
+// ActorsOn it costs nothing for the node's running actors.
+func (s *State) StartingOn(id NodeID) []*Actor {
+	set := s.rel.starting[id]
+	out := make([]*Actor, 0, len(set))
+	for _, aid := range sortedIDs(set) {
+		out = append(out, s.d.Actors[aid])
+	}
+	return out
+}
+
 // ActorByName returns the live actor registered under namespace/name, or nil.
 func (s *State) ActorByName(namespace, name string) *Actor {
 	id, ok := s.d.Names[nameKey(namespace, name)]
