@@ -2,6 +2,7 @@ package joyagents
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,5 +147,29 @@ func TestEnvActorsMatchInProcess(t *testing.T) {
 	}
 	if want[0].Groups == 0 || want[0].Counts.CompletionSamples == 0 {
 		t.Fatalf("nothing sampled: %+v", want[0])
+	}
+}
+
+type nopUpdater struct{}
+
+func (nopUpdater) Update(context.Context, UpdateRequest) (UpdateResult, error) {
+	return UpdateResult{}, nil
+}
+
+// TestUpdaterNeedsItsMemory: a custom Updater with memory on but no
+// Trainer.Memory would sample with one memory and evolve another.
+func TestUpdaterNeedsItsMemory(t *testing.T) {
+	cfg := memoryConfig()
+	tr := &Trainer{Config: cfg, Policies: relayPolicies(t), NewEnv: relayEnv, Update: nopUpdater{}}
+	if _, err := tr.Step(context.Background()); !errors.Is(err, ErrConfig) {
+		t.Fatalf("updater without memory: %v", err)
+	}
+	tr.Memory = NewLocalBank(cfg.Memory)
+	if _, err := tr.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.Envs, tr.NewEnv = nil, nil
+	if _, err := tr.Step(context.Background()); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no environments: %v", err)
 	}
 }

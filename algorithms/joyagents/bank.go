@@ -111,11 +111,7 @@ func (b *LocalBank) Advise(_ context.Context, req AdviceRequest) ([]Advice, erro
 		if m == nil {
 			continue
 		}
-		if a, ok := m.Skip(q.Situation, req.Now); ok {
-			out[i] = Advice{Answer: a, Skip: true}
-			continue
-		}
-		out[i].Hint = m.Hint(q.Situation, req.Now)
+		out[i].Hint, out[i].Answer, out[i].Skip = m.Advise(q.Situation, req.Now)
 	}
 	return out, nil
 }

@@ -58,6 +58,17 @@
 // (Dr. MAS, arXiv 2602.08847, "agent-wise advantage normalization"): A =
 // (R − μ_k)/(σ_k + 1e-6) with μ_k, σ_k the mean and unbiased std of all of
 // agent k's alternative rewards this step (r − μ_k under MeanCentered).
+//
+// # Actors
+//
+// The training step runs the same over in-process values and over actors:
+// the sampler drives an envs.Batch (envs.LocalBatch in the driver, or an
+// envs.Pool of environment host actors; Trainer.Envs), memory is a
+// MemoryBank (LocalBank in the driver, or a MemoryClient of the memory
+// actor, MemoryActor; Trainer.Memory), and the update is an Updater
+// (rl.UpdateAll then memory evolution, or agent.JoyGraph: the policy actors
+// and the memory actor as one compiled actor graph; Trainer.Update). A
+// seeded run gives identical statistics, memories and weights either way.
 package joyagents
 
 import (
@@ -709,6 +720,9 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	cfg := t.Config
 	if err := cfg.Validate(); err != nil {
 		return StepStats{}, err
+	}
+	if t.Update != nil && cfg.UseMemory && t.Memory == nil {
+		return StepStats{}, fmt.Errorf("%w: a custom Updater evolves its own memory: set Trainer.Memory to that memory, so sampling consults it", ErrConfig)
 	}
 	step := t.step
 	st := StepStats{Step: step, MemorySize: map[string]int{}}

@@ -2,6 +2,7 @@ package joyagents
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -62,30 +63,52 @@ func Similarity(a, b string) float64 {
 	if a == b {
 		return 1
 	}
-	ga, gb := trigrams(a), trigrams(b)
-	inter := 0
-	for g := range ga {
-		if gb[g] {
+	return jaccard(trigrams(a), trigrams(b))
+}
+
+// trigrams returns the sorted, distinct trigram codes of s padded with a
+// NUL on both sides: bytes b0 b1 b2 as b0<<16 | b1<<8 | b2. The empty
+// string, whose padding is only two bytes, has the one code 1<<24 (no
+// trigram has it).
+func trigrams(s string) []uint32 {
+	n := len(s) + 2
+	if n < 3 {
+		return []uint32{1 << 24}
+	}
+	at := func(i int) uint32 {
+		if i == 0 || i == n-1 {
+			return 0
+		}
+		return uint32(s[i-1])
+	}
+	out := make([]uint32, 0, n-2)
+	for i := 0; i+3 <= n; i++ {
+		out = append(out, at(i)<<16|at(i+1)<<8|at(i+2))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// jaccard is |a ∩ b| / |a ∪ b| of two sorted sets of distinct codes.
+func jaccard(a, b []uint32) float64 {
+	inter, i, j := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] == b[j]:
 			inter++
+			i++
+			j++
+		case a[i] < b[j]:
+			i++
+		default:
+			j++
 		}
 	}
-	union := len(ga) + len(gb) - inter
+	union := len(a) + len(b) - inter
 	if union == 0 {
 		return 1
 	}
 	return float64(inter) / float64(union)
-}
-
-func trigrams(s string) map[string]bool {
-	p := "\x00" + s + "\x00"
-	out := make(map[string]bool, len(p))
-	for i := 0; i+3 <= len(p); i++ {
-		out[p[i:i+3]] = true
-	}
-	if len(p) < 3 {
-		out[p] = true
-	}
-	return out
 }
 
 // Memory is one agent's memory. It is safe for concurrent use.
@@ -93,6 +116,7 @@ type Memory struct {
 	cfg     MemoryConfig
 	mu      sync.Mutex
 	entries []Entry
+	grams   [][]uint32 // trigrams(entries[i].Situation), kept aligned with entries
 }
 
 // NewMemory returns an empty memory.
@@ -124,22 +148,25 @@ func (m *Memory) Put(e Entry, now int64) string {
 }
 
 func (m *Memory) put(e Entry, now int64) string {
+	m.syncGrams()
 	newScore := m.cfg.Score(e, now)
+	g := trigrams(e.Situation)
 	best, bestSim := -1, -1.0
 	for i, x := range m.entries {
-		if s := Similarity(x.Situation, e.Situation); s >= m.cfg.SimThreshold && s > bestSim {
+		if s := m.sim(i, x.Situation, e.Situation, g); s >= m.cfg.SimThreshold && s > bestSim {
 			best, bestSim = i, s
 		}
 	}
 	if best >= 0 {
 		if newScore >= m.cfg.Score(m.entries[best], now) {
-			m.entries[best] = e
+			m.entries[best], m.grams[best] = e, g
 			return "replaced"
 		}
 		return ""
 	}
 	if len(m.entries) < m.cfg.Capacity {
 		m.entries = append(m.entries, e)
+		m.grams = append(m.grams, g)
 		return "inserted"
 	}
 	low := -1
@@ -149,7 +176,7 @@ func (m *Memory) put(e Entry, now int64) string {
 		}
 	}
 	if low >= 0 && newScore > m.cfg.Score(m.entries[low], now) {
-		m.entries[low] = e
+		m.entries[low], m.grams[low] = e, g
 		return "replaced"
 	}
 	return ""
@@ -165,17 +192,40 @@ func (m *Memory) Remove(situation, answer string) int {
 }
 
 func (m *Memory) remove(situation, answer string) int {
-	kept := m.entries[:0]
+	m.syncGrams()
+	g := trigrams(situation)
+	kept, keptG := m.entries[:0], m.grams[:0]
 	n := 0
-	for _, x := range m.entries {
-		if Similarity(x.Situation, situation) >= m.cfg.SimThreshold && Similarity(x.Answer, answer) >= m.cfg.SimThreshold {
+	for i, x := range m.entries {
+		if m.sim(i, x.Situation, situation, g) >= m.cfg.SimThreshold && Similarity(x.Answer, answer) >= m.cfg.SimThreshold {
 			n++
 			continue
 		}
-		kept = append(kept, x)
+		kept, keptG = append(kept, x), append(keptG, m.grams[i])
 	}
-	m.entries = kept
+	m.entries, m.grams = kept, keptG
 	return n
+}
+
+// syncGrams rebuilds the trigram cache if it is not aligned with the
+// entries (entries set directly, as white-box tests do).
+func (m *Memory) syncGrams() {
+	if len(m.grams) == len(m.entries) {
+		return
+	}
+	m.grams = make([][]uint32, len(m.entries))
+	for i, x := range m.entries {
+		m.grams[i] = trigrams(x.Situation)
+	}
+}
+
+// sim is Similarity(entries[i].Situation, situation) from the cached
+// trigrams of the entry and g = trigrams(situation).
+func (m *Memory) sim(i int, entry, situation string, g []uint32) float64 {
+	if entry == situation {
+		return 1
+	}
+	return jaccard(m.grams[i], g)
 }
 
 // GroupUpdate is the outcome of Observe.
@@ -240,7 +290,9 @@ func (m *Memory) Feedback(situation, answer string, got float64) bool {
 		}
 		m.entries[i].Diff -= x.Reward - got
 		if m.entries[i].Diff <= 0 {
+			m.syncGrams()
 			m.entries = append(m.entries[:i], m.entries[i+1:]...)
+			m.grams = append(m.grams[:i], m.grams[i+1:]...)
 			return true
 		}
 		return false
@@ -259,9 +311,18 @@ type Hit struct {
 func (m *Memory) Retrieve(situation string, n int, now int64) []Hit {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.retrieve(situation, n, now)
+}
+
+func (m *Memory) retrieve(situation string, n int, now int64) []Hit {
+	m.syncGrams()
+	if len(m.entries) == 0 {
+		return nil
+	}
+	g := trigrams(situation)
 	var hits []Hit
-	for _, x := range m.entries {
-		if s := Similarity(x.Situation, situation); s >= m.cfg.SimThreshold {
+	for i, x := range m.entries {
+		if s := m.sim(i, x.Situation, situation, g); s >= m.cfg.SimThreshold {
 			hits = append(hits, Hit{Entry: x, Sim: s, Score: m.cfg.Score(x, now)})
 		}
 	}
@@ -281,18 +342,20 @@ func (m *Memory) Retrieve(situation string, n int, now int64) []Hit {
 // situation and scores at least SkipScore: the agent answers from memory
 // instead of sampling (the "repetitive reasoning" memory removes).
 func (m *Memory) Skip(situation string, now int64) (string, bool) {
-	hits := m.Retrieve(situation, 1, now)
-	if len(hits) == 1 && hits[0].Situation == situation && hits[0].Score >= m.cfg.SkipScore {
-		return hits[0].Answer, true
-	}
-	return "", false
+	_, answer, skip := m.Advise(situation, now)
+	return answer, skip
 }
 
 // Hint returns the text appended to a prompt for situation: " hint:" and
 // the best similar entry's answer, cut to HintMax bytes; "" when nothing
 // is similar. Contexts are 64–128 tokens, so a hint is one short answer.
 func (m *Memory) Hint(situation string, now int64) string {
-	hits := m.Retrieve(situation, 1, now)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hint(m.retrieve(situation, 1, now))
+}
+
+func (m *Memory) hint(hits []Hit) string {
 	if len(hits) == 0 || m.cfg.HintMax <= 0 {
 		return ""
 	}
@@ -301,4 +364,16 @@ func (m *Memory) Hint(situation string, now int64) string {
 		a = a[:m.cfg.HintMax]
 	}
 	return " hint:" + a
+}
+
+// Advise is Skip and, when it does not skip, Hint, from one retrieval:
+// the remembered answer and true, or the hint and false.
+func (m *Memory) Advise(situation string, now int64) (hint, answer string, skip bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hits := m.retrieve(situation, 1, now)
+	if len(hits) == 1 && hits[0].Situation == situation && hits[0].Score >= m.cfg.SkipScore {
+		return "", hits[0].Answer, true
+	}
+	return m.hint(hits), "", false
 }
