@@ -122,7 +122,7 @@ func TestTransferConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := range 10 {
+			for k := range 4 {
 				i := (g + k) % len(refs)
 				got, err := c.Fetch(context.Background(), refs[i])
 				if err != nil || !bytes.Equal(got, pattern(300<<10+i, uint64(i))) {
@@ -285,8 +285,8 @@ func TestLocalFetch(t *testing.T) {
 // size and nothing else of note: the transfer never holds more than the
 // owner's copy and the fetcher's.
 func TestBoundedCopies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("256 MiB transfer")
+	if testing.Short() || raceEnabled {
+		t.Skip("256 MiB transfer (not under -short or the race detector)")
 	}
 	const size = 256 << 20
 	o := startOwner(t)
