@@ -172,32 +172,35 @@ func (p Planner) findNode(v *view, req Request, o searchOpts) (Placement, bool) 
 	ok := false
 	multi := req.Resources.wholeGPUs() >= 2
 	pack := req.Strategy == Pack
-	// scan compares up to packCandidates fitting nodes of a bucket (equally
-	// good by whole free GPUs): a multi-GPU request keeps the
-	// best-connected GPU set first; under PACK, ties go to the node left
-	// with the least CPU and memory waste. It stops early at a node that
-	// cannot be beaten (ideal topology and, for PACK, no waste). SPREAD
-	// takes the first fitting node of a single-GPU or CPU search.
+	// scan compares up to packCandidates nodes of a bucket (equally good by
+	// whole free GPUs): a multi-GPU request keeps the best-connected GPU
+	// set first; under PACK, ties go to the node left with the least CPU
+	// and memory waste. A node that cannot beat the best so far (which has
+	// the ideal topology, and this node no less waste) is not tried. It
+	// stops early at a node that cannot be beaten (ideal topology and, for
+	// PACK, no waste); SPREAD takes the first fitting node of a single-GPU
+	// search.
 	scan := func(b bitset) bool {
-		seen, bestScore, bestWaste := 0, -1, 0.0
+		considered, bestScore, bestWaste, bestIdeal := 0, -1, 0.0, false
 		b.each(p.start(len(x.order)), func(i int) bool {
+			w := 0.0
+			if pack {
+				w = waste(v.node(x.order[i]), req.Resources)
+				if ok && bestIdeal && w >= bestWaste {
+					considered++
+					return considered < packCandidates
+				}
+			}
 			pl, fits := try(x.order[i])
 			if !fits {
 				return true
 			}
-			w := 0.0
-			if pack {
-				w = waste(v.node(x.order[i]), req.Resources)
-			}
-			if score > bestScore || (score == bestScore && w < bestWaste) {
-				found, bestScore, bestWaste, ok = pl, score, w, true
-			}
-			seen++
+			considered++
 			ideal := !multi || score >= x.topo[i].ideal[req.Resources.wholeGPUs()]
-			if seen >= packCandidates || (ideal && (!pack || w == 0)) || (!pack && !multi) {
-				return false
+			if score > bestScore || (score == bestScore && w < bestWaste) {
+				found, bestScore, bestWaste, bestIdeal, ok = pl, score, w, ideal, true
 			}
-			return true
+			return considered < packCandidates && !(ideal && (!pack || w == 0)) && (pack || multi)
 		})
 		return ok
 	}
