@@ -19,10 +19,11 @@ test:
 image:
 	TROUPE_IMAGE=$(IMAGE) deploy/build-image.sh
 
-# The compose cluster through leader and worker faults (needs a Docker
-# engine and docker-compose; skips with a message otherwise).
+# The compose cluster and a training job through leader and worker
+# faults (needs a Docker engine and docker-compose; skips with a message
+# otherwise). .ci/run runs the same when `docker info` answers.
 test-docker:
-	$(GO) test -tags docker -count=1 -v -run TestComposeCluster ./deploy/
+	$(GO) test -tags docker -count=1 -v -timeout 12m ./deploy/...
 
 # A five-node cluster on this machine (set a token in deploy/cluster.env first).
 compose-up: image

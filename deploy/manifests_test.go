@@ -441,7 +441,14 @@ func TestKubernetesManifests(t *testing.T) {
 	if flagValue(sc.Args, "node-id") != "$(POD_NAME)" {
 		t.Errorf("servers: --node-id %q, want $(POD_NAME) (stable across restarts)", flagValue(sc.Args, "node-id"))
 	}
-	for _, j := range strings.Split(flagValue(sc.Args, "join"), ",") {
+	// Every server lists all of them, itself included: a node recognises
+	// its own address by node ID, so the pods need no per-pod arguments
+	// and any two that start find each other.
+	joins := strings.Split(flagValue(sc.Args, "join"), ",")
+	if len(joins) != sts.Replicas {
+		t.Errorf("servers: --join lists %d servers, want all %d", len(joins), sts.Replicas)
+	}
+	for _, j := range joins {
 		host, port, ok := strings.Cut(j, ":")
 		ord, found := strings.CutPrefix(host, "troupe-server-")
 		n, err := strconv.Atoi(strings.TrimSuffix(ord, "."+sts.ServiceName))
