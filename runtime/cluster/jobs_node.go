@@ -317,6 +317,10 @@ func jobStateOf(s string) scheduler.JobState {
 func (m *jobManager) finish(p *jobProc, werr error) {
 	n := m.n
 	p.mu.Lock()
+	// Processes the driver started and left behind end with it (its
+	// group's ID stays taken while any of them lives, so this reaches
+	// only them).
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	exit := exitOf(werr, p.cmd.ProcessState, p.stopping)
 	p.exit = exit
 	p.mu.Unlock()
@@ -368,13 +372,17 @@ func (m *jobManager) commitEnd(id scheduler.JobID, st scheduler.JobState, msg st
 // grace.
 func (p *jobProc) stop(grace time.Duration, why string) {
 	p.mu.Lock()
+	if p.exit != nil { // reaped: its process group ID may be reused
+		p.mu.Unlock()
+		return
+	}
 	first := p.stopping == ""
 	if first {
 		p.stopping = why
 	}
-	p.mu.Unlock()
 	pid := p.cmd.Process.Pid
 	syscall.Kill(-pid, syscall.SIGTERM)
+	p.mu.Unlock()
 	if !first {
 		return
 	}
@@ -382,7 +390,11 @@ func (p *jobProc) stop(grace time.Duration, why string) {
 		select {
 		case <-p.done:
 		case <-time.After(grace):
-			syscall.Kill(-pid, syscall.SIGKILL)
+			p.mu.Lock()
+			if p.exit == nil {
+				syscall.Kill(-pid, syscall.SIGKILL)
+			}
+			p.mu.Unlock()
 		}
 	}()
 }
