@@ -29,7 +29,9 @@ func (p *Policy) UpdateJoy(ctx context.Context, req joyagents.UpdateRequest) (jo
 // graph is static; the marginal-benefit selection changes only which
 // buffers are non-empty. It implements joyagents.Updater. A failing node
 // fails the run with an error naming it (actors.GraphError); the graph
-// stays usable.
+// stays usable. The nodes run concurrently, so when one policy node fails
+// the other nodes (the memory's included) may already have applied their
+// part of the step.
 type JoyGraph struct {
 	team   *Team
 	memory bool

@@ -1,11 +1,16 @@
 // Command planpath-joyagents trains the Plan-Path team with JoyAgents-R1
 // (node-wise Monte Carlo sampling, marginal-benefit top-K selection, memory
-// evolution) on the embedded cluster, the per-role policies being actors:
-// the same warm start, held-out evaluation, metrics, plot and checkpoints as
+// evolution) on the embedded cluster: the per-role policies and the memory
+// are actors, and each update step is one run of a compiled actor graph
+// (the selected agents' policy actors train in parallel while the memory
+// actor evolves); --env-actors N also hosts the environments in N
+// environment actors (the same run, see the README for the speed). The
+// same warm start, held-out evaluation, metrics, plot and checkpoints as
 // planpath-atgrpo.
 //
 //	go run ./examples/planpath-joyagents
 //	go run ./examples/planpath-joyagents --topk 4 --memory=false
+//	go run ./examples/planpath-joyagents --env-actors 2
 package main
 
 import (
