@@ -19,8 +19,14 @@
 //
 // Placement of an actor: PACK (default) puts it on the node left with the
 // fewest whole free GPUs (best fit; fractions first share an already shared
-// GPU), SPREAD on the node with the most; node affinity (hard or soft) and
-// a label selector narrow the choice. A multi-GPU actor gets the GPU set
+// GPU) and, among those, on the one left with the least CPU and memory
+// waste (free share after placement; up to 8 nodes compared, so a decision
+// does not grow with the cluster), SPREAD on the node with the most free
+// GPUs; node affinity (hard or soft) and a label selector narrow the
+// choice. Hard affinity to a node that is dead or unknown fails at once;
+// to one that is suspect or draining it waits, its reason naming the node,
+// and fails (PlanPending kills it, naming the node) once the node is
+// declared dead. A multi-GPU actor gets the GPU set
 // with the best total pairwise link score (exhaustive for small sets such
 // as 4 of 8, greedy with swap improvement beyond), ties going to the set
 // that leaves the remaining GPUs best connected. Requests that cannot run
@@ -78,6 +84,9 @@
 // remembers at most MaxDeadActors dead actors, forgetting the oldest.
 // PlanPending and NodeDied plan on a deep copy of the state (milliseconds
 // for a 1,000-node cluster), so call them from the leader loop, not per RPC.
+// A leader that keeps its own planning copy brings it up to date with
+// FSM.Journal (the commands applied since) instead of cloning again, and
+// waits for state changes with FSM.Changed instead of polling.
 //
 // Benchmark helpers (SimCluster, SimNode, topology builders, ActorSpecN,
 // GroupSpecN, PlanActorBatch) build realistic command streams for raft
