@@ -3,11 +3,15 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"troupe/actors"
+	"troupe/runtime/cluster"
+	"troupe/scheduler"
 )
 
 // TestRemotePlacementGroups: through a cluster (the leader's placement
@@ -99,5 +103,57 @@ func TestRemotePlacementGroups(t *testing.T) {
 	}
 	if err := big.Remove(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemoteHardAffinityNodeLost: an actor with hard affinity to a worker
+// node runs there; when the node leaves, the actor is not restarted
+// elsewhere but dies with a cause naming the node, and a later spawn with
+// hard affinity to the dead node fails at once.
+func TestRemoteHardAffinityNodeLost(t *testing.T) {
+	const tok = "hard-affinity-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	w1, err := cluster.Start(context.Background(), cluster.Config{NodeID: "w1", Role: cluster.RoleWorker, DataDir: t.TempDir(),
+		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
+		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Shutdown()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := Init(ctx, Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 2)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.NodeAffinity("w1", false), actors.MaxRestarts(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := whoami(t, ctx, h); info.Node != "w1" {
+		t.Fatalf("hard affinity to w1: placed on %q", info.Node)
+	}
+	w1.Shutdown()
+	var died *actors.ActorDiedError
+	for {
+		_, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx)
+		if errors.As(err, &died) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("actor with hard affinity to a lost node: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(died.Cause, "hard affinity to node w1, which is dead") {
+		t.Fatalf("death cause %q, want it to name the dead node", died.Cause)
+	}
+	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.NodeAffinity("w1", false)); !errors.Is(err, actors.ErrInfeasible) || !strings.Contains(err.Error(), "w1, which is dead") {
+		t.Fatalf("spawn with hard affinity to the dead node: %v", err)
 	}
 }
