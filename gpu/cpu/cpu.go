@@ -239,7 +239,11 @@ func (b *Backend) Zero(x gpu.Buffer) {
 		return
 	}
 	if d := b.f("Zero", "x", x, x.Len()); d != nil {
-		clear(d)
+		if b.ref {
+			clear(d)
+			return
+		}
+		b.zero(d)
 	}
 }
 

@@ -24,6 +24,10 @@ const (
 	// one goroutine is as fast as paying for a fork/join (1-2 µs when the
 	// worker is awake, more when it must be woken; BenchmarkForkJoin).
 	parMinWork = 1 << 21
+
+	// rowSplitMin: products with A in place and at least this many rows
+	// per part are split by rows (see sgemm).
+	rowSplitMin = 64
 )
 
 // kernelFunc computes `tiles` vertically adjacent mr×nr tiles:
@@ -86,8 +90,13 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		// Each part packs its own copy of the operand that is not split:
 		// split M and every part packs all of B; split N and every part
 		// packs all of A, which costs nothing when A is read in place (not
-		// transposed). Otherwise duplicate the smaller packing, as long as
-		// each part gets a couple of tiles.
+		// transposed). With many rows, split M anyway: the extra packing of
+		// B is 1/m of the work, and each core then reads and writes whole
+		// rows, the same row halves the row-parallel kernels around the
+		// product use, so A and C stay in that core's cache instead of
+		// crossing to the other core (which costs more than the packing).
+		// Otherwise duplicate the smaller packing, as long as each part
+		// gets a couple of tiles.
 		mt, nt := (m+mr-1)/mr, (n+nr-1)/nr
 		var splitM bool
 		switch {
@@ -96,7 +105,7 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		case mt < 2*threads:
 			splitM = false
 		case !transA:
-			splitM = false
+			splitM = m >= rowSplitMin*threads
 		default:
 			splitM = n <= m
 		}
