@@ -188,6 +188,26 @@ func TestRemoteObjectRefs(t *testing.T) {
 	fd = nil
 	waitHeld(0, true)
 
+	// A compiled graph's large intermediate goes from A to B the same way,
+	// and is freed once the run's promises are collected.
+	g, in := actors.NewGraph[int]()
+	made := actors.Node(g, "make", a, (*oblob).Make, in)
+	step, err := actors.Compile[int](g, actors.Node(g, "sum", b, (*oblob).Sum, made))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := objstore.ProcessStats()
+	for i := range 3 {
+		n := 1<<20 + i
+		if s, err := step.Run(ctx, n); err != nil || s != blobSum(n) {
+			t.Fatalf("graph run %d = %d, %v; want %d", i, s, err, blobSum(n))
+		}
+	}
+	if d := objstore.ProcessStats(); d.FetchedBytes != before.FetchedBytes {
+		t.Errorf("the driver fetched %d bytes of the graph's intermediates", d.FetchedBytes-before.FetchedBytes)
+	}
+	waitHeld(0, true)
+
 	// The owner's process gone: using its object fails saying so, at once.
 	ff := actors.Call(ctx, a, (*oblob).Make, 1<<20)
 	if err := actors.WaitAll(ctx, ff); err != nil {
