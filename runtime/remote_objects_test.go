@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	goruntime "runtime"
 	"os"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,7 +42,9 @@ func (oblob) Len(ctx context.Context, b []byte) (int, error) { return len(b), ni
 
 func (oblob) Pid(ctx context.Context, _ int) (int, error) { return os.Getpid(), nil }
 
-func (oblob) Stats(ctx context.Context, _ int) (objstore.Stats, error) { return objstore.ProcessStats(), nil }
+func (oblob) Stats(ctx context.Context, _ int) (objstore.Stats, error) {
+	return objstore.ProcessStats(), nil
+}
 
 func init() {
 	actors.MustRegister[oblob]("OBlob", func(ctx context.Context, _ int) (*oblob, error) { return &oblob{}, nil })
