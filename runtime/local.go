@@ -217,10 +217,13 @@ func (l *local) applyLocked(c scheduler.Command) {
 	if err := l.state.Apply(c); err != nil {
 		panic(fmt.Sprintf("runtime: embedded cluster refused its own command %T: %v", c, err))
 	}
+	if _, ok := c.(*scheduler.RemovePlacementGroup); ok {
+		l.groupsChanged() // wakes the Waits on the removed group
+	}
 	groups := false
 	switch c.(type) {
 	case *scheduler.KillActor, *scheduler.RemovePlacementGroup: // resources freed
-		groups = l.state.NumGroups() > 0
+		groups = l.groupWaits()
 		if len(l.waiting) == 0 && !groups {
 			return
 		}

@@ -16,6 +16,20 @@ func (l *local) groupsChanged() {
 	l.groupCh = make(chan struct{})
 }
 
+// groupWaits reports whether some placement group waits for bundles
+// (l.mu held).
+func (l *local) groupWaits() bool {
+	if l.state.NumGroups() == 0 {
+		return false
+	}
+	for _, g := range l.state.Groups() {
+		if g.State != scheduler.GroupCreated {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *local) createGroup(ctx context.Context, spec scheduler.GroupSpec) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

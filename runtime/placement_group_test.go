@@ -177,3 +177,35 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestPlacementGroupWaitEndsOnRemove: a Wait on a pending group returns
+// ErrPlacementGroupRemoved when another goroutine removes the group.
+func TestPlacementGroupWaitEndsOnRemove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt := initLocal(t, NodeCPUs(2))
+	pg, err := CreatePlacementGroup(ctx, rt, []actors.ResourceSet{{CPUs: 2}}, Pack, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.CPUs(2), actors.PlacementGroup(pg, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := CreatePlacementGroup(ctx, rt, []actors.ResourceSet{{CPUs: 2}}, Pack, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pending.Wait(ctx) }()
+	if err := pending.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrPlacementGroupRemoved) {
+		t.Fatalf("Wait on a group removed meanwhile: %v", err)
+	}
+	// The first group's actor still runs: removing another group freed nothing of it.
+	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
