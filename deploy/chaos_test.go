@@ -304,6 +304,9 @@ func (c *composeEnv) checkResumes(name string, evs []jobEvent, wantRestart bool)
 	c.t.Helper()
 	n := 0
 	for _, e := range evs {
+		if e.Event == "retry" {
+			c.t.Logf("job %s: %s: step %d retried after: %s", name, e.Actor, e.Step, e.Error)
+		}
 		if e.Event != "restart" || e.Result == nil {
 			continue
 		}

@@ -75,14 +75,25 @@ func (c *composeEnv) mustCompose(args ...string) string {
 	return out
 }
 
-// container returns the container ID of a service.
-func (c *composeEnv) container(service string) string {
+// containers returns the container ID of each of the project's services
+// (one docker call: docker-compose itself takes seconds to start on a
+// loaded machine).
+func (c *composeEnv) containers() map[string]string {
 	c.t.Helper()
-	id := strings.TrimSpace(c.mustCompose("ps", "-q", service))
-	if id == "" {
-		c.t.Fatalf("no container for service %s", service)
+	out := c.docker("ps", "-a", "--filter", "label=com.docker.compose.project="+c.project,
+		"--format", `{{.Label "com.docker.compose.service"}} {{.ID}}`)
+	ids := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if svc, id, ok := strings.Cut(l, " "); ok {
+			ids[svc] = id
+		}
 	}
-	return id
+	for _, s := range append(append([]string{}, servers...), workers...) {
+		if ids[s] == "" {
+			c.t.Fatalf("no container for service %s (docker ps: %q)", s, out)
+		}
+	}
+	return ids
 }
 
 func (c *composeEnv) docker(args ...string) string {
@@ -223,10 +234,8 @@ func TestComposeCluster(t *testing.T) {
 	// Up to healthy: every container's HEALTHCHECK (troupe health) passes.
 	start = time.Now()
 	c.mustCompose("up", "-d")
-	ids := map[string]string{}
-	for _, s := range append(append([]string{}, servers...), workers...) {
-		ids[s] = c.container(s)
-	}
+	upTook := time.Since(start)
+	ids := c.containers()
 	allHealthy := func() (bool, string) {
 		for s, id := range ids {
 			if h := c.health(id); h != "healthy" {
@@ -235,7 +244,6 @@ func TestComposeCluster(t *testing.T) {
 		}
 		return true, ""
 	}
-	upTook := time.Since(start)
 	c.waitFor("5 nodes alive in the committed state", 2*time.Minute, func() (bool, string) {
 		s, err := c.status()
 		if err != nil {
