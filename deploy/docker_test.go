@@ -308,6 +308,9 @@ func TestComposeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := cur.Leader
+	if old == j.node {
+		t.Fatalf("leadership moved to %s, where the job's driver runs, while the job ran (no fault yet): killing it would kill the driver", old)
+	}
 	// The clock starts before `docker kill` is sent: the daemon returns
 	// only once the container is gone, and an election may be over by then.
 	killAt := time.Now()
