@@ -10,7 +10,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync"
 
 	"troupe/gpu"
 )
@@ -45,7 +44,6 @@ func (b *IntBuf) Data() []int32 { return b.d }
 type Backend struct {
 	ref bool
 	err error
-	wg  sync.WaitGroup
 
 	// per-chunk scratch for the fast kernels, grown on demand and reused so a
 	// training step does not allocate

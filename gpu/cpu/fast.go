@@ -112,7 +112,7 @@ func (b *Backend) encoderForward(out []float32, inp []int32, wte, wpe []float32,
 	j := b.newJob(kEncoderForward)
 	j.f[0], j.f[1], j.f[2], j.ints = out, wte, wpe, inp
 	j.n[0], j.n[1] = T, C
-	parallelFor(&b.wg, B*T, grainRows*4, j)
+	parallelFor(B*T, grainRows*4, j)
 }
 
 func kEncoderForward(j *job, _, lo, hi int) {
@@ -133,7 +133,7 @@ func (b *Backend) layerNormForward(out, mean, rstd, inp, weight, bias []float32,
 	j := b.newJob(kLayerNormForward)
 	j.f = [6][]float32{out, mean, rstd, inp, weight[:C], bias[:C]}
 	j.n[0] = C
-	parallelFor(&b.wg, N, grainRows, j)
+	parallelFor(N, grainRows, j)
 }
 
 func kLayerNormForward(j *job, _, lo, hi int) {
@@ -169,7 +169,7 @@ func (b *Backend) layerNormBackward(dinp, dweight, dbias, dout, inp, weight, mea
 	j := b.newJob(kLayerNormBackward)
 	j.f = [6][]float32{dinp, dout, inp, weight[:C], mean, rstd}
 	j.n[0], j.sc = C, sc
-	parallelFor(&b.wg, N, grainRows, j)
+	parallelFor(N, grainRows, j)
 	for _, s := range sc {
 		for i := 0; i < C; i++ {
 			dweight[i] += s[i]
@@ -210,7 +210,7 @@ func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) 
 		beta = 1
 		j := b.newJob(kFillRows)
 		j.f[0], j.f[1] = out, bias
-		parallelFor(&b.wg, N, grainRows*4, j)
+		parallelFor(N, grainRows*4, j)
 	}
 	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, beta, out, OC)
 }
@@ -264,7 +264,7 @@ func (b *Backend) attentionForward(out, att, qkv []float32, B, T, C, NH int) {
 	j := b.newJob(kAttentionForward)
 	j.f[0], j.f[1], j.f[2] = out, att, qkv
 	j.n[0], j.n[1], j.n[2] = T, C, NH
-	parallelFor(&b.wg, B*NH, 1, j)
+	parallelFor(B*NH, 1, j)
 }
 
 func kAttentionForward(j *job, _, lo, hi int) {
@@ -305,7 +305,7 @@ func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 	j.f[0], j.f[1], j.f[2], j.f[3] = dqkv, dout, qkv, att
 	j.n[0], j.n[1], j.n[2] = T, C, NH
 	j.sc = sc
-	parallelFor(&b.wg, B*NH, 1, j)
+	parallelFor(B*NH, 1, j)
 }
 
 func kAttentionBackward(j *job, chunk, lo, hi int) {
@@ -358,7 +358,7 @@ func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH
 	j.f[0], j.f[1], j.f[2] = out, cache, qkv
 	j.n[0], j.n[1], j.n[2], j.n[3] = maxT, pos, C, NH
 	j.sc = sc
-	parallelFor(&b.wg, B*NH, 4, j)
+	parallelFor(B*NH, 4, j)
 }
 
 func kAttentionDecode(j *job, chunk, lo, hi int) {
@@ -390,7 +390,7 @@ func kAttentionDecode(j *job, chunk, lo, hi int) {
 func (b *Backend) geluForward(out, inp []float32, N int) {
 	j := b.newJob(kGeluForward)
 	j.f[0], j.f[1] = out, inp
-	parallelFor(&b.wg, N, grainElems/4, j)
+	parallelFor(N, grainElems/4, j)
 }
 
 func kGeluForward(j *job, _, lo, hi int) {
@@ -406,7 +406,7 @@ func kGeluForward(j *job, _, lo, hi int) {
 func (b *Backend) geluBackward(dinp, inp, dout []float32, N int) {
 	j := b.newJob(kGeluBackward)
 	j.f[0], j.f[1], j.f[2] = dinp, inp, dout
-	parallelFor(&b.wg, N, grainElems/4, j)
+	parallelFor(N, grainElems/4, j)
 }
 
 func kGeluBackward(j *job, _, lo, hi int) {
@@ -427,7 +427,7 @@ func kGeluBackward(j *job, _, lo, hi int) {
 func (b *Backend) zero(x []float32) {
 	j := b.newJob(kZero)
 	j.f[0] = x
-	parallelFor(&b.wg, len(x), grainElems, j)
+	parallelFor(len(x), grainElems, j)
 }
 
 func kZero(j *job, _, lo, hi int) { clear(j.f[0][lo:hi]) }
@@ -435,7 +435,7 @@ func kZero(j *job, _, lo, hi int) { clear(j.f[0][lo:hi]) }
 func (b *Backend) residualForward(out, x, y []float32, N int) {
 	j := b.newJob(kResidualForward)
 	j.f[0], j.f[1], j.f[2] = out, x, y
-	parallelFor(&b.wg, N, grainElems, j)
+	parallelFor(N, grainElems, j)
 }
 
 func kResidualForward(j *job, _, lo, hi int) {
@@ -448,7 +448,7 @@ func kResidualForward(j *job, _, lo, hi int) {
 func (b *Backend) residualBackward(da, db, dout []float32, N int) {
 	j := b.newJob(kResidualBackward)
 	j.f[0], j.f[1], j.f[2] = da, db, dout
-	parallelFor(&b.wg, N, grainElems, j)
+	parallelFor(N, grainElems, j)
 }
 
 func kResidualBackward(j *job, _, lo, hi int) {
@@ -465,7 +465,7 @@ func (b *Backend) softmaxGather(out, probs, logits []float32, targets []int32, N
 	j := b.newJob(kSoftmaxGather)
 	j.f[0], j.f[1], j.f[2], j.ints = out, probs, logits, targets
 	j.n[0], j.flag = V, ce
-	parallelFor(&b.wg, N, grainRows, j)
+	parallelFor(N, grainRows, j)
 }
 
 func kSoftmaxGather(j *job, _, lo, hi int) {
@@ -499,7 +499,7 @@ func (b *Backend) softmaxGatherBackward(dlogits, probs, d []float32, targets []i
 	j := b.newJob(kSoftmaxGatherBackward)
 	j.f[0], j.f[1], j.f[2], j.ints = dlogits, probs, d, targets
 	j.n[0], j.x[0] = V, sign
-	parallelFor(&b.wg, N, grainRows, j)
+	parallelFor(N, grainRows, j)
 }
 
 func kSoftmaxGatherBackward(j *job, _, lo, hi int) {
@@ -532,7 +532,7 @@ func (b *Backend) adamW(params, grads, m, v []float32, N int, h gpu.AdamW, scale
 	j.f[0], j.f[1], j.f[2], j.f[3] = params, grads, m, v
 	j.x = [8]float32{scale, b1, b2, c1, c2, h.Eps, h.LR, h.WeightDecay}
 	j.k = k
-	parallelFor(&b.wg, N, grainElems, j)
+	parallelFor(N, grainElems, j)
 }
 
 func kAdamW(j *job, _, lo, hi int) {
@@ -553,7 +553,7 @@ func kAdamW(j *job, _, lo, hi int) {
 func (b *Backend) sumSquares(x []float32, N int) float64 {
 	j := b.newJob(kSumSquares)
 	j.f[0], j.part = x, b.partials()
-	parallelFor(&b.wg, N, grainElems, j)
+	parallelFor(N, grainElems, j)
 	var s float64
 	for _, p := range j.part {
 		s += p
@@ -583,7 +583,7 @@ func (b *Backend) transpose(dst, src []float32, rows, cols int) {
 	j := b.newJob(kTranspose)
 	j.f[0], j.f[1] = dst, src
 	j.n[0], j.n[1] = rows, cols
-	parallelFor(&b.wg, (rows+transposeTile-1)/transposeTile, 1, j)
+	parallelFor((rows+transposeTile-1)/transposeTile, 1, j)
 }
 
 func kTranspose(j *job, _, lo, hi int) {
@@ -620,7 +620,7 @@ func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int
 	j.f[0], j.f[1], j.f[2] = out, inp, weightT
 	j.n[0], j.n[1], j.n[2] = N, C, OC
 	j.x[0] = beta
-	parallelFor(&b.wg, (OC+15)/16, 4, j)
+	parallelFor((OC+15)/16, 4, j)
 }
 
 func kMatmulColumns(j *job, _, lo, hi int) {

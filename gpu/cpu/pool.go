@@ -1,21 +1,10 @@
 package cpu
 
-import (
-	"runtime"
-	"sync"
-)
+import "troupe/gpu/cpu/internal/par"
 
-// A small persistent worker pool shared by every Backend in the process.
-// Spawning goroutines per kernel would cost more than the kernels themselves
-// at this model size; the pool keeps the per-op cost to one channel send per
-// extra chunk.
-
-type task struct {
-	j      *job
-	chunk  int
-	lo, hi int
-	wg     *sync.WaitGroup
-}
+// Kernels run through the persistent workers of package par, shared by
+// every Backend in the process (and by gemm): spawning goroutines per kernel
+// would cost more than the kernels themselves at this model size.
 
 // job is one parallel kernel call: a top-level kernel function and its
 // arguments. Each Backend owns one and reuses it, so dispatching a kernel
@@ -30,41 +19,26 @@ type job struct {
 	sc   [][]float32
 	part []float64
 	k    *[10][8]float32
+
+	per, total int // parallelFor's chunk size and item count
 }
 
-var (
-	poolOnce sync.Once
-	poolCh   chan task
-	poolN    int // workers including the caller
-)
-
-func startPool() {
-	poolN = runtime.GOMAXPROCS(0)
-	if poolN < 1 {
-		poolN = 1
-	}
-	poolCh = make(chan task, 4*poolN)
-	for i := 1; i < poolN; i++ {
-		go func() {
-			for t := range poolCh {
-				t.j.fn(t.j, t.chunk, t.lo, t.hi)
-				t.wg.Done()
-			}
-		}()
+// Run computes one chunk: par.Run hands chunk indexes to the workers.
+func (j *job) Run(c int) {
+	lo, hi := c*j.per, min((c+1)*j.per, j.total)
+	if lo < hi {
+		j.fn(j, c, lo, hi)
 	}
 }
 
 // workers is the number of chunks parallelFor may split work into; per-chunk
 // scratch arrays are sized by it.
-func workers() int {
-	poolOnce.Do(startPool)
-	return poolN
-}
+func workers() int { return par.Parts() }
 
 // parallelFor splits [0,n) into at most workers() contiguous chunks of at
 // least grain items and runs j.fn on each, chunk 0 on the calling goroutine. It
 // returns when all chunks are done. chunk indexes per-chunk scratch.
-func parallelFor(wg *sync.WaitGroup, n, grain int, j *job) {
+func parallelFor(n, grain int, j *job) {
 	w := workers()
 	if grain < 1 {
 		grain = 1
@@ -79,16 +53,7 @@ func parallelFor(wg *sync.WaitGroup, n, grain int, j *job) {
 		}
 		return
 	}
-	per := (n + chunks - 1) / chunks
-	wg.Add(chunks - 1)
-	for c := 1; c < chunks; c++ {
-		lo, hi := c*per, min((c+1)*per, n)
-		if lo >= hi {
-			wg.Done()
-			continue
-		}
-		poolCh <- task{j: j, chunk: c, lo: lo, hi: hi, wg: wg}
-	}
-	j.fn(j, 0, 0, min(per, n))
-	wg.Wait()
+	j.per = (n + chunks - 1) / chunks
+	j.total = n
+	par.Run(chunks, j)
 }

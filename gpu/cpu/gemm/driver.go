@@ -1,6 +1,10 @@
 package gemm
 
-import "sync"
+import (
+	"sync"
+
+	"troupe/gpu/cpu/internal/par"
+)
 
 // Blocking follows the BLIS/GotoBLAS scheme: C is computed in mr×nr tiles by
 // a micro-kernel reading packed A (mc×kc block, sized for L2) and packed B
@@ -133,8 +137,9 @@ func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, tran
 }
 
 // job is one Sgemm call split into parts: parts of the row tiles (splitM),
-// of the column tiles, or (rows mode) of 64-column chunks. Jobs and the
-// worker goroutines are reused so a parallel call does not allocate.
+// of the column tiles, or (rows mode) of 64-column chunks. Jobs are pooled
+// and the parts run on par's persistent workers, so a parallel call does not
+// allocate.
 type job struct {
 	kern          kernelFunc // nil in rows mode
 	splitM        bool
@@ -145,48 +150,20 @@ type job struct {
 	alpha, beta   float32
 	a, b, c       []float32
 	lda, ldb, ldc int
-	wg            sync.WaitGroup
 }
 
 var jobPool = sync.Pool{New: func() any { return new(job) }}
 
-type part struct {
-	j *job
-	t int
-}
-
-var (
-	workCh    = make(chan part, 64)
-	workersMu sync.Mutex
-	workers   int
-)
-
-func ensureWorkers(n int) {
-	workersMu.Lock()
-	for ; workers < n; workers++ {
-		go func() {
-			for p := range workCh {
-				p.j.run(p.t)
-				p.j.wg.Done()
-			}
-		}()
-	}
-	workersMu.Unlock()
-}
-
-// fork runs part 0 on the calling goroutine and the others on workers,
-// then recycles the job.
+// fork runs the parts (part 0 on the calling goroutine), then recycles the
+// job.
 func (j *job) fork() {
-	ensureWorkers(j.parts - 1)
-	j.wg.Add(j.parts - 1)
-	for t := 1; t < j.parts; t++ {
-		workCh <- part{j, t}
-	}
-	j.run(0)
-	j.wg.Wait()
+	par.Run(j.parts, j)
 	*j = job{} // drop references to the caller's matrices
 	jobPool.Put(j)
 }
+
+// Run computes part t (par.Task).
+func (j *job) Run(t int) { j.run(t) }
 
 func (j *job) run(t int) {
 	lo, hi := t*j.units/j.parts, (t+1)*j.units/j.parts
