@@ -4,7 +4,7 @@
 // are actors, and each update step is one run of a compiled actor graph
 // (the selected agents' policy actors train in parallel while the memory
 // actor evolves); --env-actors N also hosts the environments in N
-// environment actors (the same run, see the README for the speed). The
+// environment actors (the same run, at the same CPU cost). The
 // same warm start, held-out evaluation, metrics, plot and checkpoints as
 // planpath-atgrpo.
 //
