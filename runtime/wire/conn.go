@@ -168,43 +168,66 @@ func (c *conn) writeLoop() {
 // readLoop decodes frames until the connection fails, handing each to
 // handle with whether more bytes are already buffered (more frames are
 // arriving). It returns the error that ended it.
+func (c *conn) readLoop(handle func(f *frame, more bool) error) error {
+	r := c.newFrameReader()
+	for {
+		f, more, err := r.next()
+		if err != nil {
+			return err
+		}
+		if err := handle(f, more); err != nil {
+			return c.fail(err)
+		}
+	}
+}
+
+// frameReader reads a connection's frames. One goroutine at a time uses it;
+// a server passes it on to another goroutine when the reading one is kept
+// by a long call (see serverConn).
 //
 // A frame's byte slices alias its body, which outlives the call (a reply's
 // payload becomes the caller's result), so each body is fresh memory: small
 // bodies are cut from a shared slab, one allocation for many frames.
-func (c *conn) readLoop(handle func(f *frame, more bool) error) error {
-	br := bufio.NewReaderSize(c.nc, 64<<10)
-	var hdr [4]byte
-	var slab []byte
-	var names interner
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
-		}
-		n := int(binary.LittleEndian.Uint32(hdr[:]))
-		if n > c.maxFrame {
-			return c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
-		}
-		var body []byte
-		if n <= maxSlabbed {
-			if len(slab) < n {
-				slab = make([]byte, slabSize)
-			}
-			body, slab = slab[:n:n], slab[n:]
-		} else {
-			body = make([]byte, n)
-		}
-		if _, err := io.ReadFull(br, body); err != nil {
-			return c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
-		}
-		f, err := decodeFrame(body, &names)
-		if err != nil {
-			return c.fail(err)
-		}
-		if err := handle(&f, br.Buffered() > 0); err != nil {
-			return c.fail(err)
-		}
+type frameReader struct {
+	c     *conn
+	br    *bufio.Reader
+	slab  []byte
+	names interner
+	hdr   [4]byte
+}
+
+func (c *conn) newFrameReader() *frameReader {
+	return &frameReader{c: c, br: bufio.NewReaderSize(c.nc, 64<<10)}
+}
+
+// next reads one frame, and reports whether more input is already
+// buffered. An error ends the connection.
+func (r *frameReader) next() (*frame, bool, error) {
+	c := r.c
+	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+		return nil, false, c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
 	}
+	n := int(binary.LittleEndian.Uint32(r.hdr[:]))
+	if n > c.maxFrame {
+		return nil, false, c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
+	}
+	var body []byte
+	if n <= maxSlabbed {
+		if len(r.slab) < n {
+			r.slab = make([]byte, slabSize)
+		}
+		body, r.slab = r.slab[:n:n], r.slab[n:]
+	} else {
+		body = make([]byte, n)
+	}
+	if _, err := io.ReadFull(r.br, body); err != nil {
+		return nil, false, c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
+	}
+	f, err := decodeFrame(body, &r.names)
+	if err != nil {
+		return nil, false, c.fail(err)
+	}
+	return &f, r.br.Buffered() > 0, nil
 }
 
 // Frame bodies up to maxSlabbed bytes share slabs of slabSize bytes. A

@@ -35,14 +35,16 @@ type Server struct {
 
 	mu    sync.Mutex
 	lis   []net.Listener
-	conns map[*conn]struct{}
+	conns map[*serverConn]struct{}
 	done  bool
+
+	watching atomic.Bool // the watchdog of inline calls runs (see inline.go)
 }
 
 // NewServer returns a server for host's actors. maxFrame ≤ 0 means
 // DefaultMaxFrame.
 func NewServer(host Host, maxFrame int) *Server {
-	return &Server{host: host, maxFrame: maxFrame, conns: map[*conn]struct{}{}}
+	return &Server{host: host, maxFrame: maxFrame, conns: map[*serverConn]struct{}{}}
 }
 
 // Serve accepts connections on l until Close; it returns nil after Close.
@@ -79,13 +81,13 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.done = true
 	lis, conns := s.lis, s.conns
-	s.lis, s.conns = nil, map[*conn]struct{}{}
+	s.lis, s.conns = nil, map[*serverConn]struct{}{}
 	s.mu.Unlock()
 	for _, l := range lis {
 		l.Close()
 	}
-	for c := range conns {
-		c.close(ErrClosed)
+	for sc := range conns {
+		sc.c.close(ErrClosed)
 	}
 	return nil
 }
@@ -102,6 +104,7 @@ type serverConn struct {
 	s   *Server
 	c   *conn
 	ctx context.Context // cancelled when the connection ends
+	fr  *frameReader
 
 	mu    sync.Mutex
 	calls map[uint64]*serverCall // tracked calls
@@ -113,6 +116,9 @@ type serverConn struct {
 	// of calls gets its replies in few writes.
 	inFlight   atomic.Int64
 	readerBusy bool // the reader's share of inFlight; only the reader touches it
+
+	inline inlineState // a call running on the reading goroutine
+	ended  chan struct{}
 }
 
 // incoming is one call received: its invocation and what the reply needs,
@@ -130,21 +136,42 @@ func (in *incoming) resolved(data []byte, err error) { in.sc.reply(in.id, in.tra
 // ServeConn serves one connection until it fails or the server closes.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(nc, s.maxFrame)
+	ctx, cancelAll := context.WithCancel(context.Background())
+	sc := &serverConn{s: s, c: c, ctx: ctx, fr: c.newFrameReader(), calls: map[uint64]*serverCall{}, ended: make(chan struct{})}
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
 		nc.Close()
+		cancelAll()
 		return
 	}
-	s.conns[c] = struct{}{}
+	s.conns[sc] = struct{}{}
 	s.mu.Unlock()
-	ctx, cancelAll := context.WithCancel(context.Background())
-	sc := &serverConn{s: s, c: c, ctx: ctx, calls: map[uint64]*serverCall{}}
-	c.readLoop(sc.handle)
+	sc.read()
+	<-sc.ended // another goroutine may have taken over reading
 	cancelAll()
 	s.mu.Lock()
-	delete(s.conns, c)
+	delete(s.conns, sc)
 	s.mu.Unlock()
+}
+
+// read serves frames until the connection ends, or until another goroutine
+// takes over reading while this one runs a long call inline.
+func (sc *serverConn) read() {
+	for {
+		f, more, err := sc.fr.next()
+		if err == nil {
+			err = sc.handle(f, more)
+		}
+		if err == errHandedOff {
+			return
+		}
+		if err != nil {
+			sc.c.fail(err)
+			close(sc.ended)
+			return
+		}
+	}
 }
 
 // track returns the tracked call id, creating it.
@@ -191,14 +218,18 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 
 // handle serves one frame from the client.
 func (sc *serverConn) handle(f *frame, more bool) error {
+	// The reader counts as a call in flight while it has more input, so
+	// replies made meanwhile are not written alone.
+	if more != sc.readerBusy {
+		sc.readerBusy = more
+		if more {
+			sc.inFlight.Add(1)
+		} else {
+			sc.inFlight.Add(-1) // replies made meanwhile were queued and the writer signalled
+		}
+	}
 	switch f.kind {
 	case kindCall:
-		if more && !sc.readerBusy {
-			// Count the reader as a call in flight while it has more
-			// input, so replies made meanwhile are not written alone.
-			sc.readerBusy = true
-			sc.inFlight.Add(1)
-		}
 		sc.inFlight.Add(1)
 		tracked := f.flags&(flagArgLater|flagCancel) != 0
 		t, ok := sc.s.host.Lookup(f.actor)
@@ -216,6 +247,14 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 			}
 			if f.flags&flagCancel != 0 {
 				in.inv.Ctx, tc.cancel = context.WithCancel(sc.ctx)
+			}
+		} else if !more {
+			// A lone call: run it here if the actor is idle.
+			if ran, handedOff := sc.runInline(t, &in.inv); ran {
+				if handedOff {
+					return errHandedOff
+				}
+				break
 			}
 		}
 		t.Invoke(&in.inv)
@@ -235,12 +274,6 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 		}
 	default:
 		return fmt.Errorf("%w: kind %d from a client", ErrMalformed, f.kind)
-	}
-	if !more && sc.readerBusy {
-		// Replies made meanwhile were queued, and the writer goroutine
-		// signalled: it is sending them.
-		sc.readerBusy = false
-		sc.inFlight.Add(-1)
 	}
 	return nil
 }

@@ -200,6 +200,34 @@ func TestResultOfACallOnTheConnectionIsForwardedAsAnArgument(t *testing.T) {
 	}
 }
 
+func TestLongInlineCallDoesNotHoldUpTheConnection(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0))
+	h.spawn(t, "b", spec(0))
+	// A lone call with nothing to track runs on the server's reading
+	// goroutine; this one never returns by itself.
+	blocked := actors.Call(ctx, handle(cl, "a"), (*echo).Block, 0)
+	for i := 1; i <= 3; i++ {
+		if v, err := actors.Call(ctx, handle(cl, "b"), (*echo).Add, 1).Get(ctx); err != nil || v != i {
+			t.Fatalf("call %d behind a long inline call: %d, %v", i, v, err)
+		}
+	}
+	h.mu.Lock()
+	a := h.byID["a"]
+	h.mu.Unlock()
+	a.Kill("test over")
+	if _, err := blocked.Get(ctx); err == nil {
+		t.Fatal("the blocked call returned no error after its actor was killed")
+	}
+	// Calls keep running inline and in order afterwards.
+	for i := 4; i <= 50; i++ {
+		if v, err := actors.Call(ctx, handle(cl, "b"), (*echo).Add, 1).Get(ctx); err != nil || v != i {
+			t.Fatalf("call %d: %d, %v", i, v, err)
+		}
+	}
+}
+
 func TestCancellationReachesTheCallee(t *testing.T) {
 	ctx := context.Background()
 	h, cl := pair(t, 0)
