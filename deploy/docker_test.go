@@ -420,6 +420,7 @@ func TestComposeCluster(t *testing.T) {
 	w = c.busiestWorker(j.name)
 	netName := c.project + "_troupe"
 	c.docker("network", "disconnect", netName, ids[w])
+	cutAt := time.Now()
 	cut := c.waitFor("the cut-off worker marked dead", time.Minute, func() (bool, string) {
 		s, err := c.status()
 		if err != nil {
@@ -436,6 +437,13 @@ func TestComposeCluster(t *testing.T) {
 		return h == "unhealthy", "health " + h
 	})
 	t.Logf("cut-off worker %s runs %d job worker process(es) while cut off", w, c.jobProcs(ids[w]))
+	// Keep it cut off longer than memberlist gossips to members it
+	// declared dead (GossipToTheDeadTime, 30 s on LAN settings): past
+	// that, only the node's own rejoining brings it back.
+	if d := 35*time.Second - time.Since(cutAt); d > 0 {
+		time.Sleep(d)
+	}
+	t.Logf("worker %s reconnected after %v cut off", w, time.Since(cutAt).Round(time.Millisecond))
 	c.docker("network", "connect", "--ip", c.subnet+"."+map[string]string{"worker-1": "21", "worker-2": "22"}[w], netName, ids[w])
 	rejoin := c.waitFor("the reconnected worker alive (it must rejoin gossip by itself)", 2*time.Minute, func() (bool, string) {
 		s, err := c.status()
