@@ -29,6 +29,11 @@ type GroupsRequest struct {
 	Create []scheduler.GroupSpec `msgpack:"create,omitempty"`
 	Remove []scheduler.GroupID   `msgpack:"remove,omitempty"`
 	Hops   int                   `msgpack:"hops,omitempty"`
+	// Retry marks a request forwarded again after an attempt whose outcome
+	// is unknown (leadership changed during the commit): removing a group
+	// that is already gone then succeeds, as the earlier attempt may have
+	// removed it.
+	Retry bool `msgpack:"retry,omitempty"`
 }
 
 // GroupsResponse has one result per created group, then one per removed
@@ -80,6 +85,7 @@ type groupImpl Node
 type groupWork struct {
 	create []scheduler.GroupSpec
 	remove []scheduler.GroupID
+	retry  bool // see GroupsRequest.Retry
 }
 
 func (w *groupWork) size() int {
@@ -117,7 +123,9 @@ func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res
 	} else {
 		id := w.remove[i-len(w.create)]
 		if scratch.Group(id) == nil {
-			res.Err = toWire(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
+			if !w.retry {
+				res.Err = toWire(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
+			}
 			return nil
 		}
 		c = &scheduler.RemovePlacementGroup{Group: id, At: at}
@@ -150,12 +158,17 @@ func (g *groupImpl) commit(ctx context.Context, r *GroupsRequest) (*GroupsRespon
 	}
 	n := (*Node)(g)
 	out := new(GroupsResponse)
+	tried := r.Retry // an earlier attempt may have committed
 	err := n.onLeader(ctx, r.Hops, func() error {
+		w := &groupWork{create: r.Create, remove: r.Remove, retry: tried}
+		tried = true
 		var err error
-		out.Results, err = n.groupsLocal(ctx, &groupWork{create: r.Create, remove: r.Remove})
+		out.Results, err = n.groupsLocal(ctx, w)
 		return err
 	}, func(cc *grpc.ClientConn) error {
-		return cc.Invoke(ctx, "/"+GroupServiceName+"/Commit", &GroupsRequest{Create: r.Create, Remove: r.Remove, Hops: r.Hops + 1}, out)
+		req := &GroupsRequest{Create: r.Create, Remove: r.Remove, Hops: r.Hops + 1, Retry: tried}
+		tried = true
+		return cc.Invoke(ctx, "/"+GroupServiceName+"/Commit", req, out)
 	})
 	return out, err
 }
