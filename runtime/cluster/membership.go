@@ -240,8 +240,10 @@ func (n *Node) joinOnce(ctx context.Context, addrs []string) ([]string, error) {
 
 // Rejoin intervals: a node missing part of its cluster retries joining
 // every rejoinBase at first, doubling while it fails, up to four times
-// that (10 s with LAN timers): an attempt is a few gRPC calls, and a
-// partition's end should be noticed within seconds.
+// that (10 s with LAN timers); a node that is alone (a worker without a
+// server) keeps retrying every rejoinBase, since it can do nothing until
+// it is back. An attempt is a few gRPC calls, and a partition's end should
+// be noticed within seconds.
 func (n *Node) rejoinBase() time.Duration {
 	return max(5*n.cfg.Timing.ProbeInterval, 500*time.Millisecond)
 }
@@ -253,7 +255,7 @@ func (n *Node) rejoinBase() time.Duration {
 // through every server it has seen that gossip says is gone, and, when it
 // sees no live server besides itself (a worker) or no live member at all
 // (a server), through its configured join addresses and saved peers too.
-func rejoinTargets(self Role, selfID, selfAddr string, view map[string]member, join, saved []string) []string {
+func rejoinTargets(self Role, selfID, selfAddr string, view map[string]member, join, saved []string) (targets []string, alone bool) {
 	var out []string
 	liveServer, liveOther := false, false
 	for id, m := range view {
@@ -270,7 +272,7 @@ func rejoinTargets(self Role, selfID, selfAddr string, view map[string]member, j
 			}
 		}
 	}
-	alone := !liveOther || (!self.isServer() && !liveServer)
+	alone = !liveOther || (!self.isServer() && !liveServer)
 	if alone {
 		out = append(append(out, join...), saved...)
 	}
@@ -281,7 +283,7 @@ func rejoinTargets(self Role, selfID, selfAddr string, view map[string]member, j
 			uniq = append(uniq, a)
 		}
 	}
-	return uniq
+	return uniq, alone
 }
 
 // rejoinLoop keeps the node's gossip view whole: whenever it misses a
@@ -297,7 +299,7 @@ func (n *Node) rejoinLoop() {
 	var next time.Time
 	missing := false
 	for {
-		targets := rejoinTargets(n.cfg.Role, n.cfg.NodeID, n.r.grpcAddr(), n.members.snapshot(), n.cfg.Join, n.loadPeers())
+		targets, alone := rejoinTargets(n.cfg.Role, n.cfg.NodeID, n.r.grpcAddr(), n.members.snapshot(), n.cfg.Join, n.loadPeers())
 		switch {
 		case len(targets) == 0:
 			if missing {
@@ -313,7 +315,7 @@ func (n *Node) rejoinLoop() {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 			via, err := n.joinOnce(ctx, targets)
 			cancel()
-			if err != nil {
+			if err != nil && !alone {
 				delay = min(2*delay, 4*base)
 				n.log.Debug("rejoin failed", "via", targets, "err", err, "retry in", delay)
 			} else {

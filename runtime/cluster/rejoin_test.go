@@ -28,36 +28,40 @@ func TestRejoinTargets(t *testing.T) {
 	join := []string{"server-1:7370", "server-2:7370", "10.0.0.21:7370"}
 	saved := []string{"10.0.0.12:7370", "10.0.0.22:7370"}
 	for _, tc := range []struct {
-		name string
-		role Role
-		view map[string]member
-		want []string
+		name  string
+		role  Role
+		view  map[string]member
+		want  []string
+		alone bool
 	}{
 		{"worker, whole view", RoleWorker, map[string]member{
 			"w1": m(RoleWorker, "10.0.0.21:7370", alive),
-			"s1": m(RoleServer, "10.0.0.11:7370", alive), "s2": m(RoleServer, "10.0.0.12:7370", alive)}, nil},
+			"s1": m(RoleServer, "10.0.0.11:7370", alive), "s2": m(RoleServer, "10.0.0.12:7370", alive)}, nil, false},
 		{"worker, one server gone", RoleWorker, map[string]member{
 			"w1": m(RoleWorker, "10.0.0.21:7370", alive),
 			"s1": m(RoleServer, "10.0.0.11:7370", alive), "s2": m(RoleServer, "10.0.0.12:7370", dead)},
-			[]string{"10.0.0.12:7370"}},
+			[]string{"10.0.0.12:7370"}, false},
 		{"worker cut off: every server gone", RoleWorker, map[string]member{
 			"w1": m(RoleWorker, "10.0.0.21:7370", alive), "w2": m(RoleWorker, "10.0.0.22:7370", alive),
 			"s1": m(RoleServer, "10.0.0.11:7370", dead), "s2": m(RoleServer, "10.0.0.12:7370", dead)},
 			// its own address (in the join list) is left out; duplicates once
-			[]string{"10.0.0.11:7370", "10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}},
+			[]string{"10.0.0.11:7370", "10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}, true},
 		{"worker that never saw a server", RoleWorker, map[string]member{"w1": m(RoleWorker, "10.0.0.21:7370", alive)},
-			[]string{"10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}},
+			[]string{"10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}, true},
 		{"dead workers are their own business", RoleWorker, map[string]member{
 			"w1": m(RoleWorker, "10.0.0.21:7370", alive), "w2": m(RoleWorker, "10.0.0.22:7370", dead),
-			"s1": m(RoleServer, "10.0.0.11:7370", alive)}, nil},
+			"s1": m(RoleServer, "10.0.0.11:7370", alive)}, nil, false},
 		{"single server with workers only", RoleHead, map[string]member{
-			"w1": m(RoleHead, "10.0.0.21:7370", alive), "w2": m(RoleWorker, "10.0.0.22:7370", alive)}, nil},
+			"w1": m(RoleHead, "10.0.0.21:7370", alive), "w2": m(RoleWorker, "10.0.0.22:7370", alive)}, nil, false},
 		{"server alone", RoleServer, map[string]member{
 			"w1": m(RoleServer, "10.0.0.21:7370", alive), "w2": m(RoleWorker, "10.0.0.22:7370", dead)},
-			[]string{"10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}},
+			[]string{"10.0.0.12:7370", "10.0.0.22:7370", "server-1:7370", "server-2:7370"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := rejoinTargets(tc.role, "w1", "10.0.0.21:7370", tc.view, join, saved)
+			got, alone := rejoinTargets(tc.role, "w1", "10.0.0.21:7370", tc.view, join, saved)
+			if alone != tc.alone {
+				t.Errorf("alone = %v, want %v", alone, tc.alone)
+			}
 			if len(got) == 0 && len(tc.want) == 0 {
 				return
 			}
