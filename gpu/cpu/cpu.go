@@ -19,6 +19,14 @@ type Buf struct {
 	d     []float32
 	owner *Backend
 	root  *Buf // the allocation a view belongs to (itself for an allocation)
+
+	// Zero is lazy on the fast backend: it marks the buffer (zero) and lists
+	// it on its root (pend). An op whose output overwrites a marked buffer
+	// instead of accumulating into it skips the clear (a backward matmul
+	// writes with beta 0); any other use of the root's memory clears the
+	// listed buffers first (flush), so results are as if Zero had run.
+	zero bool
+	pend []*Buf
 }
 
 // Len is the number of elements.
@@ -26,7 +34,25 @@ func (b *Buf) Len() int { return len(b.d) }
 
 // Data returns the buffer's memory. It is exposed so CPU-only code (tests,
 // tools) can read results without a copy; writes bypass the Backend.
-func (b *Buf) Data() []float32 { return b.d }
+func (b *Buf) Data() []float32 {
+	if r := b.root; r != nil && len(r.pend) > 0 {
+		for _, v := range r.pend {
+			clear(v.d)
+			v.zero = false
+		}
+		r.pend = r.pend[:0]
+	}
+	return b.d
+}
+
+// flush applies the lazy Zeros pending on root r.
+func (b *Backend) flush(r *Buf) {
+	for _, v := range r.pend {
+		b.zero(v.d)
+		v.zero = false
+	}
+	r.pend = r.pend[:0]
+}
 
 // IntBuf is an int32 buffer in host memory.
 type IntBuf struct {
@@ -122,6 +148,7 @@ func (b *Backend) Free(x any) {
 		// views are not freed on their own: that would free the parent
 		if p != nil && p.owner == b && p.root == p {
 			p.d = nil
+			p.pend = nil
 		}
 	case *IntBuf:
 		if p != nil && p.owner == b {
@@ -130,8 +157,55 @@ func (b *Backend) Free(x any) {
 	}
 }
 
-// f resolves a required float buffer that must hold need elements.
+// f resolves a required float buffer that must hold need elements, with
+// any lazy Zero on its memory applied.
 func (b *Backend) f(op, name string, x gpu.Buffer, need int) []float32 {
+	d := b.resolve(op, name, x, need)
+	if d != nil {
+		if r := x.(*Buf).root; len(r.pend) > 0 {
+			b.flush(r)
+		}
+	}
+	return d
+}
+
+// fz resolves an output buffer (optional: nil stays nil) for an op that can
+// either accumulate into it or overwrite it. fresh reports that a Zero on x
+// is pending: the op must then overwrite d instead of accumulating (the
+// Zero is consumed; elements past need are cleared here).
+func (b *Backend) fz(op, name string, x gpu.Buffer, need int) (d []float32, fresh bool) {
+	if x == nil {
+		return nil, false
+	}
+	if p, ok := x.(*Buf); ok && p == nil {
+		return nil, false
+	}
+	if d = b.resolve(op, name, x, need); d == nil {
+		return nil, false
+	}
+	p := x.(*Buf)
+	r := p.root
+	if p.zero {
+		fresh = true
+		p.zero = false
+		for i, v := range r.pend {
+			if v == p {
+				r.pend = append(r.pend[:i], r.pend[i+1:]...)
+				break
+			}
+		}
+		if need < len(p.d) {
+			b.zero(p.d[need:])
+		}
+	}
+	if len(r.pend) > 0 {
+		b.flush(r) // other pending views may overlap x: cleared before the op writes
+	}
+	return d, fresh
+}
+
+// resolve is f without applying lazy Zeros.
+func (b *Backend) resolve(op, name string, x gpu.Buffer, need int) []float32 {
 	if b.err != nil {
 		return nil
 	}
@@ -236,12 +310,17 @@ func (b *Backend) Zero(x gpu.Buffer) {
 		b.fail(fmt.Errorf("Zero: %w", gpu.ErrBuffer))
 		return
 	}
-	if d := b.f("Zero", "x", x, x.Len()); d != nil {
-		if b.ref {
-			clear(d)
-			return
-		}
-		b.zero(d)
+	d := b.f("Zero", "x", x, x.Len())
+	if d == nil {
+		return
+	}
+	if b.ref {
+		clear(d)
+		return
+	}
+	if p := x.(*Buf); !p.zero {
+		p.zero = true
+		p.root.pend = append(p.root.pend, p)
 	}
 }
 
@@ -352,7 +431,8 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight gpu.Buf
 	if !b.dims(op, N, C, OC) {
 		return
 	}
-	di, dw, db := b.opt(op, "dinp", dinp, N*C), b.opt(op, "dweight", dweight, OC*C), b.opt(op, "dbias", dbias, OC)
+	di, fresh := b.fz(op, "dinp", dinp, N*C)
+	dw, db := b.opt(op, "dweight", dweight, OC*C), b.opt(op, "dbias", dbias, OC)
 	do := b.f(op, "dout", dout, N*OC)
 	var in, w []float32
 	if di != nil {
@@ -368,7 +448,7 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight gpu.Buf
 		refMatmulBackward(di, dw, db, do, in, w, N, C, OC)
 		return
 	}
-	b.matmulBackward(di, dw, db, do, in, w, N, C, OC)
+	b.matmulBackward(di, dw, db, do, in, w, N, C, OC, fresh)
 }
 
 func (b *Backend) attnDims(op string, B, T, C, NH int) bool {
@@ -405,7 +485,11 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att gpu.Buffer, B, T, C, NH
 	if !b.attnDims(op, B, T, C, NH) {
 		return
 	}
-	dq, do := b.f(op, "dqkv", dqkv, B*T*3*C), b.f(op, "dout", dout, B*T*C)
+	dq, fresh := b.fz(op, "dqkv", dqkv, B*T*3*C)
+	if dq == nil && b.err == nil {
+		b.fail(fmt.Errorf("%s: dqkv: %w", op, gpu.ErrBuffer))
+	}
+	do := b.f(op, "dout", dout, B*T*C)
 	q, a := b.f(op, "qkv", qkv, B*T*3*C), b.f(op, "att", att, B*NH*T*T)
 	if b.err != nil {
 		return
@@ -414,7 +498,7 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att gpu.Buffer, B, T, C, NH
 		refAttentionBackward(dq, do, q, a, B, T, C, NH)
 		return
 	}
-	b.attentionBackward(dq, do, q, a, B, T, C, NH)
+	b.attentionBackward(dq, do, q, a, B, T, C, NH, fresh)
 }
 
 // AttentionDecode implements gpu.Backend.
@@ -457,7 +541,23 @@ func (b *Backend) GeluForward(out, inp gpu.Buffer, N int) {
 
 // GeluBackward implements gpu.Backend.
 func (b *Backend) GeluBackward(dinp, inp, dout gpu.Buffer, N int) {
-	b.elementwise3("GeluBackward", [3]string{"dinp", "inp", "dout"}, [3]gpu.Buffer{dinp, inp, dout}, N, refGeluBackward, b.geluBackward)
+	const op = "GeluBackward"
+	if !b.dims(op, N) {
+		return
+	}
+	di, fresh := b.fz(op, "dinp", dinp, N)
+	if di == nil && b.err == nil {
+		b.fail(fmt.Errorf("%s: dinp: %w", op, gpu.ErrBuffer))
+	}
+	in, do := b.f(op, "inp", inp, N), b.f(op, "dout", dout, N)
+	if b.err != nil {
+		return
+	}
+	if b.ref {
+		refGeluBackward(di, in, do, N)
+		return
+	}
+	b.geluBackward(di, in, do, N, fresh)
 }
 
 // ResidualForward implements gpu.Backend.

@@ -224,9 +224,15 @@ func kFillRows(j *job, _, lo, hi int) {
 	}
 }
 
-func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int) {
+// matmulBackward accumulates the gradients; with fresh, dinp is overwritten
+// instead (its Zero is pending, see Buf).
+func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int, fresh bool) {
 	if dinp != nil {
-		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, 1, dinp, C)
+		beta := float32(1)
+		if fresh {
+			beta = 0
+		}
+		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, beta, dinp, C)
 	}
 	if dweight != nil {
 		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C)
@@ -299,12 +305,14 @@ func kAttentionForward(j *job, _, lo, hi int) {
 // attBlock is the row-block size of the causal attention products.
 const attBlock = 32
 
-func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int) {
+// attentionBackward accumulates into dqkv; with fresh (a pending Zero)
+// each head clears its own columns first, on the core that then writes them.
+func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int, fresh bool) {
 	sc := b.scratchFor(T * T)
 	j := b.newJob(kAttentionBackward)
 	j.f[0], j.f[1], j.f[2], j.f[3] = dqkv, dout, qkv, att
 	j.n[0], j.n[1], j.n[2] = T, C, NH
-	j.sc = sc
+	j.sc, j.flag = sc, fresh
 	parallelFor(B*NH, 1, j)
 }
 
@@ -322,6 +330,13 @@ func kAttentionBackward(j *job, chunk, lo, hi int) {
 		dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
 		do := dout[bb*T*C+h*hs:]
 		a := att[bh*T*T : (bh+1)*T*T]
+		if j.flag {
+			for t := 0; t < T; t++ {
+				clear(dq[t*C3 : t*C3+hs])
+				clear(dk[t*C3 : t*C3+hs])
+				clear(dv[t*C3 : t*C3+hs])
+			}
+		}
 		// causal row blocks as in the forward: block r0..r1 touches key
 		// positions 0..r1 only
 		for r0 := 0; r0 < T; r0 += attBlock {
@@ -403,21 +418,27 @@ func kGeluForward(j *job, _, lo, hi int) {
 	}
 }
 
-func (b *Backend) geluBackward(dinp, inp, dout []float32, N int) {
+// geluBackward accumulates into dinp, or overwrites it with set.
+func (b *Backend) geluBackward(dinp, inp, dout []float32, N int, set bool) {
 	j := b.newJob(kGeluBackward)
 	j.f[0], j.f[1], j.f[2] = dinp, inp, dout
+	j.flag = set
 	parallelFor(N, grainElems/4, j)
 }
 
 func kGeluBackward(j *job, _, lo, hi int) {
 	di, in, do := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
-	v := geluBwdVec(di, in, do)
+	v := geluBwdVec(di, in, do, j.flag)
 	di, in, do = di[v:], in[v:], do[v:]
 	for i, x := range in {
 		u := float32(geluScale) * (x + 0.044715*x*x*x)
 		th := tanhf(u)
 		g := 0.5*(1+th) + 0.5*x*(1-th*th)*float32(geluScale)*(1+3*0.044715*x*x)
-		di[i] += g * do[i]
+		if j.flag {
+			di[i] = g * do[i]
+		} else {
+			di[i] += g * do[i]
+		}
 	}
 }
 

@@ -15,8 +15,10 @@ import (
 //go:noescape
 func geluFwdAVX2(out, in *float32, n int, k *[21][8]uint32)
 
+// geluBwdAVX2 adds gelu'(inp)·dout to dinp, or stores it when set is 1.
+//
 //go:noescape
-func geluBwdAVX2(dinp, inp, dout *float32, n int, k *[21][8]uint32)
+func geluBwdAVX2(dinp, inp, dout *float32, n int, k *[21][8]uint32, set int)
 
 var hasGeluAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
@@ -53,12 +55,16 @@ func geluFwdVec(out, in []float32) int {
 	return n
 }
 
-func geluBwdVec(dinp, inp, dout []float32) int {
+func geluBwdVec(dinp, inp, dout []float32, set bool) int {
 	n := len(inp) &^ 7
 	if !hasGeluAsm || n == 0 {
 		return 0
 	}
 	_, _ = dinp[n-1], dout[n-1]
-	geluBwdAVX2(&dinp[0], &inp[0], &dout[0], n, geluConsts)
+	s := 0
+	if set {
+		s = 1
+	}
+	geluBwdAVX2(&dinp[0], &inp[0], &dout[0], n, geluConsts, s)
 	return n
 }

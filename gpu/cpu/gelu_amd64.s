@@ -81,14 +81,15 @@ fdone:
 	VZEROUPPER
 	RET
 
-// func geluBwdAVX2(dinp, inp, dout *float32, n int, k *[21][8]uint32)
-// dinp[i] += gelu'(x)·dout[i], n a multiple of 8.
-TEXT ·geluBwdAVX2(SB), NOSPLIT, $0-40
+// func geluBwdAVX2(dinp, inp, dout *float32, n int, k *[21][8]uint32, set int)
+// dinp[i] += gelu'(x)·dout[i] (dinp[i] = ... when set is 1), n a multiple of 8.
+TEXT ·geluBwdAVX2(SB), NOSPLIT, $0-48
 	MOVQ dinp+0(FP), DI
 	MOVQ inp+8(FP), SI
 	MOVQ dout+16(FP), DX
 	MOVQ n+24(FP), CX
 	MOVQ k+32(FP), R8
+	MOVQ set+40(FP), R9
 	VMOVUPS ONE, Y15
 	VMOVUPS HALF, Y14
 	SHRQ $3, CX
@@ -108,11 +109,18 @@ bloop:
 	VMOVUPS Y4, Y8
 	VFMADD213PS Y14, Y14, Y8
 	VFMADD231PS Y7, Y6, Y8
-	// dinp += Y8·dout
+	// dinp += Y8·dout, or dinp = Y8·dout
 	VMOVUPS (DX), Y9
+	TESTQ R9, R9
+	JNZ  bset
 	VMOVUPS (DI), Y10
 	VFMADD231PS Y9, Y8, Y10
 	VMOVUPS Y10, (DI)
+	JMP  bnext
+bset:
+	VMULPS Y9, Y8, Y10
+	VMOVUPS Y10, (DI)
+bnext:
 	ADDQ $32, SI
 	ADDQ $32, DX
 	ADDQ $32, DI
