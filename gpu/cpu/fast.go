@@ -141,17 +141,8 @@ func kLayerNormForward(j *job, _, lo, hi int) {
 	C := j.n[0]
 	for n := lo; n < hi; n++ {
 		x := inp[n*C : n*C+C]
-		var m float32
-		for _, v := range x {
-			m += v
-		}
-		m /= float32(C)
-		var vr float32
-		for _, v := range x {
-			d := v - m
-			vr += d * d
-		}
-		vr /= float32(C)
+		m := sum8(x) / float32(C)
+		vr := sumSqDev8(x, m) / float32(C)
 		s := float32(1 / math.Sqrt(float64(vr)+1e-5))
 		o := out[n*C : n*C+C]
 		for i, v := range x {
@@ -182,26 +173,97 @@ func kLayerNormBackward(j *job, chunk, lo, hi int) {
 	dinp, dout, inp, weight, mean, rstd := j.f[0], j.f[1], j.f[2], j.f[3], j.f[4], j.f[5]
 	C := j.n[0]
 	dw, db := j.sc[chunk][:C], j.sc[chunk][C:2*C]
+	weight = weight[:C]
 	for n := lo; n < hi; n++ {
 		x, d, di := inp[n*C:n*C+C], dout[n*C:n*C+C], dinp[n*C:n*C+C]
 		m, s := mean[n], rstd[n]
-		var dm, dnm float32
-		for i := range x {
-			norm := (x[i] - m) * s
-			dn := weight[i] * d[i]
-			dm += dn
-			dnm += dn * norm
-		}
+		dm, dnm := lnBackwardDots(x, d, weight, m, s)
 		dm /= float32(C)
 		dnm /= float32(C)
-		for i := range x {
-			norm := (x[i] - m) * s
-			dn := weight[i] * d[i]
-			db[i] += d[i]
-			dw[i] += norm * d[i]
-			di[i] += (dn - dm - norm*dnm) * s
+		// equal lengths spelled out so the loop runs without bounds checks
+		d, di, dw, db, w := d[:len(x)], di[:len(x)], dw[:len(x)], db[:len(x)], weight[:len(x)]
+		for i, xv := range x {
+			norm := (xv - m) * s
+			dv := d[i]
+			db[i] += dv
+			dw[i] += norm * dv
+			di[i] += (w[i]*dv - dm - norm*dnm) * s
 		}
 	}
+}
+
+// Row reductions with eight independent float32 sums: one running sum is
+// a chain of dependent adds (latency-bound, ~4 cycles each); eight keep the
+// adders busy. The sums differ from a left-to-right loop only in rounding.
+
+func sum8(x []float32) float32 {
+	var a [8]float32
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		v := (*[8]float32)(x[i:])
+		a[0] += v[0]
+		a[1] += v[1]
+		a[2] += v[2]
+		a[3] += v[3]
+		a[4] += v[4]
+		a[5] += v[5]
+		a[6] += v[6]
+		a[7] += v[7]
+	}
+	for ; i < len(x); i++ {
+		a[0] += x[i]
+	}
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+// sumSqDev8 is sum (x-m)².
+func sumSqDev8(x []float32, m float32) float32 {
+	var a [8]float32
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		v := (*[8]float32)(x[i:])
+		d0, d1, d2, d3 := v[0]-m, v[1]-m, v[2]-m, v[3]-m
+		d4, d5, d6, d7 := v[4]-m, v[5]-m, v[6]-m, v[7]-m
+		a[0] += d0 * d0
+		a[1] += d1 * d1
+		a[2] += d2 * d2
+		a[3] += d3 * d3
+		a[4] += d4 * d4
+		a[5] += d5 * d5
+		a[6] += d6 * d6
+		a[7] += d7 * d7
+	}
+	for ; i < len(x); i++ {
+		d := x[i] - m
+		a[0] += d * d
+	}
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+// lnBackwardDots returns sum w·d and sum w·d·(x-m)·s over a row.
+func lnBackwardDots(x, d, w []float32, m, s float32) (dm, dnm float32) {
+	var a, c [4]float32
+	i := 0
+	n := len(x)
+	d, w = d[:n], w[:n]
+	for ; i+4 <= n; i += 4 {
+		xv, dv, wv := (*[4]float32)(x[i:]), (*[4]float32)(d[i:]), (*[4]float32)(w[i:])
+		dn0, dn1, dn2, dn3 := wv[0]*dv[0], wv[1]*dv[1], wv[2]*dv[2], wv[3]*dv[3]
+		a[0] += dn0
+		a[1] += dn1
+		a[2] += dn2
+		a[3] += dn3
+		c[0] += dn0 * ((xv[0] - m) * s)
+		c[1] += dn1 * ((xv[1] - m) * s)
+		c[2] += dn2 * ((xv[2] - m) * s)
+		c[3] += dn3 * ((xv[3] - m) * s)
+	}
+	for ; i < n; i++ {
+		dn := w[i] * d[i]
+		a[0] += dn
+		c[0] += dn * ((x[i] - m) * s)
+	}
+	return (a[0] + a[1]) + (a[2] + a[3]), (c[0] + c[1]) + (c[2] + c[3])
 }
 
 func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
