@@ -20,13 +20,11 @@ type Buf struct {
 	owner *Backend
 	root  *Buf // the allocation a view belongs to (itself for an allocation)
 
-	// Zero is lazy on the fast backend: it marks the buffer (zero) and lists
-	// it on its root (pend). An op whose output overwrites a marked buffer
-	// instead of accumulating into it skips the clear (a backward matmul
-	// writes with beta 0); any other use of the root's memory clears the
-	// listed buffers first (flush), so results are as if Zero had run.
-	zero bool
-	pend []*Buf
+	off int // offset of d in root.d
+
+	// pend lists, on a root, the ranges of root.d whose Zero is still
+	// pending (lazyzero.go).
+	pend []span
 }
 
 // Len is the number of elements.
@@ -36,22 +34,12 @@ func (b *Buf) Len() int { return len(b.d) }
 // tools) can read results without a copy; writes bypass the Backend.
 func (b *Buf) Data() []float32 {
 	if r := b.root; r != nil && len(r.pend) > 0 {
-		for _, v := range r.pend {
-			clear(v.d)
-			v.zero = false
+		for _, sp := range r.pend {
+			clear(r.d[sp.lo:sp.hi])
 		}
 		r.pend = r.pend[:0]
 	}
 	return b.d
-}
-
-// flush applies the lazy Zeros pending on root r.
-func (b *Backend) flush(r *Buf) {
-	for _, v := range r.pend {
-		b.zero(v.d)
-		v.zero = false
-	}
-	r.pend = r.pend[:0]
 }
 
 // IntBuf is an int32 buffer in host memory.
@@ -138,7 +126,7 @@ func (b *Backend) View(x gpu.Buffer, off, n int) (gpu.Buffer, error) {
 	if off < 0 || n < 0 || off > len(p.d) || n > len(p.d)-off {
 		return nil, gpu.ShapeError("View", "[%d,%d) of a buffer of %d", off, off+n, len(p.d))
 	}
-	return &Buf{d: p.d[off : off+n : off+n], owner: b, root: p.root}, nil
+	return &Buf{d: p.d[off : off+n : off+n], owner: b, root: p.root, off: p.off + off}, nil
 }
 
 // Free drops the buffer's memory; later use reports ErrBuffer.
@@ -158,21 +146,21 @@ func (b *Backend) Free(x any) {
 }
 
 // f resolves a required float buffer that must hold need elements, with
-// any lazy Zero on its memory applied.
+// any lazy Zero on those elements applied.
 func (b *Backend) f(op, name string, x gpu.Buffer, need int) []float32 {
 	d := b.resolve(op, name, x, need)
 	if d != nil {
-		if r := x.(*Buf).root; len(r.pend) > 0 {
-			b.flush(r)
+		if p := x.(*Buf); len(p.root.pend) > 0 {
+			b.materialize(p.root, p.off, p.off+need)
 		}
 	}
 	return d
 }
 
 // fz resolves an output buffer (optional: nil stays nil) for an op that can
-// either accumulate into it or overwrite it. fresh reports that a Zero on x
-// is pending: the op must then overwrite d instead of accumulating (the
-// Zero is consumed; elements past need are cleared here).
+// either accumulate into it or overwrite it. fresh reports that a Zero is
+// pending on all its need elements: the op must then overwrite d instead of
+// accumulating, and the Zero is consumed (lazyzero.go).
 func (b *Backend) fz(op, name string, x gpu.Buffer, need int) (d []float32, fresh bool) {
 	if x == nil {
 		return nil, false
@@ -184,24 +172,14 @@ func (b *Backend) fz(op, name string, x gpu.Buffer, need int) (d []float32, fres
 		return nil, false
 	}
 	p := x.(*Buf)
-	r := p.root
-	if p.zero {
-		fresh = true
-		p.zero = false
-		for i, v := range r.pend {
-			if v == p {
-				r.pend = append(r.pend[:i], r.pend[i+1:]...)
-				break
-			}
-		}
-		if need < len(p.d) {
-			b.zero(p.d[need:])
-		}
+	if len(p.root.pend) == 0 {
+		return d, false
 	}
-	if len(r.pend) > 0 {
-		b.flush(r) // other pending views may overlap x: cleared before the op writes
+	if p.root.consume(p.off, p.off+need) {
+		return d, true
 	}
-	return d, fresh
+	b.materialize(p.root, p.off, p.off+need)
+	return d, false
 }
 
 // resolve is f without applying lazy Zeros.
@@ -318,10 +296,8 @@ func (b *Backend) Zero(x gpu.Buffer) {
 		clear(d)
 		return
 	}
-	if p := x.(*Buf); !p.zero {
-		p.zero = true
-		p.root.pend = append(p.root.pend, p)
-	}
+	p := x.(*Buf)
+	p.root.addPending(p.off, p.off+len(p.d))
 }
 
 // Copy copies src[:n] to dst[:n].
@@ -432,7 +408,8 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight gpu.Buf
 		return
 	}
 	di, fresh := b.fz(op, "dinp", dinp, N*C)
-	dw, db := b.opt(op, "dweight", dweight, OC*C), b.opt(op, "dbias", dbias, OC)
+	dw, freshW := b.fz(op, "dweight", dweight, OC*C)
+	db, freshB := b.fz(op, "dbias", dbias, OC)
 	do := b.f(op, "dout", dout, N*OC)
 	var in, w []float32
 	if di != nil {
@@ -448,7 +425,7 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight gpu.Buf
 		refMatmulBackward(di, dw, db, do, in, w, N, C, OC)
 		return
 	}
-	b.matmulBackward(di, dw, db, do, in, w, N, C, OC, fresh)
+	b.matmulBackward(di, dw, db, do, in, w, N, C, OC, [3]bool{fresh, freshW, freshB})
 }
 
 func (b *Backend) attnDims(op string, B, T, C, NH int) bool {

@@ -286,18 +286,20 @@ func kFillRows(j *job, _, lo, hi int) {
 	}
 }
 
-// matmulBackward accumulates the gradients; with fresh, dinp is overwritten
-// instead (its Zero is pending, see Buf).
-func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int, fresh bool) {
-	if dinp != nil {
-		beta := float32(1)
-		if fresh {
-			beta = 0
+// matmulBackward accumulates the gradients; those marked fresh (dinp,
+// dweight, dbias: a Zero is pending, see lazyzero.go) are overwritten.
+func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float32, N, C, OC int, fresh [3]bool) {
+	var beta [3]float32
+	for i, f := range fresh {
+		if !f {
+			beta[i] = 1
 		}
-		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, beta, dinp, C)
+	}
+	if dinp != nil {
+		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, beta[0], dinp, C)
 	}
 	if dweight != nil {
-		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C)
+		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, beta[1], dweight, C)
 	}
 	if dbias != nil {
 		// column sums as a (1×N)·(N×OC) product with a ones vector
@@ -307,7 +309,7 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 				b.ones[i] = 1
 			}
 		}
-		gemm.Sgemm(false, false, 1, OC, N, 1, b.ones, N, dout, OC, 1, dbias, OC)
+		gemm.Sgemm(false, false, 1, OC, N, 1, b.ones, N, dout, OC, beta[2], dbias, OC)
 	}
 }
 

@@ -44,17 +44,21 @@ func lazyZeroRun(t *testing.T, be *Backend, s shape) [][]float32 {
 	whole := view(big, 0, max(N*OC, BT3))
 	front := view(big, 0, N*C)
 	inp, w, dout := e.buf(randf(r, N*C, 1)), e.buf(randf(r, OC*C, 1)), e.buf(randf(r, N*OC, 1))
-	dw := e.buf(make([]float32, OC*C))
+	// gradients as the model keeps them: views of one zeroed allocation
+	grads := e.buf(randf(r, OC*C+OC+3, 2))
+	dw, db := view(grads, 1, OC*C), view(grads, 1+OC*C, OC)
+	be.Zero(grads)
 
 	// matmul input gradient overwriting a zeroed view, with another
 	// (overlapping, larger) view zeroed too
 	be.Zero(whole)
 	be.Zero(front)
-	be.MatmulBackward(front, dw, nil, dout, inp, w, N, C, OC)
+	be.MatmulBackward(front, dw, db, dout, inp, w, N, C, OC)
 	dl(big)
-	// accumulate onto the result without a Zero: must add
-	be.MatmulBackward(front, nil, nil, dout, inp, w, N, C, OC)
+	// accumulate onto the results without a Zero: must add
+	be.MatmulBackward(front, dw, db, dout, inp, w, N, C, OC)
 	dl(front)
+	dl(grads)
 
 	// GELU backward into a zeroed buffer; the input is read after its own
 	// Zero (applied, not consumed)
@@ -86,4 +90,67 @@ func lazyZeroRun(t *testing.T, be *Backend, s shape) [][]float32 {
 		t.Fatal(err)
 	}
 	return outs
+}
+
+// Random Zeros, overwrite-or-accumulate writes and reads through random
+// views of one allocation behave like eager Zeros (a shadow array).
+func TestLazyZeroSpans(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	be := New()
+	const n = 97
+	for round := 0; round < 200; round++ {
+		rootB, _ := be.Alloc(n)
+		root := rootB.(*Buf)
+		shadow := randf(r, n, 1)
+		copy(root.d, shadow)
+		randView := func() (*Buf, int, int) {
+			lo := r.IntN(n)
+			hi := lo + 1 + r.IntN(n-lo)
+			v, err := be.View(rootB, lo, hi-lo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v.(*Buf), lo, hi
+		}
+		for op := 0; op < 20; op++ {
+			v, lo, hi := randView()
+			switch r.IntN(3) {
+			case 0:
+				be.Zero(v)
+				clear(shadow[lo:hi])
+			case 1: // an op writing its output: overwrite if fresh, else add
+				need := 1 + r.IntN(hi-lo)
+				d, fresh := be.fz("test", "out", v, need)
+				for i := range d {
+					x := float32(r.IntN(5))
+					if fresh {
+						d[i] = x
+					} else {
+						d[i] += x
+					}
+					shadow[lo+i] += x
+				}
+			case 2:
+				d := be.f("test", "in", v, hi-lo)
+				for i := range d {
+					if d[i] != shadow[lo+i] {
+						t.Fatalf("round %d op %d: element %d is %v, want %v", round, op, lo+i, d[i], shadow[lo+i])
+					}
+				}
+			}
+			for _, s := range root.pend { // pending ranges are zero in the shadow
+				for i := s.lo; i < s.hi; i++ {
+					if shadow[i] != 0 {
+						t.Fatalf("round %d op %d: element %d pending but %v", round, op, i, shadow[i])
+					}
+				}
+			}
+		}
+		got := data(rootB)
+		for i := range got {
+			if got[i] != shadow[i] {
+				t.Fatalf("round %d: Data()[%d] = %v, want %v", round, i, got[i], shadow[i])
+			}
+		}
+	}
 }
