@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -169,7 +170,18 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 	// the writer goroutine would cost more than the write. Calls in a
 	// burst share the writer's writes.
 	direct := len(cl.pending) <= directPending
+	var src uint64
+	if later != nil {
+		src = cl.producerLocked(later)
+	}
 	cl.mu.Unlock()
+	if src != 0 {
+		// The argument is the result of a call on this connection: the
+		// server may take it from there without waiting for it to come
+		// back through this process.
+		f.flags |= flagArgOfCall
+		f.data = binary.AppendUvarint(nil, src)
+	}
 	if err := cl.c.send(&f, direct); err != nil {
 		cl.fail(id, fmt.Errorf("call %s: %w", inv.Method, err))
 		return
@@ -189,33 +201,43 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 			stop()
 		}
 	}
-	if later != nil && !cl.dependOn(id, later) {
+	if later != nil && !cl.dependOn(id, src) {
 		go cl.sendArgLater(id, inv, later)
 	}
 }
 
-// dependOn arranges for the result of the pending call on this connection
-// whose reply is ref to be sent as the argument of call id, and reports
-// whether there is such a call. Call id's frame has been queued, so its
-// argument cannot overtake it.
-func (cl *Client) dependOn(id uint64, ref actors.ObjectRef) bool {
+// producerLocked returns the ID of the pending call on this connection
+// whose reply is ref, or 0. cl.mu is held.
+func (cl *Client) producerLocked(ref actors.ObjectRef) uint64 {
 	p, ok := ref.(*actors.Promise)
-	if !ok {
+	if !ok || len(cl.pending) > maxDepScan {
+		return 0
+	}
+	for pid, call := range cl.pending {
+		if call.reply == p {
+			return pid
+		}
+	}
+	return 0
+}
+
+// dependOn arranges for the result of call src, pending on this
+// connection, to be sent as the argument of call id, and reports whether
+// src is still pending. Call id's frame has been queued, so its argument
+// cannot overtake it.
+func (cl *Client) dependOn(id, src uint64) bool {
+	if src == 0 {
 		return false
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if len(cl.pending) > maxDepScan {
+	call, ok := cl.pending[src]
+	if !ok {
 		return false
 	}
-	for pid, call := range cl.pending {
-		if call.reply == p {
-			call.deps = append(call.deps, id)
-			cl.pending[pid] = call
-			return true
-		}
-	}
-	return false
+	call.deps = append(call.deps, id)
+	cl.pending[src] = call
+	return true
 }
 
 // forward sends the reply of a call (its status and payload) as the

@@ -21,5 +21,9 @@
 // connection reach the server in the order they were invoked, so per-actor
 // order holds. A call whose argument is a future not resolved yet is sent at
 // once with flagArgLater, and its argument follows in an arg frame when
-// ready: order is kept and the callee, not the caller, waits.
+// ready: order is kept and the callee, not the caller, waits. When that
+// future is the result of an earlier call on the same connection, the call
+// also names that call (flagArgOfCall), and a server that still has its
+// result (or is still running it) passes it on at once, so a chain of
+// actors in one worker does not wait for a round trip through the caller.
 package wire

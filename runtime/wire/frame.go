@@ -19,6 +19,11 @@ const (
 const (
 	flagArgLater byte = 1 << 0 // the argument follows in an arg frame
 	flagCancel   byte = 1 << 1 // the caller may cancel: track the call
+	// With flagArgLater: the argument is the result of an earlier call on
+	// the same connection, whose ID the call's bytes hold (a uvarint). The
+	// server may use that result when it still has it; the argument frame
+	// follows anyway.
+	flagArgOfCall byte = 1 << 2
 )
 
 // Reply statuses.

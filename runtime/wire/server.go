@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -97,6 +98,17 @@ func (s *Server) Close() error {
 type serverCall struct {
 	argLater *actors.Promise    // resolved by the arg frame
 	cancel   context.CancelFunc // set when the caller may cancel
+	producer uint64             // the call whose result argLater waits for here, or 0
+}
+
+// recentResults is how many recent small results a connection keeps for
+// calls that name them as their argument (flagArgOfCall).
+const recentResults = 16
+
+// recentResult is a call's successful result, kept for a while.
+type recentResult struct {
+	id   uint64
+	data []byte
 }
 
 // serverConn is the server side of one connection.
@@ -108,6 +120,12 @@ type serverConn struct {
 
 	mu    sync.Mutex
 	calls map[uint64]*serverCall // tracked calls
+	// Results feeding other calls of the connection: the latest small
+	// ones, and the calls waiting for the result of a call still running.
+	recent  [recentResults]recentResult
+	nRecent int
+	waiting map[uint64][]*actors.Promise
+	chained atomic.Bool // a call has named another's result: keep recent results
 
 	// inFlight counts calls received and not yet replied to, plus one
 	// while the reader holds more buffered input (more calls are coming).
@@ -199,9 +217,23 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 		sc.mu.Lock()
 		t := sc.calls[id]
 		delete(sc.calls, id)
+		if t != nil && t.producer != 0 {
+			sc.unwaitLocked(t.producer, t.argLater)
+		}
 		sc.mu.Unlock()
 		if t != nil && t.cancel != nil {
 			t.cancel()
+		}
+	}
+	if err == nil && len(data) <= maxForwarded && sc.chained.Load() {
+		sc.mu.Lock()
+		sc.recent[sc.nRecent%recentResults] = recentResult{id: id, data: data}
+		sc.nRecent++
+		waiters := sc.waiting[id]
+		delete(sc.waiting, id)
+		sc.mu.Unlock()
+		for _, p := range waiters {
+			p.Resolve(data, nil)
 		}
 	}
 	out := frame{kind: kindReply, callID: id, data: data}
@@ -244,6 +276,9 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 			if f.flags&flagArgLater != 0 {
 				tc.argLater = actors.NewPromise()
 				in.inv.ArgRef, in.inv.Arg = tc.argLater, nil
+				if f.flags&flagArgOfCall != 0 {
+					sc.argOfCall(tc, f.data)
+				}
 			}
 			if f.flags&flagCancel != 0 {
 				in.inv.Ctx, tc.cancel = context.WithCancel(sc.ctx)
@@ -276,4 +311,51 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 		return fmt.Errorf("%w: kind %d from a client", ErrMalformed, f.kind)
 	}
 	return nil
+}
+
+// argOfCall links a call's argument to the result of the earlier call
+// named by src (a uvarint): taken from the recent results, or on that
+// call's reply. Otherwise the argument frame from the client resolves it.
+func (sc *serverConn) argOfCall(tc *serverCall, src []byte) {
+	id, n := binary.Uvarint(src)
+	if n <= 0 || n != len(src) || id == 0 {
+		return // not a call ID: wait for the argument frame
+	}
+	sc.chained.Store(true)
+	sc.mu.Lock()
+	for i := range sc.recent {
+		if r := sc.recent[i]; r.id == id && r.data != nil {
+			sc.mu.Unlock()
+			tc.argLater.Resolve(r.data, nil)
+			return
+		}
+	}
+	if len(sc.waiting) < maxWaiting {
+		if sc.waiting == nil {
+			sc.waiting = map[uint64][]*actors.Promise{}
+		}
+		sc.waiting[id] = append(sc.waiting[id], tc.argLater)
+		tc.producer = id
+	}
+	sc.mu.Unlock()
+}
+
+// maxWaiting bounds the calls whose producer a connection watches for.
+const maxWaiting = 1024
+
+// unwaitLocked forgets that p waits for the result of call id. sc.mu is
+// held.
+func (sc *serverConn) unwaitLocked(id uint64, p *actors.Promise) {
+	ws := sc.waiting[id]
+	for i, w := range ws {
+		if w == p {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(sc.waiting, id)
+	} else {
+		sc.waiting[id] = ws
+	}
 }
