@@ -267,23 +267,11 @@ func lnBackwardDots(x, d, w []float32, m, s float32) (dm, dnm float32) {
 }
 
 func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
-	beta := float32(0)
 	if bias != nil {
-		beta = 1
-		j := b.newJob(kFillRows)
-		j.f[0], j.f[1] = out, bias
-		parallelFor(N, grainRows*4, j)
+		gemm.SgemmBias(false, true, N, OC, C, 1, inp, C, weight, C, bias, out, OC)
+		return
 	}
-	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, beta, out, OC)
-}
-
-// kFillRows copies f[1] (one row) into rows lo..hi of f[0].
-func kFillRows(j *job, _, lo, hi int) {
-	out, row := j.f[0], j.f[1]
-	OC := len(row)
-	for n := lo; n < hi; n++ {
-		copy(out[n*OC:n*OC+OC], row)
-	}
+	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, 0, out, OC)
 }
 
 // matmulBackward accumulates the gradients; those marked fresh (dinp,

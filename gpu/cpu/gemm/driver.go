@@ -79,13 +79,20 @@ func grow(buf []float32, n int) []float32 {
 }
 
 // sgemm handles the degenerate cases and splits the work across goroutines.
-func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// With bias (length n), C's rows are first set to bias and beta is 1: each
+// part fills its own block of C just before computing it.
+func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	if bias != nil {
+		beta = 1
+	}
 	if k == 0 || alpha == 0 {
+		fillBias(bias, c, ldc, 0, m, 0, n)
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
 	threads := Threads()
 	if m < mr && !transB {
+		fillBias(bias, c, ldc, 0, m, 0, n)
 		rows(threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -119,21 +126,34 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		}
 		threads = min(threads, tiles)
 		if threads > 1 {
-			parallel(kern, threads, splitM, tiles, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+			parallel(kern, threads, splitM, tiles, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)
 			return
 		}
 	}
+	fillBias(bias, c, ldc, 0, m, 0, n)
 	ws := wsPool.Get().(*workspace)
 	block(kern, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	wsPool.Put(ws)
 }
 
-func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	j := jobPool.Get().(*job)
 	*j = job{kern: kern, splitM: splitM, units: tiles, parts: threads,
 		transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
-		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, bias: bias}
 	j.fork()
+}
+
+// fillBias sets rows [i0,i1), columns [j0,j1) of C to bias (nothing when
+// bias is nil).
+func fillBias(bias, c []float32, ldc, i0, i1, j0, j1 int) {
+	if bias == nil {
+		return
+	}
+	row := bias[j0:j1]
+	for i := i0; i < i1; i++ {
+		copy(c[i*ldc+j0:i*ldc+j1], row)
+	}
 }
 
 // job is one Sgemm call split into parts: parts of the row tiles (splitM),
@@ -150,6 +170,7 @@ type job struct {
 	alpha, beta   float32
 	a, b, c       []float32
 	lda, ldb, ldc int
+	bias          []float32 // nil, or the row C starts from (beta is 1)
 }
 
 var jobPool = sync.Pool{New: func() any { return new(job) }}
@@ -181,6 +202,7 @@ func (j *job) run(t int) {
 		} else {
 			aa = j.a[i0*j.lda:]
 		}
+		fillBias(j.bias, j.c, j.ldc, i0, i1, 0, j.n)
 		block(j.kern, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc)
 	} else {
 		j0, j1 := lo*nr, min(hi*nr, j.n)
@@ -190,6 +212,7 @@ func (j *job) run(t int) {
 		} else {
 			bb = j.b[j0:]
 		}
+		fillBias(j.bias, j.c, j.ldc, 0, j.m, j0, j1)
 		block(j.kern, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc)
 	}
 	wsPool.Put(ws)

@@ -130,5 +130,17 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	if m == 0 || n == 0 {
 		return
 	}
-	sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+}
+
+// SgemmBias computes C = alpha*op(A)*op(B) + bias, where bias (length n) is
+// added to every row: the linear layer's forward in one call. It rounds as
+// Sgemm with beta 1 on C filled with bias does; each parallel part fills its
+// own block of C just before computing it, so C is written by one core
+// only. Arguments must pass Check, and len(bias) >= n.
+func SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, bias []float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, 1, c, ldc, bias[:n])
 }

@@ -71,6 +71,6 @@ func BenchmarkForkJoin(b *testing.B) {
 	a, bb, c := make([]float32, 12*16), make([]float32, 16*16), make([]float32, 12*16)
 	kern := pickKernel()
 	for b.Loop() {
-		parallel(kern, 2, true, 2, false, false, 12, 16, 16, 1, a, 16, bb, 16, 0, c, 16)
+		parallel(kern, 2, true, 2, false, false, 12, 16, 16, 1, a, 16, bb, 16, 0, c, 16, nil)
 	}
 }
