@@ -43,7 +43,8 @@ type remote struct {
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 
-	objs *objRefs // results held by workers (remote_objects.go)
+	objs  *objRefs   // results held by workers (remote_objects.go)
+	watch *callWatch // fails calls to vanished nodes (remote_watch.go)
 }
 
 // newRemote connects to the cluster at addr (one or more comma-separated
@@ -77,6 +78,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		return nil, fmt.Errorf("init: %w", err)
 	}
 	r.objs = newObjRefs()
+	r.watch = newCallWatch(c, watchInterval)
 	return r, nil
 }
 
@@ -225,6 +227,7 @@ func (r *remote) Shutdown(ctx context.Context) error {
 	cls := r.clients
 	r.clients = map[string]*wire.Client{}
 	r.mu.Unlock()
+	r.watch.close()
 	for _, cl := range cls {
 		cl.Close()
 	}

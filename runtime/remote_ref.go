@@ -27,9 +27,7 @@ type actorRef struct {
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
 	mu        sync.Mutex
-	cl        *wire.Client // nil until resolved, or after the incarnation was lost
-	inc       int          // the incarnation cl serves
-	node      string       // the node it runs on
+	cur       *incarnation // nil until resolved, or after the incarnation was lost
 	resolving bool
 	queue     []queued // calls waiting for a resolution, in order
 }
@@ -62,7 +60,7 @@ func (a *actorRef) resolve(ctx context.Context) error {
 		return err
 	}
 	a.mu.Lock()
-	a.cl, a.inc, a.node = cl, inc, node
+	a.cur = &incarnation{ref: a, cl: cl, inc: inc, node: node}
 	a.mu.Unlock()
 	return nil
 }
@@ -86,11 +84,11 @@ func (a *actorRef) finish(inv *actors.Invocation, data []byte, err error) {
 func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cl != nil && a.cl.Err() == nil && !a.resolving {
-		a.send(a.cl, a.inc, a.node, inv, attempt)
+	if a.cur != nil && a.cur.cl.Err() == nil && !a.resolving {
+		a.send(a.cur, inv, attempt)
 		return
 	}
-	a.cl = nil
+	a.cur = nil
 	a.queue = append(a.queue, queued{inv, attempt})
 	if !a.resolving {
 		a.resolving = true
@@ -107,25 +105,31 @@ func (a *actorRef) resolveQueued() {
 	q := a.queue
 	a.queue, a.resolving = nil, false
 	if err == nil {
-		a.cl, a.inc, a.node = cl, inc, node
+		a.cur = &incarnation{ref: a, cl: cl, inc: inc, node: node}
 	}
 	// Sent under the lock so later calls cannot overtake queued ones.
 	for _, c := range q {
 		if err != nil {
 			a.finish(c.inv, nil, fmt.Errorf("call %s.%s: %w", a.label(), c.inv.Method, err))
 		} else {
-			a.send(cl, inc, node, c.inv, c.attempt)
+			a.send(a.cur, c.inv, c.attempt)
 		}
 	}
 }
 
-// send delivers inv over cl; a reply saying the incarnation is gone is
-// turned into ErrActorRestarted (or, with MaxTaskRetries left, the call is
-// sent again to the next incarnation) or the actor's *ActorDiedError.
-func (a *actorRef) send(cl *wire.Client, inc int, node string, inv *actors.Invocation, attempt int) {
+// send delivers inv to the incarnation in; a reply saying the incarnation
+// is gone is turned into ErrActorRestarted (or, with MaxTaskRetries left,
+// the call is sent again to the next incarnation) or the actor's
+// *ActorDiedError. The call watcher follows the call until its reply
+// (remote_watch.go), so a call to a node that vanished fails once the
+// cluster has declared the node dead.
+func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int) {
+	cl, inc, node := in.cl, in.inc, in.node
 	out := *inv
 	wireArg(&out) // a future argument's reference, not its bytes
+	in.begin(a.r.watch)
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
+		in.end()
 		if err == nil || !a.incarnationGone(cl, err) {
 			a.finish(inv, data, err)
 			return
@@ -166,8 +170,8 @@ func (a *actorRef) incarnationGone(cl *wire.Client, err error) bool {
 // forget drops the cached incarnation so the next call looks it up again.
 func (a *actorRef) forget(cl *wire.Client, inc int) {
 	a.mu.Lock()
-	if a.cl == cl && a.inc == inc {
-		a.cl = nil
+	if a.cur != nil && a.cur.cl == cl && a.cur.inc == inc {
+		a.cur = nil
 	}
 	a.mu.Unlock()
 }
@@ -207,7 +211,7 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 	// Later calls through this ref look the actor up (and find it dead)
 	// instead of racing the node, which ends the instance within a tick.
 	a.mu.Lock()
-	a.cl = nil
+	a.cur = nil
 	a.mu.Unlock()
 	return nil
 }

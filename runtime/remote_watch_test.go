@@ -1,0 +1,165 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"troupe/actors"
+)
+
+// rfrozen is the actor of TestRemoteNodeFrozen.
+type rfrozen struct{}
+
+// Hang blocks (until its context ends or ms pass) only in the actor's
+// first incarnation; a later one answers its restart count at once, so a
+// retried call shows where it ran.
+func (*rfrozen) Hang(ctx context.Context, ms int) (int, error) {
+	info, _ := actors.Self(ctx)
+	if info.Restarts > 0 {
+		return info.Restarts, nil
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+	}
+	return 0, nil
+}
+
+// Block blocks until its context ends or ms pass.
+func (*rfrozen) Block(ctx context.Context, ms int) (int, error) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+	}
+	return ms, nil
+}
+
+// frozenWhere says where an incarnation runs.
+type frozenWhere struct {
+	Node     string
+	Pid      int
+	Restarts int
+}
+
+func (*rfrozen) Where(ctx context.Context, _ int) (frozenWhere, error) {
+	info, _ := actors.Self(ctx)
+	return frozenWhere{Node: info.Node, Pid: os.Getpid(), Restarts: info.Restarts}, nil
+}
+
+func init() {
+	actors.MustRegister("RFrozen", func(ctx context.Context, _ int) (*rfrozen, error) { return &rfrozen{}, nil })
+}
+
+// TestRemoteNodeFrozen: a worker node that vanishes without a TCP reset
+// (its node process and worker process stopped with SIGSTOP: their sockets
+// stay open and nothing is sent, like a killed container or a cut
+// network) is declared dead by the cluster; the calls in flight to its
+// actors then fail instead of waiting forever: with ErrActorRestarted
+// (at-most-once), or sent again to the restarted actor with
+// MaxTaskRetries, or, with no restarts left, with an *ActorDiedError
+// naming the node.
+func TestRemoteNodeFrozen(t *testing.T) {
+	const tok = "node-frozen-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frozen []int
+	t.Cleanup(func() {
+		// Stopped processes die of SIGKILL; SIGCONT for good measure.
+		for _, pid := range frozen {
+			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	procs := map[string]*exec.Cmd{}
+	for _, id := range []string{"f1", "f2"} {
+		spec := fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr())
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), nodeProcEnv+"="+spec)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Process.Signal(syscall.SIGCONT)
+			cmd.Wait()
+		})
+		procs[id] = cmd
+	}
+	freeze := func(node string, worker int) {
+		t.Helper()
+		for _, pid := range []int{worker, procs[node].Process.Pid} {
+			frozen = append(frozen, pid)
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatalf("stop %d: %v", pid, err)
+			}
+		}
+	}
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(ctx)
+	waitNodes(t, rt, 3)
+
+	// Two actors in one worker process of one node: half the node's
+	// "special" resource each, so both fit on the other node later.
+	half := actors.Resources(map[string]float64{"special": 0.5})
+	a, err := actors.Spawn[rfrozen](ctx, rt, "RFrozen", 0, half, actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
+	if err != nil || procs[wa.Node] == nil {
+		t.Fatalf("a placed on %q, %v", wa.Node, err)
+	}
+	b, err := actors.Spawn[rfrozen](ctx, rt, "RFrozen", 0, half, actors.MaxRestarts(1), actors.MaxTaskRetries(1),
+		actors.NodeAffinity(wa.Node, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := actors.Call(ctx, b, (*rfrozen).Where, 0).Get(ctx)
+	if err != nil || wb.Node != wa.Node || wb.Pid != wa.Pid {
+		t.Fatalf("b at %+v, %v; want a's worker %+v", wb, err, wa)
+	}
+
+	// The node vanishes with a call in flight to each actor.
+	ca := actors.Call(ctx, a, (*rfrozen).Hang, 60000)
+	cb := actors.Call(ctx, b, (*rfrozen).Hang, 60000)
+	time.Sleep(100 * time.Millisecond)
+	freeze(wa.Node, wa.Pid)
+	if _, err := ca.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("in-flight call when its node vanished: %v, want ErrActorRestarted", err)
+	}
+	if v, err := cb.Get(ctx); err != nil || v != 1 {
+		t.Fatalf("in-flight call with MaxTaskRetries when its node vanished: %v, %v; want an answer from restart 1", v, err)
+	}
+	wa2, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
+	if err != nil || wa2.Node == wa.Node || procs[wa2.Node] == nil || wa2.Restarts != 1 {
+		t.Fatalf("a after its node vanished: %+v, %v; want restart 1 on the other node", wa2, err)
+	}
+
+	// The other node vanishes too: a has no restarts left.
+	ca = actors.Call(ctx, a, (*rfrozen).Block, 60000)
+	time.Sleep(100 * time.Millisecond)
+	freeze(wa2.Node, wa2.Pid)
+	var de *actors.ActorDiedError
+	if _, err := ca.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Error(), wa2.Node) {
+		t.Fatalf("in-flight call with no restarts left: %v, want an ActorDiedError naming node %s", err, wa2.Node)
+	}
+	t.Logf("death: %v", de)
+}
