@@ -56,7 +56,7 @@ func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, err
 			return NewClient(nc, maxFrame), nil
 		}
 	}
-	var d net.Dialer
+	d := net.Dialer{KeepAliveConfig: dialKeepAlive}
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s %s: %w", network, addr, err)
