@@ -129,11 +129,13 @@ type serverConn struct {
 
 	// inFlight counts calls received and not yet replied to, plus one
 	// while the reader holds more buffered input (more calls are coming).
-	// A reply that brings it to zero is written by the replying goroutine
-	// itself; other replies are queued for the writer goroutine, so a batch
-	// of calls gets its replies in few writes.
+	// A reply that brings it back to zero at the end of a short burst of
+	// calls (a synchronous call, a graph's few calls) is written by the
+	// replying goroutine itself; other replies are queued for the writer
+	// goroutine, so a stream of calls gets its replies in few writes.
 	inFlight   atomic.Int64
-	readerBusy bool // the reader's share of inFlight; only the reader touches it
+	readerBusy bool         // the reader's share of inFlight; only the reader touches it
+	burst      atomic.Int64 // calls received since inFlight was last zero
 
 	inline inlineState // a call running on the reading goroutine
 	ended  chan struct{}
@@ -149,7 +151,9 @@ type incoming struct {
 }
 
 // resolved sends the call's outcome back.
-func (in *incoming) resolved(data []byte, err error) { in.sc.reply(in.id, in.tracked, data, err) }
+func (in *incoming) resolved(data []byte, err error) {
+	in.sc.reply(in.id, in.tracked, data, err)
+}
 
 // ServeConn serves one connection until it fails or the server closes.
 func (s *Server) ServeConn(nc net.Conn) {
@@ -240,7 +244,7 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 	if err != nil {
 		out.status, out.data = statusErr, encodeError(err)
 	}
-	direct := sc.inFlight.Add(-1) == 0
+	direct := sc.inFlight.Add(-1) == 0 && sc.burst.Load() <= directPending
 	if serr := sc.c.send(&out, direct); serr != nil && !errors.Is(serr, ErrClosed) {
 		// The result is too large for a frame: say so instead.
 		out.status, out.data = statusErr, encodeError(serr)
@@ -262,7 +266,11 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 	}
 	switch f.kind {
 	case kindCall:
-		sc.inFlight.Add(1)
+		if sc.inFlight.Add(1) == 1 {
+			sc.burst.Store(1)
+		} else {
+			sc.burst.Add(1)
+		}
 		tracked := f.flags&(flagArgLater|flagCancel) != 0
 		t, ok := sc.s.host.Lookup(f.actor)
 		if !ok {
