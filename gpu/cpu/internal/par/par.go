@@ -9,7 +9,8 @@
 // in between). Here each worker has a mailbox it polls for a short while
 // after finishing a part (spinWindow), and parks only when nothing arrives;
 // the caller likewise polls before parking while it waits for the parts it
-// handed out. A part whose worker has not picked it up by the time the
+// handed out; both yield the CPU every few hundred polls, so on a loaded
+// machine the spinning costs little. A part whose worker has not picked it up by the time the
 // caller is done with its own is taken back and run by the caller, so a
 // worker that the OS has descheduled (a loaded machine) delays nothing.
 //
@@ -183,8 +184,11 @@ func (c *call) wait() {
 		if c.done.Load() == 2 {
 			return
 		}
-		if i&1023 == 1023 && time.Now().After(deadline) {
-			break
+		if i&255 == 255 {
+			if time.Now().After(deadline) {
+				break
+			}
+			yield()
 		}
 	}
 	if c.done.CompareAndSwap(0, 1) {
@@ -219,9 +223,13 @@ func (w *worker) await() uint64 {
 			<-w.wake // woken by the caller that claims this worker
 			deadline = time.Now().Add(spinWindow)
 		case idle:
-			if i&1023 == 1023 && time.Now().After(deadline) {
-				// Park; a caller seeing parked sends a wake-up.
-				w.state.CompareAndSwap(st, st&^0xff|parked)
+			if i&255 == 255 {
+				if time.Now().After(deadline) {
+					// Park; a caller seeing parked sends a wake-up.
+					w.state.CompareAndSwap(st, st&^0xff|parked)
+				} else {
+					yield()
+				}
 			}
 		}
 	}
