@@ -67,6 +67,7 @@ func init() {
 // naming the node.
 func TestRemoteNodeFrozen(t *testing.T) {
 	const tok = "node-frozen-token"
+	t0 := time.Now()
 	head := startHead(t, tok)
 	defer head.Shutdown()
 	exe, err := os.Executable()
@@ -97,6 +98,7 @@ func TestRemoteNodeFrozen(t *testing.T) {
 		})
 		procs[id] = cmd
 	}
+	t.Cleanup(func() { t.Logf("test body and shutdown done after %v", time.Since(t0).Round(time.Millisecond)) })
 	freeze := func(node string, worker int) {
 		t.Helper()
 		for _, pid := range []int{worker, procs[node].Process.Pid} {
@@ -115,6 +117,7 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	}
 	defer rt.Shutdown(ctx)
 	waitNodes(t, rt, 3)
+	t.Logf("cluster up after %v", time.Since(t0).Round(time.Millisecond))
 
 	// Two actors in one worker process of one node: half the node's
 	// "special" resource each, so both fit on the other node later.
@@ -142,12 +145,14 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	cb := actors.Call(ctx, b, (*rfrozen).Hang, 60000)
 	time.Sleep(100 * time.Millisecond)
 	freeze(wa.Node, wa.Pid)
+	start := time.Now()
 	if _, err := ca.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
 		t.Fatalf("in-flight call when its node vanished: %v, want ErrActorRestarted", err)
 	}
 	if v, err := cb.Get(ctx); err != nil || v != 1 {
 		t.Fatalf("in-flight call with MaxTaskRetries when its node vanished: %v, %v; want an answer from restart 1", v, err)
 	}
+	t.Logf("node %s vanished: calls in flight ended after %v", wa.Node, time.Since(start).Round(time.Millisecond))
 	wa2, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
 	if err != nil || wa2.Node == wa.Node || procs[wa2.Node] == nil || wa2.Restarts != 1 {
 		t.Fatalf("a after its node vanished: %+v, %v; want restart 1 on the other node", wa2, err)
@@ -157,9 +162,10 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	ca = actors.Call(ctx, a, (*rfrozen).Block, 60000)
 	time.Sleep(100 * time.Millisecond)
 	freeze(wa2.Node, wa2.Pid)
+	start = time.Now()
 	var de *actors.ActorDiedError
 	if _, err := ca.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Error(), wa2.Node) {
 		t.Fatalf("in-flight call with no restarts left: %v, want an ActorDiedError naming node %s", err, wa2.Node)
 	}
-	t.Logf("death: %v", de)
+	t.Logf("node %s vanished: call in flight ended after %v: %v", wa2.Node, time.Since(start).Round(time.Millisecond), de)
 }
