@@ -140,6 +140,17 @@ func TestRemoteNodeFrozen(t *testing.T) {
 		t.Fatalf("b at %+v, %v; want a's worker %+v", wb, err, wa)
 	}
 
+	// A long call to a healthy actor meanwhile: the watcher asks about it
+	// (no reply for over an interval) and leaves it alone.
+	c, err := actors.Spawn[rfrozen](ctx, rt, "RFrozen", 0, actors.NodeAffinity("head", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actors.Call(ctx, c, (*rfrozen).Where, 0).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cc := actors.Call(ctx, c, (*rfrozen).Block, 2500)
+
 	// The node vanishes with a call in flight to each actor.
 	ca := actors.Call(ctx, a, (*rfrozen).Hang, 60000)
 	cb := actors.Call(ctx, b, (*rfrozen).Hang, 60000)
@@ -153,6 +164,9 @@ func TestRemoteNodeFrozen(t *testing.T) {
 		t.Fatalf("in-flight call with MaxTaskRetries when its node vanished: %v, %v; want an answer from restart 1", v, err)
 	}
 	t.Logf("node %s vanished: calls in flight ended after %v", wa.Node, time.Since(start).Round(time.Millisecond))
+	if v, err := cc.Get(ctx); err != nil || v != 2500 {
+		t.Fatalf("long call to a healthy actor: %v, %v; want 2500", v, err)
+	}
 	wa2, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
 	if err != nil || wa2.Node == wa.Node || procs[wa2.Node] == nil || wa2.Restarts != 1 {
 		t.Fatalf("a after its node vanished: %+v, %v; want restart 1 on the other node", wa2, err)
