@@ -69,7 +69,9 @@ func (in *incarnation) end() {
 // callWatch follows the incarnations that have calls in flight (see the
 // comment at the top of this file).
 type callWatch struct {
-	client   *cluster.Client
+	// actor and status read the committed cluster state.
+	actor    func(ctx context.Context, id string) (*cluster.ActorView, error)
+	status   func(ctx context.Context) (*cluster.ClusterStatus, error)
 	interval time.Duration
 
 	mu   sync.Mutex
@@ -80,10 +82,17 @@ type callWatch struct {
 }
 
 func newCallWatch(client *cluster.Client, interval time.Duration) *callWatch {
-	w := &callWatch{client: client, interval: interval, incs: map[*incarnation]struct{}{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := newCallWatchOf(client.GetActorByID, client.Status, interval)
 	go w.run()
 	return w
+}
+
+// newCallWatchOf returns a watcher reading the cluster state through actor
+// and status, not yet running.
+func newCallWatchOf(actor func(context.Context, string) (*cluster.ActorView, error),
+	status func(context.Context) (*cluster.ClusterStatus, error), interval time.Duration) *callWatch {
+	return &callWatch{actor: actor, status: status, interval: interval, incs: map[*incarnation]struct{}{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // close stops the watcher and waits for it.
@@ -137,11 +146,11 @@ func (w *callWatch) run() {
 
 // check looks at every watched incarnation once and closes the
 // connections whose calls are all stalled on incarnations the cluster
-// no longer runs.
-func (w *callWatch) check() {
+// no longer runs; it returns them.
+func (w *callWatch) check() []*wire.Client {
 	stalled := w.scan()
 	if len(stalled) == 0 {
-		return
+		return nil
 	}
 	gone := w.gone(stalled)
 	// A connection is closed only when every incarnation with calls
@@ -160,14 +169,17 @@ func (w *callWatch) check() {
 		verdict[in.cl] = gone[in]
 	}
 	w.mu.Unlock()
+	var closed []*wire.Client
 	for cl, dead := range verdict {
 		if dead && cl.Err() == nil {
 			// Close waits for the reader; the pending calls fail with
 			// wire.ErrClosed, which their actorRef turns into a restart,
 			// a retry or the actor's death.
 			go cl.Close()
+			closed = append(closed, cl)
 		}
 	}
+	return closed
 }
 
 // scan updates the watcher's view, drops incarnations with nothing in
@@ -220,7 +232,7 @@ func (w *callWatch) gone(stalled []*incarnation) map[*incarnation]bool {
 		byID[in.ref.id] = append(byID[in.ref.id], in)
 	}
 	if len(byID) > watchStatusOver {
-		if st, err := w.client.Status(ctx); err == nil && st.ActorsOmitted == 0 {
+		if st, err := w.status(ctx); err == nil && st.ActorsOmitted == 0 {
 			for i := range st.Actors {
 				for _, in := range byID[st.Actors[i].ID] {
 					judge(in, &st.Actors[i])
@@ -230,7 +242,7 @@ func (w *callWatch) gone(stalled []*incarnation) map[*incarnation]bool {
 		}
 	}
 	for id, ins := range byID {
-		v, err := w.client.GetActorByID(ctx, id)
+		v, err := w.actor(ctx, id)
 		if err != nil {
 			continue
 		}

@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"troupe/actors"
+	"troupe/runtime/cluster"
+	"troupe/runtime/wire"
+	"troupe/scheduler"
 )
 
 // rfrozen is the actor of TestRemoteNodeFrozen.
@@ -182,4 +187,114 @@ func TestRemoteNodeFrozen(t *testing.T) {
 		t.Fatalf("in-flight call with no restarts left: %v, want an ActorDiedError naming node %s", err, wa2.Node)
 	}
 	t.Logf("node %s vanished: call in flight ended after %v: %v", wa2.Node, time.Since(start).Round(time.Millisecond), de)
+}
+
+// TestCallWatch: the call watcher closes a connection only when every
+// incarnation with calls pending on it went a whole look without a reply
+// and the cluster no longer runs it (dead, or restarted since); a
+// connection still answering, or with an incarnation the cluster still
+// runs, stays open; incarnations with nothing in flight are dropped.
+func TestCallWatch(t *testing.T) {
+	state := map[string]*cluster.ActorView{}
+	var mu sync.Mutex
+	asked := map[string]int{}
+	w := newCallWatchOf(func(_ context.Context, id string) (*cluster.ActorView, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[id]++
+		v, ok := state[id]
+		if !ok {
+			return nil, fmt.Errorf("no actor %s", id)
+		}
+		return v, nil
+	}, func(context.Context) (*cluster.ClusterStatus, error) { return nil, errors.New("no status here") }, time.Second)
+	newConn := func() *wire.Client {
+		a, b := net.Pipe()
+		t.Cleanup(func() { b.Close() })
+		cl := wire.NewClient(a, 0)
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	closed := func(cl *wire.Client) bool {
+		select {
+		case <-cl.Done():
+			return true
+		case <-time.After(2 * time.Second): // generous: Close runs on its own goroutine
+			return false
+		}
+	}
+	inc := func(id string, cl *wire.Client, restarts int) *incarnation {
+		return &incarnation{ref: &actorRef{id: id}, cl: cl, inc: restarts, node: "n1"}
+	}
+	alive := func(restarts int) *cluster.ActorView {
+		return &cluster.ActorView{State: scheduler.ActorAlive.String(), Restarts: restarts}
+	}
+
+	// Connection 1: two actors, both lost (one restarted, one dead).
+	c1 := newConn()
+	a1, b1 := inc("a1", c1, 0), inc("b1", c1, 2)
+	state["a1"] = alive(1)
+	state["b1"] = &cluster.ActorView{State: scheduler.ActorDead.String(), Restarts: 2}
+	// Connection 2: one lost actor, one the cluster still runs there.
+	c2 := newConn()
+	a2, b2 := inc("a2", c2, 0), inc("b2", c2, 0)
+	state["a2"] = alive(1)
+	state["b2"] = alive(0)
+	// Connection 3: a lost actor whose calls still get replies.
+	c3 := newConn()
+	a3 := inc("a3", c3, 0)
+	state["a3"] = alive(3)
+	// Connection 4: a lost actor with nothing in flight.
+	c4 := newConn()
+	a4 := inc("a4", c4, 0)
+	state["a4"] = alive(1)
+
+	for _, in := range []*incarnation{a1, b1, a2, b2, a3, a4} {
+		in.begin(w)
+	}
+	a4.end()
+	if got := w.check(); len(got) != 0 { // first look: nothing pending for a whole look yet
+		t.Errorf("first look closed %d connections", len(got))
+	}
+	mu.Lock()
+	if len(asked) != 0 {
+		t.Errorf("first look asked the cluster about %v", asked)
+	}
+	mu.Unlock()
+	a3.begin(w)
+	a3.end() // a reply: a3 is not stalled
+	if got := w.check(); len(got) != 1 || got[0] != c1 {
+		t.Errorf("closed %v; want only c1 %p (c2 %p c3 %p c4 %p)", got, c1, c2, c3, c4)
+	}
+	if !closed(c1) {
+		t.Errorf("connection whose incarnations are all gone was left open")
+	}
+	mu.Lock()
+	if asked["a3"] != 0 || asked["a4"] != 0 {
+		t.Errorf("asked about actors that answered or had nothing in flight: %v", asked)
+	}
+	mu.Unlock()
+	w.mu.Lock()
+	_, kept := w.incs[a4]
+	w.mu.Unlock()
+	if kept || a4.watched.Load() {
+		t.Errorf("incarnation with nothing in flight still watched")
+	}
+
+	// b2 restarts too: now c2 goes; a3 stalls and goes.
+	state["b2"] = alive(1)
+	if got := w.check(); len(got) != 2 || (got[0] != c2 && got[1] != c2) || (got[0] != c3 && got[1] != c3) {
+		t.Errorf("closed %v; want c2 %p and c3 %p", got, c2, c3)
+	}
+	if !closed(c2) || !closed(c3) {
+		t.Errorf("c2 closed %v, c3 closed %v; want both", c2.Err(), c3.Err())
+	}
+	// A call begun after the incarnation was dropped is followed again.
+	a4.begin(w)
+	w.mu.Lock()
+	_, kept = w.incs[a4]
+	w.mu.Unlock()
+	if !kept {
+		t.Errorf("new call on a dropped incarnation is not watched")
+	}
 }
