@@ -11,10 +11,15 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
   go test -run '^$' -bench 'CallSync|CallPipelined|Spawn|GraphEcho|GraphChain2' -benchtime 2s ./actors/
   go test -run '^$' -bench CrossProcess -benchtime 2s ./runtime/wire/
   go test -run '^$' -bench 'Sgemm|Peak' -benchtime 300ms ./gpu/cpu/gemm/
-  go test -run '^$' -bench 'Train08M$|Train48M$|Generate|TrainMemory48M' -benchtime 5x ./algorithms/policy/
+  go test -run '^$' -bench 'Train08M$' -benchtime 20x ./algorithms/policy/
+  go test -run '^$' -bench 'Train48M$' -benchtime 4x ./algorithms/policy/
+  go test -run '^$' -bench 'Generate|TrainMemory48M' -benchtime 5x ./algorithms/policy/
   go test -run '^$' -bench 'BenchmarkPlace$|BenchmarkPlaceScaling|BenchmarkGroupCreateRemove' -benchtime 1s ./scheduler/
   go test -run '^$' -bench 'CommittedPlacements' -benchtime 20000x ./runtime/cluster/
   go test -run '^$' -bench 'LeaderFailover' -benchtime 7x ./runtime/cluster/
+  go test -run '^$' -bench 'CommittedPlacementGroups' -benchtime 20000x ./runtime/cluster/
+  go test -run '^$' -bench 'BenchmarkRemote' -benchtime 2s ./runtime/
+  go test -run '^$' -bench 'Transfer' -benchtime 15x ./runtime/objstore/
   go test -run '^$' -bench SamplePass -benchtime 3000x ./gpu/
   (cd examples/peers && go test -run '^$' -bench BenchmarkPeers -benchtime 1s)
 } 2>&1 | tee "$out"
