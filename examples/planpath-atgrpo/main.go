@@ -8,10 +8,11 @@
 //	go run ./examples/planpath-atgrpo          # no flags needed
 //	go run ./examples/planpath-atgrpo --help
 //
-// The default warm start (800 expert episodes, 8 epochs) is the one of the
-// results table's per-role cell; AT-GRPO then lifts the team's held-out
-// success (69% → 81% over 40 steps in docs/results.md's run; the curve is
-// noisy: one standard error is about 4 points on 100 episodes).
+// The default warm start (800 expert episodes, 16 epochs: each policy gets
+// as many SFT steps as the results table's shared policy) is the one of the
+// table's atgrpo-perrole-sft16 cell; AT-GRPO then lifts the team's held-out
+// success from 83% to 90% over 40 steps (docs/results.md; the curve is
+// noisy: one standard error is about 3–4 points on 100 episodes).
 //
 // Evaluate the result on other grids with
 //
@@ -29,7 +30,7 @@ func main() {
 		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
-		WarmEpisodes: 800, WarmEpochs: 8, WarmNoise: 0.2,
+		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2,
 		EvalEvery: 10, CkptEvery: 20,
 	})
 }

@@ -272,6 +272,10 @@ func cells(steps int) []cell {
 			with(base, func(o *recipe.Options) {
 				o.PerRole, o.Steps, o.EvalEvery, o.Name = true, 3*steps, 20, "AT-GRPO per-role, long"
 			}), "atgrpo-perrole"},
+		{"atgrpo-perrole-sft16", "AT-GRPO per-role, each policy warm-started for as many SFT steps as the shared policy (16 epochs over its role's half of the transcripts)",
+			with(base, func(o *recipe.Options) {
+				o.PerRole, o.WarmEpochs, o.Name = true, 2*base.WarmEpochs, "AT-GRPO per-role, equal SFT steps"
+			}), ""},
 		{"joyagents", "tool + planner, per-role: the per-role warm start, then JoyAgents-R1 (G=6, all groups, memory)",
 			with(joy, func(o *recipe.Options) { o.Name = "JoyAgents-R1" }), "atgrpo-perrole"},
 		{"joyagents-top2", "JoyAgents-R1 with marginal-benefit top-K = 2 groups per step",
@@ -341,7 +345,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	fmt.Fprintf(&b, "(22%% obstacles, seeds 1000000..1000099, never trained on) with independent rollouts (one sampled\n")
 	fmt.Fprintf(&b, "action per turn, temperature 1, no branching). Success = the planner reaches the goal within the turn budget.\n")
 	if jobsUsed > 1 {
-		fmt.Fprintf(&b, "Cells were trained %d at a time (`--jobs %d`), so a cell's wall time includes the others' load, and the\n", jobsUsed, jobsUsed)
+		fmt.Fprintf(&b, "Cells were trained up to %d at a time (`--jobs`), so a cell's wall time includes the others' load, and the\n", jobsUsed)
 		fmt.Fprintf(&b, "process CPU time is that of the whole process up to the cell's end.\n")
 	}
 	b.WriteString("\n")
@@ -374,6 +378,10 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	}
 	if o, ok := by["atgrpo-perrole-long"]; ok {
 		row("AT-GRPO, per-role policies, 3× steps", "97", o, false)
+	}
+	if o, ok := by["atgrpo-perrole-sft16"]; ok {
+		row("multi-agent, untrained¹ (per-role, shared policy's SFT steps)", "—", o, true)
+		row("AT-GRPO, per-role policies, shared policy's SFT steps", "97", o, false)
 	}
 	for _, id := range []string{"joyagents", "joyagents-top2", "joyagents-nomem"} {
 		if o, ok := by[id]; ok {
