@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -175,28 +174,7 @@ func (g *groupImpl) commit(ctx context.Context, r *GroupsRequest) (*GroupsRespon
 
 // groupsLocal hands group work to the placer (this node must lead).
 func (n *Node) groupsLocal(ctx context.Context, w *groupWork) ([]CreateResult, error) {
-	r := &placeReq{groups: w, reply: make(chan placeResult, 1)}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-send:
-	for {
-		select {
-		case n.placeCh <- r:
-			break send
-		case <-tick.C:
-			if !n.isLeader() {
-				return nil, raft.ErrNotLeader // onLeader forwards to the new leader
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	select {
-	case res := <-r.reply:
-		return res.results, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return n.toPlacer(ctx, &placeReq{groups: w, reply: make(chan placeResult, 1)})
 }
 
 // get answers from the leader's state when it can (read-your-writes after

@@ -357,9 +357,13 @@ func mustEncode(c scheduler.Command) []byte {
 
 // createLocal hands specs to the placer (this node must lead).
 func (n *Node) createLocal(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
-	r := &placeReq{specs: specs, reply: make(chan placeResult, 1)}
-	// Wait for the placer while this node leads (it may be busy committing
-	// the previous batch, or still running the leader's barrier).
+	return n.toPlacer(ctx, &placeReq{specs: specs, reply: make(chan placeResult, 1)})
+}
+
+// toPlacer hands r to the leader's placer and waits for its verdict. It
+// waits for the placer while this node leads (the placer may be busy
+// committing the previous batch, or still running the leader's barrier).
+func (n *Node) toPlacer(ctx context.Context, r *placeReq) ([]CreateResult, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 send:
