@@ -159,79 +159,21 @@ func TreeRollouts(ctx context.Context, cfg Config, pols *Policies, es []envs.Env
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	roles, err := checkRoles(es)
+	if _, err := checkRoles(es); err != nil {
+		return nil, nil, err
+	}
+	// The same sampler as over environment actors, on a batch that steps es
+	// themselves; each es[e] then becomes the instance of its chosen branch.
+	b, ep, err := envs.LocalOf(es)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrEnv, err)
+	}
+	rolls, buffers, final, err := treeRollouts(ctx, cfg, pols, b, ep, step)
 	if err != nil {
 		return nil, nil, err
 	}
-	rolls := make([]Rollout, len(es))
-	for i := range rolls {
-		rolls[i].Env = i
-	}
-	buffers := map[string][]rl.Sample{}
-	for round := 0; round < cfg.MaxTurns; round++ {
-		active := 0
-		for ri, role := range roles {
-			name, pol, err := pols.For(role)
-			if err != nil {
-				return nil, nil, err
-			}
-			var idx []int
-			var prompts []string
-			for e, env := range es {
-				if !env.Done() {
-					idx = append(idx, e)
-					prompts = append(prompts, env.Observe(role))
-				}
-			}
-			if len(idx) == 0 {
-				break
-			}
-			active += len(idx)
-			out, err := pol.Sample(ctx, prompts, cfg.K, rl.DeriveSeed(cfg.Seed, step, int64(round), int64(ri)))
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %v", ErrPolicy, name, role, round, err)
-			}
-			if len(out) != len(prompts) {
-				return nil, nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
-			}
-			for j, e := range idx {
-				if len(out[j]) != cfg.K {
-					return nil, nil, fmt.Errorf("%w: %s returned %d candidates, want K = %d", ErrPolicy, name, len(out[j]), cfg.K)
-				}
-				node := Node{Key: GroupKey{Env: e, Role: role, Turn: es[e].Turn()}, Policy: name, Prompt: prompts[j]}
-				clones := make([]envs.Env, cfg.K)
-				rewards := make([]float64, cfg.K)
-				for c, comp := range out[j] {
-					clones[c] = es[e].Clone()
-					st := clones[c].Step(role, comp.Text)
-					rewards[c] = cfg.Alpha*st.Team + st.Local
-					node.Candidates = append(node.Candidates, Candidate{Completion: comp, Step: st, Reward: rewards[c]})
-				}
-				adv := grpo.Advantages(rewards, cfg.Advantage)
-				best := 0
-				for c := range node.Candidates {
-					node.Candidates[c].Advantage = adv[c]
-					if rewards[c] > rewards[best] {
-						best = c
-					}
-					buffers[name] = append(buffers[name], rl.Sample{
-						Prompt: node.Prompt, Completion: node.Candidates[c].Completion, Group: node.Key.String(),
-						Role: role, Reward: rewards[c], Advantage: adv[c],
-					})
-				}
-				node.Chosen = best
-				es[e] = clones[best]
-				rolls[e].TeamReturn += node.Candidates[best].Step.Team
-				rolls[e].Nodes = append(rolls[e].Nodes, node)
-			}
-		}
-		if active == 0 {
-			break
-		}
-	}
-	for e, env := range es {
-		rolls[e].Success = env.Success()
-		rolls[e].Turns = env.Turn()
+	for e, ref := range final {
+		es[e] = b.Env(ref)
 	}
 	return rolls, buffers, nil
 }

@@ -18,12 +18,20 @@ import (
 // same rollouts and buffers for the same environments (TestBatchMatches
 // checks this).
 func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.Batch, ep envs.Episodes, step int64) ([]Rollout, map[string][]rl.Sample, error) {
+	rolls, buffers, _, err := treeRollouts(ctx, cfg, pols, b, ep, step)
+	return rolls, buffers, err
+}
+
+// treeRollouts is the tree sampler behind TreeRollouts and
+// TreeRolloutsBatch; it also returns, per episode, the instance of the
+// branch it ended in.
+func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch, ep envs.Episodes, step int64) ([]Rollout, map[string][]rl.Sample, []envs.Ref, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	roles := ep.Roles
 	if len(roles) == 0 || len(ep.Refs) == 0 || len(ep.States) != len(ep.Refs) {
-		return nil, nil, fmt.Errorf("%w: %d episodes with %d states and roles %v", ErrEnv, len(ep.Refs), len(ep.States), roles)
+		return nil, nil, nil, fmt.Errorf("%w: %d episodes with %d states and roles %v", ErrEnv, len(ep.Refs), len(ep.States), roles)
 	}
 	refs := append([]envs.Ref(nil), ep.Refs...)
 	states := append([]envs.State(nil), ep.States...)
@@ -44,7 +52,7 @@ func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.B
 		for ri, role := range roles {
 			name, pol, err := pols.For(role)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			var idx []int
 			for e, st := range states {
@@ -57,20 +65,20 @@ func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.B
 			}
 			prompts, err := b.Observe(ctx, pick(idx), role)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: observe for role %s round %d: %v", ErrEnv, role, round, err)
+				return nil, nil, nil, fmt.Errorf("%w: observe for role %s round %d: %v", ErrEnv, role, round, err)
 			}
 			active += len(idx)
 			out, err := pol.Sample(ctx, prompts, cfg.K, rl.DeriveSeed(cfg.Seed, step, int64(round), int64(ri)))
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %v", ErrPolicy, name, role, round, err)
+				return nil, nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %v", ErrPolicy, name, role, round, err)
 			}
 			if len(out) != len(prompts) {
-				return nil, nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
+				return nil, nil, nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
 			}
 			actions := make([][]string, len(idx))
 			for j := range idx {
 				if len(out[j]) != cfg.K {
-					return nil, nil, fmt.Errorf("%w: %s returned %d candidates, want K = %d", ErrPolicy, name, len(out[j]), cfg.K)
+					return nil, nil, nil, fmt.Errorf("%w: %s returned %d candidates, want K = %d", ErrPolicy, name, len(out[j]), cfg.K)
 				}
 				actions[j] = make([]string, cfg.K)
 				for c, comp := range out[j] {
@@ -79,7 +87,7 @@ func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.B
 			}
 			kids, res, err := b.Branch(ctx, pick(idx), role, actions)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: branch role %s round %d: %v", ErrEnv, role, round, err)
+				return nil, nil, nil, fmt.Errorf("%w: branch role %s round %d: %v", ErrEnv, role, round, err)
 			}
 			var drop []envs.Ref
 			for j, e := range idx {
@@ -114,7 +122,7 @@ func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.B
 				rolls[e].Nodes = append(rolls[e].Nodes, node)
 			}
 			if err := b.Drop(ctx, drop); err != nil {
-				return nil, nil, fmt.Errorf("%w: drop branches: %v", ErrEnv, err)
+				return nil, nil, nil, fmt.Errorf("%w: drop branches: %v", ErrEnv, err)
 			}
 		}
 		if active == 0 {
@@ -125,5 +133,5 @@ func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.B
 		rolls[e].Success = st.Success
 		rolls[e].Turns = st.Turn
 	}
-	return rolls, buffers, nil
+	return rolls, buffers, refs, nil
 }
