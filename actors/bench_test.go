@@ -68,3 +68,58 @@ func BenchmarkSpawn(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "actors/s")
 }
+
+// benchEcho is an actor type that no benchmark calls through Call, so its
+// methods run as in a worker process serving calls from elsewhere: through
+// the invoker built at registration, not a typed one installed by Call.
+type benchEcho struct{ n int }
+
+func newBenchEcho(ctx context.Context, _ struct{}) (*benchEcho, error) { return &benchEcho{}, nil }
+
+func (e *benchEcho) Bytes(ctx context.Context, b []byte) ([]byte, error) { e.n++; return b, nil }
+
+// BytesTyped is Bytes for BenchmarkInvokeWorkerTyped, which calls it once
+// through Call to install its typed invoker.
+func (e *benchEcho) BytesTyped(ctx context.Context, b []byte) ([]byte, error) { e.n++; return b, nil }
+
+func init() { actors.MustRegister("bench.echo", newBenchEcho) }
+
+// BenchmarkInvokeWorker measures what serving one call costs the process
+// hosting the actor, as a worker does for calls from other processes:
+// decode the 64-byte argument, run the method, encode the result, resolve
+// the reply. The call runs on the benchmark's goroutine (RunInline), so no
+// goroutine hand-off is counted.
+func BenchmarkInvokeWorker(b *testing.B) { benchInvoke(b, "Bytes") }
+
+// BenchmarkInvokeWorkerTyped is BenchmarkInvokeWorker with the typed
+// invoker that a Call in the process installs, for comparison.
+func BenchmarkInvokeWorkerTyped(b *testing.B) {
+	ctx := context.Background()
+	h, err := actors.Spawn[benchEcho](ctx, newRT(b), "bench.echo", struct{}{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := actors.Call(ctx, h, (*benchEcho).BytesTyped, nil).Get(ctx); err != nil {
+		b.Fatal(err)
+	}
+	benchInvoke(b, "BytesTyped")
+}
+
+func benchInvoke(b *testing.B, method string) {
+	in, err := actors.NewInstance(context.Background(), actors.Spec{Type: "bench.echo", Config: []byte{0x80}}, actors.ActorInfo{ID: "e"}, actors.InstanceHooks{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	arg := append([]byte{0xc4, 64}, make([]byte, 64)...) // msgpack bin8 of 64 bytes
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := actors.NewPromise()
+		if !in.RunInline(&actors.Invocation{Method: method, Arg: arg, Reply: p}) {
+			b.Fatal("actor busy")
+		}
+		if data, err, _ := p.Result(); err != nil || len(data) != len(arg) {
+			b.Fatalf("result %x, %v", data, err)
+		}
+	}
+}

@@ -7,8 +7,6 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sync"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // InstanceHooks let a runtime follow an instance's life. Each may be nil.
@@ -37,6 +35,9 @@ type Instance struct {
 	hooks InstanceHooks
 	ctx   context.Context // cancelled when the actor dies
 	stop  context.CancelFunc
+	// ctxArg is ctx as a reflect.Value of type context.Context, the
+	// argument of reflective calls that run in ctx itself.
+	ctxArg reflect.Value
 
 	mu       sync.Mutex
 	obj      reflect.Value // *T
@@ -62,6 +63,7 @@ func NewInstance(ctx context.Context, spec Spec, info ActorInfo, hooks InstanceH
 	}
 	in := &Instance{ti: ti, spec: spec, info: &info, hooks: hooks, restarts: info.Restarts}
 	in.ctx, in.stop = context.WithCancel(WithSelf(context.Background(), in.info))
+	in.ctxArg = reflect.ValueOf(&in.ctx).Elem()
 	obj, err := in.construct(ctx)
 	if err != nil {
 		in.stop()
@@ -74,7 +76,7 @@ func NewInstance(ctx context.Context, spec Spec, info ActorInfo, hooks InstanceH
 // construct runs the constructor with the spec's config.
 func (in *Instance) construct(ctx context.Context) (obj reflect.Value, err error) {
 	cfg := reflect.New(in.ti.cfgType)
-	if err := msgpack.Unmarshal(in.spec.Config, cfg.Interface()); err != nil {
+	if err := unmarshal(in.spec.Config, cfg.Interface()); err != nil {
 		return reflect.Value{}, fmt.Errorf("spawn %s: config as %v: %w: %v", in.label(), in.ti.cfgType, ErrDecode, err)
 	}
 	defer func() {
@@ -239,7 +241,11 @@ func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInf
 	if typed := mi.typed.Load(); typed != nil {
 		out, err, wireErr = (*typed)(ctx, obj.Interface(), data)
 	} else {
-		out, err, wireErr = reflectInvoke(ctx, obj, mi, data)
+		ctxArg := in.ctxArg
+		if ctx != in.ctx {
+			ctxArg = ctxValue(ctx)
+		}
+		out, err, wireErr = reflectInvoke(ctxArg, obj, mi, data)
 	}
 	if wireErr != nil {
 		return nil, fmt.Errorf("call %s.%s: %w", in.label(), mi.name, wireErr), nil
@@ -249,21 +255,30 @@ func (in *Instance) invoke(ctx context.Context, obj reflect.Value, mi *methodInf
 
 // reflectInvoke is the invoker for methods no Call in this process has
 // compiled: worker processes serving calls from elsewhere.
-func reflectInvoke(ctx context.Context, obj reflect.Value, mi *methodInfo, data []byte) ([]byte, error, error) {
+// ctx is the method's context as a Value of interface type context.Context:
+// Call then need not check, twice per call, that the context's dynamic type
+// implements the interface (a walk over its method set that cost a third of
+// the reflective call).
+func reflectInvoke(ctx reflect.Value, obj reflect.Value, mi *methodInfo, data []byte) ([]byte, error, error) {
 	arg := reflect.New(mi.argType)
-	if err := msgpack.Unmarshal(data, arg.Interface()); err != nil {
+	if err := unmarshal(data, arg.Interface()); err != nil {
 		return nil, nil, fmt.Errorf("argument as %v: %w: %v", mi.argType, ErrDecode, err)
 	}
-	res := mi.fn.Call([]reflect.Value{obj, reflect.ValueOf(ctx), arg.Elem()})
-	if e, _ := res[1].Interface().(error); e != nil {
-		return nil, e, nil
+	in := [3]reflect.Value{obj, ctx, arg.Elem()}
+	res := mi.fn.Call(in[:])
+	if !res[1].IsNil() {
+		return nil, res[1].Interface().(error), nil
 	}
-	out, err := msgpack.Marshal(res[0].Interface())
+	out, err := marshal(res[0].Interface())
 	if err != nil {
 		return nil, nil, fmt.Errorf("result %v: %w: %v", mi.resType, ErrEncode, err)
 	}
 	return out, nil, nil
 }
+
+// ctxValue returns ctx as a Value of type context.Context. It is apart so
+// that only calls that need it move a context to the heap.
+func ctxValue(ctx context.Context) reflect.Value { return reflect.ValueOf(&ctx).Elem() }
 
 // crashed handles an actor crash during inv: the call fails (at-most-once),
 // and the actor is restarted if it has restarts left, else it dies.
