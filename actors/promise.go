@@ -18,7 +18,36 @@ type Promise struct {
 	remote  RemoteValue   // set by ResolveRemote
 	fetchMu chan struct{} // one fetch of remote at a time
 	fetched []byte        // remote's bytes once fetched here
+
+	driver Driver // set by SetDriver before p is shared
+	token  uint64 // the driver's name for p's call
 }
+
+// Driver delivers results on demand. A transport whose replies are read by
+// the goroutine waiting for them sets one on a promise: the caller that
+// waits reads the reply itself, so a synchronous round trip costs no
+// hand-off between goroutines (on a virtual machine, a wake-up of another
+// thread that costs as much as the round trip itself).
+type Driver interface {
+	// Drive is called by Wait before it blocks on p. It may read results
+	// until the call named token has its reply (or ctx ends), or return at
+	// once when another goroutine is reading them.
+	Drive(ctx context.Context, token uint64)
+	// Need says a goroutine is about to block on p's Done channel without
+	// calling Drive: the results must be read for it.
+	Need()
+}
+
+// SetDriver makes d deliver p's result, the call that p stands for being
+// named token for d. It must be called before p is shared with other
+// goroutines (before the Invoke that got it returns); a transport that gets
+// a promise other goroutines may already wait for calls d.Need instead.
+func (p *Promise) SetDriver(d Driver, token uint64) { p.driver, p.token = d, token }
+
+// DriverOf returns the driver set on p and its token, or nil: a runtime
+// that resolves its caller's promise from a transport's promise passes the
+// driver on with SetDriver.
+func (p *Promise) DriverOf() (Driver, uint64) { return p.driver, p.token }
 
 // RemoteValue is a result that another process holds. A runtime resolves a
 // Promise with one instead of the value's bytes when the value is large, so
@@ -117,7 +146,12 @@ func (p *Promise) fetchRemote(ctx context.Context) ([]byte, error) {
 }
 
 // Done is closed once the promise is resolved.
-func (p *Promise) Done() <-chan struct{} { return p.done }
+func (p *Promise) Done() <-chan struct{} {
+	if p.driver != nil && !p.resolved.Load() {
+		p.driver.Need()
+	}
+	return p.done
+}
 
 // Wait blocks until the promise is resolved or ctx ends. A remote value is
 // fetched (once) from the process holding it.
@@ -125,6 +159,9 @@ func (p *Promise) Wait(ctx context.Context) ([]byte, error) {
 	select {
 	case <-p.done:
 	default:
+		if p.driver != nil {
+			p.driver.Drive(ctx, p.token)
+		}
 		select {
 		case <-p.done:
 		case <-ctx.Done():

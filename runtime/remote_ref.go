@@ -85,7 +85,9 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cur != nil && a.cur.cl.Err() == nil && !a.resolving {
-		a.send(a.cur, inv, attempt)
+		// A first attempt is sent by the caller's Invoke: nobody waits for
+		// its promise yet.
+		a.send(a.cur, inv, attempt, attempt == 0)
 		return
 	}
 	a.cur = nil
@@ -112,7 +114,7 @@ func (a *actorRef) resolveQueued() {
 		if err != nil {
 			a.finish(c.inv, nil, fmt.Errorf("call %s.%s: %w", a.label(), c.inv.Method, err))
 		} else {
-			a.send(a.cur, c.inv, c.attempt)
+			a.send(a.cur, c.inv, c.attempt, false)
 		}
 	}
 }
@@ -123,7 +125,12 @@ func (a *actorRef) resolveQueued() {
 // *ActorDiedError. The call watcher follows the call until its reply
 // (remote_watch.go), so a call to a node that vanished fails once the
 // cluster has declared the node dead.
-func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int) {
+//
+// fresh says the caller's promise is not yet shared, so the connection's
+// driver can be set on it: the caller's Wait then reads the reply itself.
+// Otherwise somebody may already wait for it, and the connection is told
+// to read in the background.
+func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fresh bool) {
 	cl, inc, node := in.cl, in.inc, in.node
 	out := *inv
 	wireArg(&out) // a future argument's reference, not its bytes
@@ -148,6 +155,13 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int) {
 		}()
 	})
 	cl.Invoke(a.id, &out)
+	if d, token := out.Reply.DriverOf(); d != nil {
+		if fresh {
+			inv.Reply.SetDriver(d, token)
+		} else {
+			d.Need()
+		}
+	}
 }
 
 // incarnationGone reports whether err means the incarnation that cl served

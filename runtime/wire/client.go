@@ -7,20 +7,46 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"troupe/actors"
 )
 
 // Client is the caller's side of one connection to a worker process. Many
 // goroutines share it; calls are multiplexed by ID.
+//
+// Replies are read on demand. A goroutine waiting for a result (Wait on
+// the call's promise) reads the connection itself when nobody else is, and
+// hands each reply to its call, until its own arrives: a synchronous call
+// then costs what a raw socket ping-pong costs, with no wake-up of a reader
+// goroutine in between (measured on this project's machines: a hand-off
+// between goroutines doubles a cross-process round trip). A background
+// goroutine reads instead when calls are in flight that nobody drives: a
+// burst of calls, results awaited through Done (WaitAll, select), the calls
+// left in flight when a driving caller got its reply.
+//
+// An idle connection is therefore not read; Err probes one that has been
+// idle for a while, so a worker that died meanwhile is noticed before a
+// call is sent to it.
 type Client struct {
 	c      *conn
+	fr     *frameReader // used by the goroutine holding the read role
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[uint64]clientCall
 	err     error // set once the connection is gone
 	done    chan struct{}
+	ended   bool
+
+	// The read role: one goroutine at a time reads replies.
+	reading   bool          // someone holds it
+	driving   bool          // held by a caller waiting for its result (Drive)
+	kicked    bool          // a read deadline was set to interrupt the driver
+	idleSince time.Time     // when the role was last released with nothing in flight
+	wakeBG    chan struct{} // wakes the background reader
+
+	probeAfter time.Duration // how long unread before Err probes (probeIdle; tests set 0)
 }
 
 // clientCall is a call waiting for its reply.
@@ -35,8 +61,10 @@ type clientCall struct {
 
 // directPending is how many calls may be in flight on a connection for a
 // new call to be written by its caller rather than by the writer
-// goroutine: a few calls launched together (a graph's nodes) each save a
-// goroutine wake-up, while a longer burst shares the writer's writes.
+// goroutine, and to leave the reading of its reply to whoever waits for
+// it: a few calls launched together (a graph's nodes) each save a
+// goroutine wake-up, while a longer burst shares the writer's writes and
+// has the background reader read the replies.
 const directPending = 4
 
 // maxDepScan bounds the pending calls searched for the one whose result is
@@ -46,6 +74,9 @@ const maxDepScan = 64
 // maxForwarded is the largest result the reader forwards itself as another
 // call's argument.
 const maxForwarded = 64 << 10
+
+// probeIdle is how long a connection may go unread before Err probes it.
+const probeIdle = 5 * time.Millisecond
 
 // Dial connects to a worker's call server. network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
@@ -69,8 +100,10 @@ func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, err
 
 // NewClient runs the client side over an established connection.
 func NewClient(nc net.Conn, maxFrame int) *Client {
-	cl := &Client{c: newConn(nc, maxFrame), pending: map[uint64]clientCall{}, done: make(chan struct{})}
-	go cl.readReplies()
+	c := newConn(nc, maxFrame)
+	cl := &Client{c: c, fr: c.newFrameReader(), pending: map[uint64]clientCall{}, done: make(chan struct{}),
+		wakeBG: make(chan struct{}, 1), idleSince: time.Now(), probeAfter: probeIdle}
+	go cl.readInBackground()
 	return cl
 }
 
@@ -81,46 +114,200 @@ func (cl *Client) Close() error {
 	return nil
 }
 
-// Done is closed once the connection is gone.
+// Done is closed once the connection is gone and that is known: an idle
+// connection is not read, so its loss is noticed by the next call or Err.
 func (cl *Client) Done() <-chan struct{} { return cl.done }
 
-// Err reports why the connection ended, or nil.
+// Err reports why the connection ended, or nil. A connection nobody has
+// read for a while is probed first (a non-blocking peek), so a peer that
+// closed it meanwhile is noticed.
 func (cl *Client) Err() error {
+	cl.mu.Lock()
+	if cl.err != nil || cl.reading || len(cl.pending) > 0 || time.Since(cl.idleSince) < cl.probeAfter {
+		err := cl.err
+		cl.mu.Unlock()
+		return err
+	}
+	// Probed under the lock, so nobody starts reading meanwhile.
+	cl.idleSince = time.Now()
+	perr := cl.c.probe()
+	cl.mu.Unlock()
+	if perr != nil {
+		cl.end(cl.c.fail(perr))
+	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.err
 }
 
-func (cl *Client) readReplies() {
-	err := cl.c.readLoop(func(f *frame, _ bool) error {
-		if f.kind != kindReply {
-			return fmt.Errorf("%w: kind %d from a server", ErrMalformed, f.kind)
+// readInBackground reads replies whenever calls are in flight that nobody
+// drives, until the connection ends.
+func (cl *Client) readInBackground() {
+	for {
+		select {
+		case <-cl.wakeBG:
+		case <-cl.c.closed:
+			cl.end(cl.c.Err())
+			return
 		}
 		cl.mu.Lock()
-		call, ok := cl.pending[f.callID]
-		delete(cl.pending, f.callID)
+		if cl.reading || len(cl.pending) == 0 {
+			cl.mu.Unlock()
+			continue
+		}
+		cl.reading = true
 		cl.mu.Unlock()
-		if !ok {
-			return nil // a reply to a call already failed locally
+		for {
+			more, err := cl.readOne()
+			if err != nil {
+				// Not errInterrupted: only a driver's reads are interrupted.
+				cl.end(err)
+				return
+			}
+			cl.mu.Lock()
+			if !more && len(cl.pending) == 0 {
+				cl.releaseLocked()
+				cl.mu.Unlock()
+				break
+			}
+			cl.mu.Unlock()
 		}
-		if call.stop != nil {
-			call.stop()
-		}
-		switch f.status {
-		case statusOK:
-			call.reply.Resolve(f.data, nil)
-		default:
-			call.reply.Resolve(nil, decodeError(f.data))
-		}
-		for _, dep := range call.deps {
-			cl.forward(dep, f.status, f.data, call.reply)
-		}
-		return nil
-	})
+	}
+}
+
+// Drive implements actors.Driver: the caller waiting for call id reads
+// replies, handing each to its call, until id's arrives or ctx ends. It
+// returns at once if another goroutine is reading.
+func (cl *Client) Drive(ctx context.Context, id uint64) {
 	cl.mu.Lock()
+	if _, ok := cl.pending[id]; !ok || cl.reading {
+		cl.mu.Unlock()
+		return
+	}
+	cl.reading, cl.driving = true, true
+	cl.mu.Unlock()
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, cl.interrupt)
+	}
+	for {
+		_, err := cl.readOne()
+		if err != nil && err != errInterrupted {
+			cl.end(err)
+			break
+		}
+		cl.mu.Lock()
+		if err == errInterrupted && cl.kicked {
+			cl.c.nc.SetReadDeadline(time.Time{})
+			cl.kicked = false
+		}
+		if _, mine := cl.pending[id]; mine && ctx.Err() == nil {
+			cl.mu.Unlock()
+			continue
+		}
+		cl.releaseLocked()
+		cl.mu.Unlock()
+		break
+	}
+	if stop != nil {
+		stop()
+	}
+}
+
+// Need implements actors.Driver: a goroutine is about to wait for a result
+// without driving, so the background reader reads if nobody is.
+func (cl *Client) Need() {
+	cl.mu.Lock()
+	cl.needLocked()
+	cl.mu.Unlock()
+}
+
+// needLocked wakes the background reader if calls are in flight and nobody
+// reads. cl.mu is held.
+func (cl *Client) needLocked() {
+	if cl.reading || len(cl.pending) == 0 {
+		return
+	}
+	select {
+	case cl.wakeBG <- struct{}{}:
+	default:
+	}
+}
+
+// releaseLocked gives up the read role; calls still in flight go to the
+// background reader. cl.mu is held.
+func (cl *Client) releaseLocked() {
+	if cl.kicked {
+		cl.c.nc.SetReadDeadline(time.Time{})
+		cl.kicked = false
+	}
+	cl.reading, cl.driving = false, false
+	if len(cl.pending) == 0 {
+		cl.idleSince = time.Now()
+		return
+	}
+	cl.needLocked()
+}
+
+// interrupt makes a driver's read return (its context ended) by setting a
+// read deadline in the past; the driver clears it.
+func (cl *Client) interrupt() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.driving && !cl.kicked {
+		cl.kicked = true
+		cl.c.nc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// readOne reads one reply and hands it to its call. more reports whether
+// more input is buffered.
+func (cl *Client) readOne() (more bool, err error) {
+	f, more, err := cl.fr.next()
+	if err != nil {
+		return false, err
+	}
+	if f.kind != kindReply {
+		return false, cl.c.fail(fmt.Errorf("%w: kind %d from a server", ErrMalformed, f.kind))
+	}
+	cl.mu.Lock()
+	call, ok := cl.pending[f.callID]
+	delete(cl.pending, f.callID)
+	cl.mu.Unlock()
+	if !ok {
+		return more, nil // a reply to a call already failed locally
+	}
+	if call.stop != nil {
+		call.stop()
+	}
+	switch f.status {
+	case statusOK:
+		call.reply.Resolve(f.data, nil)
+	default:
+		call.reply.Resolve(nil, decodeError(f.data))
+	}
+	for _, dep := range call.deps {
+		cl.forward(dep, f.status, f.data, call.reply)
+	}
+	return more, nil
+}
+
+// end fails every call in flight with err, the connection's end, once.
+func (cl *Client) end(err error) {
+	cl.c.close(err)
+	cl.mu.Lock()
+	if cl.ended {
+		cl.mu.Unlock()
+		return
+	}
+	cl.ended = true
 	cl.err = err
 	pending := cl.pending
 	cl.pending = nil
+	cl.reading, cl.driving = false, false
 	cl.mu.Unlock()
 	for _, call := range pending {
 		if call.stop != nil {
@@ -168,8 +355,14 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 	cl.pending[id] = clientCall{reply: inv.Reply}
 	// A call with few others in flight is written by the caller: waking
 	// the writer goroutine would cost more than the write. Calls in a
-	// burst share the writer's writes.
+	// burst share the writer's writes, and the background reader reads
+	// their replies; the reply to a lone call is read by its waiter.
 	direct := len(cl.pending) <= directPending
+	if direct {
+		inv.Reply.SetDriver(cl, id)
+	} else {
+		cl.needLocked()
+	}
 	var src uint64
 	if later != nil {
 		src = cl.producerLocked(later)

@@ -3,10 +3,13 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 )
 
 // conn is one framed connection with a reader loop and flush-combining
@@ -183,51 +186,86 @@ func (c *conn) readLoop(handle func(f *frame, more bool) error) error {
 
 // frameReader reads a connection's frames. One goroutine at a time uses it;
 // a server passes it on to another goroutine when the reading one is kept
-// by a long call (see serverConn).
+// by a long call (see serverConn), a client to whichever goroutine reads
+// replies (see Client).
 //
 // A frame's byte slices alias its body, which outlives the call (a reply's
 // payload becomes the caller's result), so each body is fresh memory: small
 // bodies are cut from a shared slab, one allocation for many frames.
+//
+// A read interrupted by a read deadline (errInterrupted) leaves the frame
+// half read; the next call of next goes on where it stopped.
 type frameReader struct {
 	c     *conn
 	br    *bufio.Reader
 	slab  []byte
 	names interner
 	hdr   [4]byte
+	hdrN  int    // header bytes read of the frame in progress
+	body  []byte // its body, allocated once the header is complete
+	bodyN int    // body bytes read
 }
+
+// errInterrupted is returned by frameReader.next when a read deadline
+// interrupted it; the connection is fine.
+var errInterrupted = errors.New("wire: read interrupted")
 
 func (c *conn) newFrameReader() *frameReader {
 	return &frameReader{c: c, br: bufio.NewReaderSize(c.nc, 64<<10)}
 }
 
 // next reads one frame, and reports whether more input is already
-// buffered. An error ends the connection.
+// buffered. An error other than errInterrupted ends the connection.
 func (r *frameReader) next() (*frame, bool, error) {
 	c := r.c
-	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
-		return nil, false, c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
-	}
-	n := int(binary.LittleEndian.Uint32(r.hdr[:]))
-	if n > c.maxFrame {
-		return nil, false, c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
-	}
-	var body []byte
-	if n <= maxSlabbed {
-		if len(r.slab) < n {
-			r.slab = make([]byte, slabSize)
+	if r.hdrN < len(r.hdr) {
+		for r.hdrN < len(r.hdr) {
+			n, err := r.br.Read(r.hdr[r.hdrN:])
+			r.hdrN += n
+			if err != nil && r.hdrN < len(r.hdr) {
+				return nil, false, r.readErr(err)
+			}
 		}
-		body, r.slab = r.slab[:n:n], r.slab[n:]
-	} else {
-		body = make([]byte, n)
+		n := int(binary.LittleEndian.Uint32(r.hdr[:]))
+		if n > c.maxFrame {
+			return nil, false, c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
+		}
+		if n <= maxSlabbed {
+			if len(r.slab) < n {
+				r.slab = make([]byte, slabSize)
+			}
+			r.body, r.slab = r.slab[:n:n], r.slab[n:]
+		} else {
+			r.body = make([]byte, n)
+		}
+		r.bodyN = 0
 	}
-	if _, err := io.ReadFull(r.br, body); err != nil {
-		return nil, false, c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
+	for r.bodyN < len(r.body) {
+		n, err := r.br.Read(r.body[r.bodyN:])
+		r.bodyN += n
+		if err != nil && r.bodyN < len(r.body) {
+			return nil, false, r.readErr(err)
+		}
 	}
+	body := r.body
+	r.body, r.hdrN, r.bodyN = nil, 0, 0
 	f, err := decodeFrame(body, &r.names)
 	if err != nil {
 		return nil, false, c.fail(err)
 	}
 	return &f, r.br.Buffered() > 0, nil
+}
+
+// readErr turns a read error into errInterrupted (a deadline passed) or
+// the connection's end.
+func (r *frameReader) readErr(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errInterrupted
+	}
+	if err == io.EOF && r.hdrN > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return r.c.fail(fmt.Errorf("%w: read: %v", ErrClosed, err))
 }
 
 // Frame bodies up to maxSlabbed bytes share slabs of slabSize bytes. A
@@ -268,4 +306,36 @@ func (c *conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// probe checks, without blocking or consuming input, whether the peer has
+// closed a connection nobody reads: nil means it looks open (or cannot be
+// probed), an error says how it ended.
+func (c *conn) probe() error {
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var n int
+	var perr error
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		n, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait
+	}); err != nil {
+		return fmt.Errorf("%w: probe: %v", ErrClosed, err)
+	}
+	switch {
+	case perr == syscall.EAGAIN || perr == syscall.EINTR:
+		return nil
+	case perr != nil:
+		return fmt.Errorf("%w: probe: %v", ErrClosed, perr)
+	case n == 0:
+		return fmt.Errorf("%w: peer closed the connection", ErrClosed)
+	}
+	return nil
 }

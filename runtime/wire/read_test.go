@@ -1,0 +1,235 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"troupe/actors"
+)
+
+// Tests of who reads a client's replies: the waiting caller, the background
+// reader, or nobody while the connection is idle.
+
+// fakeServer is the far end of a client on a net.Pipe, driven by the test.
+type fakeServer struct {
+	nc net.Conn
+	fr *frameReader
+}
+
+func pipeClient(t *testing.T) (*Client, *fakeServer) {
+	t.Helper()
+	a, b := net.Pipe()
+	cl := NewClient(a, 0)
+	t.Cleanup(func() { cl.Close(); b.Close() })
+	return cl, &fakeServer{nc: b, fr: newConn(b, 0).newFrameReader()}
+}
+
+// call reads the next call frame.
+func (s *fakeServer) call(t *testing.T) *frame {
+	t.Helper()
+	f, _, err := s.fr.next()
+	if err != nil || f.kind != kindCall {
+		t.Errorf("fake server: reading a call: %v, %+v", err, f)
+		return &frame{}
+	}
+	return f
+}
+
+func reply(id uint64, v any) []byte {
+	data, _ := msgpack.Marshal(v)
+	return appendFrame(nil, &frame{kind: kindReply, callID: id, data: data})
+}
+
+func invoke(cl *Client, arg int) *actors.Invocation {
+	data, _ := msgpack.Marshal(arg)
+	inv := &actors.Invocation{Method: "Add", Arg: data, Reply: actors.NewPromise()}
+	cl.Invoke("a", inv)
+	return inv
+}
+
+func decodeInt(t *testing.T, data []byte) int {
+	t.Helper()
+	var v int
+	if err := msgpack.Unmarshal(data, &v); err != nil {
+		t.Fatalf("result: %v", err)
+	}
+	return v
+}
+
+// A waiter whose context ends while a reply is half read returns the
+// context's error; the next waiter goes on reading where it stopped and
+// gets the whole reply.
+func TestWaitInterruptedInTheMiddleOfAFrame(t *testing.T) {
+	cl, srv := pipeClient(t)
+	calls := make(chan *frame, 1)
+	go func() { calls <- srv.call(t) }()
+	inv := invoke(cl, 7)
+	f := <-calls
+
+	r := reply(f.callID, "a result long enough to be cut in two")
+	ctx, cancel := context.WithCancel(context.Background())
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := srv.nc.Write(r[:9]) // returns once the waiter has read it
+		cancel()
+		wrote <- err
+	}()
+	if _, err := inv.Reply.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted wait: %v", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	go srv.nc.Write(r[9:])
+	data, err := inv.Reply.Wait(context.Background())
+	if err != nil {
+		t.Fatalf("wait after interruption: %v", err)
+	}
+	var s string
+	msgpack.Unmarshal(data, &s)
+	if s != "a result long enough to be cut in two" {
+		t.Fatalf("result %q", s)
+	}
+	if err := cl.Err(); err != nil {
+		t.Fatalf("connection after interruption: %v", err)
+	}
+}
+
+// A waiter reads the replies of other calls before its own and hands them
+// over; the call left in flight when it leaves is read by the background
+// reader for a goroutine that waits on Done.
+func TestWaiterHandsOtherRepliesOver(t *testing.T) {
+	cl, srv := pipeClient(t)
+	calls := make(chan *frame, 3)
+	go func() {
+		for range 3 {
+			calls <- srv.call(t)
+		}
+	}()
+	first, second, third := invoke(cl, 1), invoke(cl, 2), invoke(cl, 3)
+	f1, f2, f3 := <-calls, <-calls, <-calls
+	go srv.nc.Write(append(reply(f1.callID, 10), reply(f2.callID, 20)...))
+	data, err := second.Reply.Wait(context.Background())
+	if err != nil || decodeInt(t, data) != 20 {
+		t.Fatalf("second: %v", err)
+	}
+	if data, err, ok := first.Reply.Result(); !ok || err != nil || decodeInt(t, data) != 10 {
+		t.Fatalf("first was not handed over by the waiter of the second: %v %v", ok, err)
+	}
+	go srv.nc.Write(reply(f3.callID, 30))
+	<-third.Reply.Done() // no Wait: the background reader must read it
+	if data, err, _ := third.Reply.Result(); err != nil || decodeInt(t, data) != 30 {
+		t.Fatalf("third: %v", err)
+	}
+}
+
+// Replies to a burst of calls nobody waits for yet are read in the
+// background, so the server is never stuck writing them.
+func TestBurstIsReadInTheBackground(t *testing.T) {
+	cl, srv := pipeClient(t)
+	const n = 3 * directPending
+	calls := make(chan *frame, n)
+	go func() {
+		for range n {
+			calls <- srv.call(t)
+		}
+	}()
+	invs := make([]*actors.Invocation, n)
+	for i := range invs {
+		invs[i] = invoke(cl, i)
+	}
+	var out []byte
+	for range n {
+		f := <-calls
+		out = append(out, reply(f.callID, int(f.callID))...)
+	}
+	// net.Pipe's Write returns only once everything was read: by the
+	// background reader, as nobody waits.
+	if _, err := srv.nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	for i, inv := range invs {
+		data, err := inv.Reply.Wait(context.Background())
+		if err != nil || decodeInt(t, data) != i+1 {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// A connection nobody reads is probed by Err, so a peer that went away is
+// noticed before the next call is sent to it.
+func TestErrNoticesAnIdlePeerThatLeft(t *testing.T) {
+	ctx := context.Background()
+	h := &host{byID: map[string]*actors.Instance{}}
+	h.spawn(t, "a", spec(0))
+	srv := NewServer(h, 0)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	cl, err := Dial(ctx, "tcp", l.Addr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cl.probeAfter = 0
+	if _, err := actors.Call(ctx, handle(cl, "a"), (*echo).Add, 1).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Err(); err != nil {
+		t.Fatalf("open connection: %v", err)
+	}
+	srv.Close() // the worker goes away while the client is idle
+	// The peer's close reaches this socket asynchronously.
+	deadline := time.Now().Add(10 * time.Second)
+	for err = cl.Err(); err == nil && time.Now().Before(deadline); err = cl.Err() {
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Err after the peer closed: %v", err)
+	}
+	select {
+	case <-cl.Done():
+	default:
+		t.Fatal("Done not closed once the loss was noticed")
+	}
+}
+
+// Many goroutines calling at once over one connection each get their own
+// results, whoever reads them.
+func TestConcurrentCallersGetTheirResults(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	const callers, calls = 8, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		id := fmt.Sprint("c", c)
+		h.spawn(t, id, spec(0))
+		a := handle(cl, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= calls; i++ {
+				v, err := actors.Call(ctx, a, (*echo).Add, 1).Get(ctx)
+				if err != nil || v != i {
+					errs <- fmt.Errorf("%s call %d: %d, %v", id, i, v, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
