@@ -121,6 +121,26 @@ func startHeadB(t testing.TB, tok string) *cluster.Node {
 	return n
 }
 
+// connectDriver connects a driver with token tok to the cluster at addr
+// and waits for its k live nodes. Its context ends after timeout. The
+// caller defers done, which shuts the driver down.
+func connectDriver(t *testing.T, tok, addr string, k int, timeout time.Duration) (ctx context.Context, rt Runtime, done func()) {
+	t.Helper()
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	rt, err := Init(ctx, Address(addr))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done = func() {
+		rt.Shutdown(context.Background())
+		cancel()
+	}
+	waitNodes(t, rt, k)
+	return ctx, rt, done
+}
+
 // waitNodes waits until the cluster has k live registered nodes.
 func waitNodes(t *testing.T, rt Runtime, k int) { waitNodesB(t, rt, k) }
 
@@ -157,15 +177,8 @@ func TestRemoteActors(t *testing.T) {
 	const tok = "remote-actors-token"
 	n := startHead(t, tok)
 	defer n.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(n.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 1)
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	defer done()
 
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 10}, actors.Name("ctr"), actors.MaxRestarts(1), actors.CPUs(1))
 	if err != nil {
@@ -329,15 +342,8 @@ func TestRemoteActorNodeLost(t *testing.T) {
 	w1, w2 := startWorker("w1"), startWorker("w2")
 	defer w1.Shutdown()
 	defer w2.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 3)
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 3, 50*time.Second)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1}, actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(2))
 	if err != nil {
 		t.Fatal(err)
@@ -368,15 +374,8 @@ func TestRemoteTaskRetries(t *testing.T) {
 	const tok = "retries-token"
 	n := startHead(t, tok)
 	defer n.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(n.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 1)
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.MaxRestarts(2), actors.MaxTaskRetries(1))
 	if err != nil {
 		t.Fatal(err)
@@ -405,15 +404,8 @@ func TestRemoteActorCrash(t *testing.T) {
 	const tok = "crash-token"
 	n := startHead(t, tok)
 	defer n.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(n.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 1)
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 5}, actors.MaxRestarts(1))
 	if err != nil {
 		t.Fatal(err)
@@ -461,15 +453,8 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		return cmd
 	}
 	procs := map[string]*exec.Cmd{"p1": startNodeProc("p1"), "p2": startNodeProc("p2")}
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 3)
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 3, 50*time.Second)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(1))
 	if err != nil {
 		t.Fatal(err)
@@ -515,15 +500,8 @@ func TestRemoteKillsAtRandom(t *testing.T) {
 	const tok = "random-kills-token"
 	n := startHead(t, tok)
 	defer n.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(n.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 1)
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.MaxRestarts(5))
 	if err != nil {
 		t.Fatal(err)

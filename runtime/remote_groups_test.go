@@ -24,15 +24,8 @@ func TestRemotePlacementGroups(t *testing.T) {
 	const tok = "remote-groups-token"
 	n := startHead(t, tok) // 4 CPUs
 	defer n.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := Init(ctx, Address(n.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 1)
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, time.Minute)
+	defer done()
 
 	cpu1 := actors.ResourceSet{CPUs: 1}
 	pg, err := CreatePlacementGroup(ctx, rt, []actors.ResourceSet{cpu1, cpu1}, StrictPack, "pair")
@@ -122,15 +115,8 @@ func TestRemoteHardAffinityNodeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w1.Shutdown()
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := Init(ctx, Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 2)
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 2, time.Minute)
+	defer done()
 	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.NodeAffinity("w1", false), actors.MaxRestarts(-1))
 	if err != nil {
 		t.Fatal(err)

@@ -91,15 +91,8 @@ func startObjCluster(t testing.TB, tok string) (head, w *cluster.Node) {
 func TestRemoteObjectRefs(t *testing.T) {
 	const tok = "objrefs-token"
 	head, _ := startObjCluster(t, tok)
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(context.Background())
-	waitNodes(t, rt, 2)
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 2, 60*time.Second)
+	defer done()
 	a, err := actors.Spawn[oblob](ctx, rt, "OBlob", 0, actors.Resources(map[string]float64{"left": 1}))
 	if err != nil {
 		t.Fatal(err)

@@ -113,15 +113,8 @@ func TestRemoteNodeFrozen(t *testing.T) {
 			}
 		}
 	}
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rt, err := Init(ctx, Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(ctx)
-	waitNodes(t, rt, 3)
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 3, 60*time.Second)
+	defer done()
 	t.Logf("cluster up after %v", time.Since(t0).Round(time.Millisecond))
 
 	// Two actors in one worker process of one node: half the node's
