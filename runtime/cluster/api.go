@@ -106,9 +106,15 @@ type GetActorRequest struct {
 // NodeActorsRequest asks what a node must change: the actors placed on
 // Node that wait to be started, and which of the incarnations it hosts
 // (Hosted: actor → incarnation) the committed state no longer runs there.
+//
+// With Wait set the server first waits (up to Wait) until its state has
+// applied an entry past index After, so a worker node long-polls instead
+// of asking on a timer.
 type NodeActorsRequest struct {
 	Node   string                    `msgpack:"node"`
 	Hosted map[scheduler.ActorID]int `msgpack:"hosted,omitempty"`
+	After  uint64                    `msgpack:"after,omitempty"`
+	Wait   time.Duration             `msgpack:"wait,omitempty"`
 	Hops   int                       `msgpack:"hops,omitempty"`
 }
 
@@ -117,6 +123,13 @@ type NodeActorsRequest struct {
 type NodeActorsResponse struct {
 	Start []scheduler.Actor            `msgpack:"start,omitempty"`
 	End   map[scheduler.ActorID]string `msgpack:"end,omitempty"`
+	// Unreported lists hosted incarnations the committed state still
+	// shows as starting: their start report was lost (or is in flight).
+	Unreported []scheduler.ActorID `msgpack:"unreported,omitempty"`
+	// Index is the state index the answer was read at; Waits says the
+	// server honours Wait (an older one answers at once).
+	Index uint64 `msgpack:"index,omitempty"`
+	Waits bool   `msgpack:"waits,omitempty"`
 }
 
 // WaitActorRequest waits (up to Timeout) until the actor with ID is dead,
@@ -126,6 +139,23 @@ type WaitActorRequest struct {
 	MinRestarts int           `msgpack:"minrestarts,omitempty"`
 	Timeout     time.Duration `msgpack:"timeout"`
 	Hops        int           `msgpack:"hops,omitempty"`
+}
+
+// WaitActorsRequest waits (up to Timeout) until at least one of the actors
+// is dead, or alive with an address (a driver waiting for a batch of
+// spawns makes one call for all of them).
+type WaitActorsRequest struct {
+	IDs     []string      `msgpack:"ids"`
+	Timeout time.Duration `msgpack:"timeout"`
+	Hops    int           `msgpack:"hops,omitempty"`
+}
+
+// WaitActorsResponse lists the actors of the request that are done (dead,
+// or alive with an address) and the IDs the cluster does not know; the
+// others are still pending or starting.
+type WaitActorsResponse struct {
+	Done     []ActorView `msgpack:"done,omitempty"`
+	NotFound []string    `msgpack:"notfound,omitempty"`
 }
 
 // GetActorResponse is the named actor's committed state.
@@ -197,6 +227,7 @@ type controlServer interface {
 	hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error)
 	putBinary(ctx context.Context, r *PutBinaryRequest) (*PutBinaryResponse, error)
 	waitActor(ctx context.Context, r *WaitActorRequest) (*GetActorResponse, error)
+	waitActors(ctx context.Context, r *WaitActorsRequest) (*WaitActorsResponse, error)
 }
 
 // controlDesc is the hand-written descriptor of the Control service.
@@ -214,6 +245,7 @@ var controlDesc = grpc.ServiceDesc{
 		transport.UnaryMethod(ServiceName, "HasBinary", controlServer.hasBinary),
 		transport.UnaryMethod(ServiceName, "PutBinary", controlServer.putBinary),
 		transport.UnaryMethod(ServiceName, "WaitActor", controlServer.waitActor),
+		transport.UnaryMethod(ServiceName, "WaitActors", controlServer.waitActors),
 	},
 	Metadata: "troupe/runtime/cluster/api.go",
 }
@@ -356,6 +388,17 @@ func (c *Client) WaitActor(ctx context.Context, id string, minRestarts int, time
 		return nil, err
 	}
 	return &resp.Actor, nil
+}
+
+// WaitActors waits on the cluster side until at least one of the actors is
+// dead or alive with an address, or timeout passes, and returns those done
+// then and the IDs the cluster does not know.
+func (c *Client) WaitActors(ctx context.Context, ids []string, timeout time.Duration) (*WaitActorsResponse, error) {
+	resp := new(WaitActorsResponse)
+	if err := c.invoke(ctx, "WaitActors", &WaitActorsRequest{IDs: ids, Timeout: timeout}, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Stop asks the node at the first address (only that one) to drain and

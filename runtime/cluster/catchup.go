@@ -11,8 +11,8 @@ import "troupe/scheduler"
 // refusals included. With reorder, the copy is the state at after plus the
 // placer's own batch, which the FSM applied at upTo+1, after the commands
 // in between: then every one of them must commute with the batch
-// (ActorStarted only marks an existing actor alive) and be accepted,
-// else the copy is given up.
+// (ActorStarted only marks an existing actor alive; nodes report starts
+// in batches of them) and be accepted, else the copy is given up.
 func catchUp(f *scheduler.FSM, scratch *scheduler.State, after, upTo uint64, reorder bool) bool {
 	if upTo <= after {
 		return true
@@ -23,7 +23,7 @@ func catchUp(f *scheduler.FSM, scratch *scheduler.State, after, upTo uint64, reo
 	}
 	if reorder {
 		for _, c := range cmds {
-			if _, ok := c.(*scheduler.ActorStarted); !ok {
+			if !onlyStarts(c) {
 				return false
 			}
 		}
@@ -34,4 +34,21 @@ func catchUp(f *scheduler.FSM, scratch *scheduler.State, after, upTo uint64, reo
 		}
 	}
 	return true
+}
+
+// onlyStarts reports whether c is an ActorStarted or a batch of them (an
+// encoded command starts with its type byte).
+func onlyStarts(c scheduler.Command) bool {
+	switch c := c.(type) {
+	case *scheduler.ActorStarted:
+		return true
+	case *scheduler.Batch:
+		for _, b := range c.Commands {
+			if len(b) == 0 || scheduler.CommandType(b[0]) != scheduler.CmdActorStarted {
+				return false
+			}
+		}
+		return len(c.Commands) > 0
+	}
+	return false
 }

@@ -160,13 +160,21 @@ func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*No
 	n := c.node()
 	if n.raft == nil {
 		out := new(NodeActorsResponse)
-		return out, n.forwardRead(ctx, "NodeActors", r.Hops, &NodeActorsRequest{Node: r.Node, Hosted: r.Hosted, Hops: r.Hops + 1}, out)
+		return out, n.forwardRead(ctx, "NodeActors", r.Hops, &NodeActorsRequest{Node: r.Node, Hosted: r.Hosted, After: r.After, Wait: r.Wait,
+			Hops: r.Hops + 1}, out)
 	}
-	out := new(NodeActorsResponse)
+	if r.Wait > 0 {
+		if err := n.waitApplied(ctx, r.After, min(r.Wait, time.Minute)); err != nil {
+			return nil, err
+		}
+	}
+	out := &NodeActorsResponse{Waits: true}
 	node := scheduler.NodeID(r.Node)
 	n.fsm.Read(func(s *scheduler.State) {
+		out.Index = s.AppliedIndex()
 		for _, a := range s.StartingOn(node) { // not its running actors: a tick costs little on a busy node
 			if inc, ok := r.Hosted[a.Spec.ID]; ok && inc == a.Restarts {
+				out.Unreported = append(out.Unreported, a.Spec.ID)
 				continue
 			}
 			out.Start = append(out.Start, cloneActor(a))
@@ -194,6 +202,30 @@ func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*No
 		}
 	})
 	return out, nil
+}
+
+// waitApplied waits until this server's state has applied an entry past
+// index after, or wait passes.
+func (n *Node) waitApplied(ctx context.Context, after uint64, wait time.Duration) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := n.fsm.Changed() // before reading: no apply is missed
+		var applied uint64
+		n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
+		if applied > after {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-n.ctx.Done():
+			return status.Error(codes.Unavailable, "node shutting down")
+		case <-changed:
+		case <-timer.C:
+			return nil
+		}
+	}
 }
 
 // cloneActor copies an actor record out of the FSM (the GPU slice is the
@@ -243,6 +275,64 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 		}
 		var recheck <-chan time.Time // an unknown ID is re-judged in time
 		if out == nil {
+			recheck = time.After(min(timeout, followerCatchUp) - time.Since(start))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-n.ctx.Done():
+			return nil, status.Error(codes.Unavailable, "node shutting down")
+		case <-changed: // the state moved on: look again
+		case <-timer.C:
+		case <-recheck:
+		}
+	}
+}
+
+// waitActors is waitActor for many actors at once: it returns as soon as
+// at least one of them is done (dead, or alive with an address), with all
+// those done by then, so a driver waiting for a batch of spawns makes one
+// call per wake-up instead of one per actor. An unknown ID is final as in
+// waitActor (at once on the leader, after followerCatchUp on a follower).
+func (c *controlImpl) waitActors(ctx context.Context, r *WaitActorsRequest) (*WaitActorsResponse, error) {
+	n := c.node()
+	if n.raft == nil {
+		out := new(WaitActorsResponse)
+		return out, n.forwardRead(ctx, "WaitActors", r.Hops, &WaitActorsRequest{IDs: r.IDs, Timeout: r.Timeout, Hops: r.Hops + 1}, out)
+	}
+	if len(r.IDs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "wait actors: no IDs")
+	}
+	timeout := min(max(r.Timeout, 0), time.Minute)
+	start := time.Now()
+	deadline := start.Add(timeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		changed := n.fsm.Changed() // before reading: no apply is missed
+		out := new(WaitActorsResponse)
+		unknown := false
+		n.fsm.Read(func(s *scheduler.State) {
+			for _, id := range r.IDs {
+				a := s.Actor(scheduler.ActorID(id))
+				switch {
+				case a == nil:
+					unknown = true
+					out.NotFound = append(out.NotFound, id)
+				case a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != ""):
+					out.Done = append(out.Done, actorView(a))
+				}
+			}
+		})
+		final := n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)
+		if !final {
+			out.NotFound = nil
+		}
+		if len(out.Done) > 0 || len(out.NotFound) > 0 || !time.Now().Before(deadline) {
+			return out, nil
+		}
+		var recheck <-chan time.Time // an unknown ID is re-judged in time
+		if unknown {
 			recheck = time.After(min(timeout, followerCatchUp) - time.Since(start))
 		}
 		select {

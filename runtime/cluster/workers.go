@@ -51,9 +51,10 @@ func DecodeLaunch(b []byte) (*Launch, error) {
 
 // hosted is an actor incarnation running in one of this node's workers.
 type hosted struct {
-	inc  int
-	job  scheduler.JobID
-	proc *worker.Proc
+	inc      int
+	job      scheduler.JobID
+	proc     *worker.Proc
+	reported time.Time // when its start was last reported
 }
 
 // workerSet is the node's worker processes (one per job) and the actor
@@ -70,6 +71,12 @@ type workerSet struct {
 	starting  map[scheduler.JobID]int
 	idleSince map[scheduler.JobID]time.Time
 	closing   bool
+
+	// Start reports waiting to be committed, and whether a goroutine is
+	// committing them (reportStarted).
+	rmu       sync.Mutex
+	reports   []*scheduler.ActorStarted
+	reporting bool
 }
 
 // anonymousJob hosts actors created without a job ID.
@@ -85,41 +92,72 @@ func newWorkerSet(n *Node) *workerSet {
 }
 
 // workerLoop starts what the committed state places on this node and ends
-// what it no longer wants here. Servers read their own state (cheap, so
-// often); worker nodes ask a server.
+// what it no longer wants here. It wakes when the state changes: a server
+// waits on its own state machine; a worker node long-polls a server
+// (NodeActors with the last state index it saw), so a start does not wait
+// for a polling tick. The scan for ended incarnations and idle workers
+// (linear in the actors hosted here) runs at most every fullEvery.
 func (n *Node) workerLoop() {
-	every := 5 * time.Millisecond
+	fullEvery := 100 * time.Millisecond
 	if n.raft == nil {
-		every = 20 * time.Millisecond
+		fullEvery = 400 * time.Millisecond
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	var lastApplied uint64
-	for i := 0; ; i++ {
-		select {
-		case <-n.ctx.Done():
+	var seen uint64 // state index of the last sync
+	var lastFull time.Time
+	for {
+		if n.ctx.Err() != nil {
 			return
-		case <-tick.C:
 		}
-		// Starts are checked every tick, but only when something was
-		// committed since; the scan for ended incarnations and idle workers
-		// (linear in the actors hosted here) runs every 20th tick.
-		full := i%20 == 0
+		full := time.Since(lastFull) >= fullEvery
+		if full {
+			lastFull = time.Now()
+		}
+		wait := time.Until(lastFull.Add(fullEvery))
 		if n.fsm != nil && !full {
+			changed := n.fsm.Changed() // before reading: no apply is missed
 			var applied uint64
 			n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
-			if applied == lastApplied {
+			if applied == seen {
+				t := time.NewTimer(wait)
+				select {
+				case <-n.ctx.Done():
+					t.Stop()
+					return
+				case <-changed:
+				case <-t.C:
+				}
+				t.Stop()
 				continue
 			}
-			lastApplied = applied
 		}
-		n.workers.sync(full)
+		polled := time.Now()
+		idx, waited := n.workers.sync(full, seen, wait)
+		if idx != 0 {
+			seen = idx
+		}
+		// At most one sync per millisecond; a server that does not wait
+		// (an older one) is polled every 20 ms as before.
+		gap := time.Millisecond
+		if n.raft == nil && !waited {
+			gap = 20 * time.Millisecond
+		}
+		if d := gap - time.Since(polled); d > 0 {
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
 	}
 }
 
 func key(id scheduler.ActorID, inc int) string { return fmt.Sprintf("%s/%d", id, inc) }
 
-func (w *workerSet) sync(full bool) {
+// sync applies one answer of NodeActors: ends what the state no longer
+// runs here and starts what waits. On a worker node the call waits (up to
+// wait) until the state has moved past index seen. It returns the state
+// index answered for (0 if unknown) and whether the server waited.
+func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bool) {
 	n := w.n
 	var hostedNow map[scheduler.ActorID]int
 	if full {
@@ -130,18 +168,38 @@ func (w *workerSet) sync(full bool) {
 		}
 		w.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-	resp, err := (*controlImpl)(n).nodeActors(ctx, &NodeActorsRequest{Node: n.cfg.NodeID, Hosted: hostedNow})
+	req := &NodeActorsRequest{Node: n.cfg.NodeID, Hosted: hostedNow}
+	if n.raft == nil && !full && wait > 0 {
+		req.After, req.Wait = seen, wait
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second+wait)
+	resp, err := (*controlImpl)(n).nodeActors(ctx, req)
 	cancel()
 	if err != nil {
-		return // no server reachable now; try again next tick
+		select { // no server reachable now; try again soon
+		case <-n.ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+		return 0, false
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closing {
-		return
-	}
+	waited := resp.Waits
 	// End incarnations the state no longer runs here (killed, or replaced).
+	// The kill messages are sent without w.mu: a write to a worker blocks
+	// while the worker is not reading, and the worker may itself be
+	// blocked reporting deaths to the Proc reader, whose Died event takes
+	// w.mu (a full socket each way and a deadlock, seen when a finished
+	// job's thousands of actors were ended at once).
+	type kill struct {
+		proc  *worker.Proc
+		id    scheduler.ActorID
+		cause string
+	}
+	var kills []kill
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return resp.Index, waited
+	}
 	for id, cause := range resp.End {
 		h, ok := w.actors[id]
 		if !ok || h.inc != hostedNow[id] {
@@ -149,7 +207,29 @@ func (w *workerSet) sync(full bool) {
 		}
 		delete(w.actors, id)
 		delete(w.seen, key(id, h.inc))
-		h.proc.KillActor(string(id), cause)
+		kills = append(kills, kill{h.proc, id, cause})
+	}
+	w.mu.Unlock()
+	for _, k := range kills { // before this sync's starts, as the worker expects
+		k.proc.KillActor(string(k.id), k.cause)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing {
+		return resp.Index, waited
+	}
+	// Starts the committed state still shows as in progress although this
+	// node hosts them: their report was lost (a commit that failed for
+	// longer than its retries), or is still on its way.
+	now := time.Now()
+	for _, id := range resp.Unreported {
+		h, ok := w.actors[id]
+		if !ok || h.inc != hostedNow[id] || now.Sub(h.reported) < reReport {
+			continue
+		}
+		h.reported = now
+		w.actors[id] = h
+		w.reportStarted(&scheduler.ActorStarted{Actor: id, Incarnation: h.inc, Address: h.proc.Addr(), At: now.UnixNano()})
 	}
 	for i := range resp.Start {
 		a := &resp.Start[i]
@@ -179,6 +259,7 @@ func (w *workerSet) sync(full bool) {
 	if full {
 		w.reapIdle()
 	}
+	return resp.Index, waited
 }
 
 // reapIdle stops job worker processes that have hosted nothing for
@@ -248,11 +329,85 @@ func (w *workerSet) start(a *scheduler.Actor) {
 		w.commit(&scheduler.KillActor{Actor: id, Cause: fmt.Sprintf("constructor failed: %v", err), At: time.Now().UnixNano()})
 		return
 	}
+	now := time.Now()
 	w.mu.Lock()
-	w.actors[id] = hosted{inc: inc, job: a.Spec.JobID, proc: proc}
+	w.actors[id] = hosted{inc: inc, job: a.Spec.JobID, proc: proc, reported: now}
 	w.mu.Unlock()
 	ok = true
-	w.commit(&scheduler.ActorStarted{Actor: id, Incarnation: inc, Address: proc.Addr(), At: time.Now().UnixNano()})
+	w.reportStarted(&scheduler.ActorStarted{Actor: id, Incarnation: inc, Address: proc.Addr(), At: now.UnixNano()})
+}
+
+// reReport is how long a start report may stay uncommitted before the
+// node sends it again.
+const reReport = 2 * time.Second
+
+// reportStarted commits c with the other start reports of this node that
+// are waiting: while one batch is being committed the next accumulates,
+// so a burst of starts costs a few raft entries (and, on a worker node, a
+// few Apply calls) instead of one each.
+func (w *workerSet) reportStarted(c *scheduler.ActorStarted) {
+	w.rmu.Lock()
+	w.reports = append(w.reports, c)
+	if w.reporting {
+		w.rmu.Unlock()
+		return
+	}
+	w.reporting = true
+	w.rmu.Unlock()
+	w.n.wg.Add(1)
+	go func() {
+		defer w.n.wg.Done()
+		for {
+			w.rmu.Lock()
+			q := w.reports
+			w.reports = nil
+			if len(q) == 0 {
+				w.reporting = false
+				w.rmu.Unlock()
+				return
+			}
+			w.rmu.Unlock()
+			w.commitStarted(q)
+		}
+	}()
+}
+
+// commitStarted commits start reports as one batch, retrying while no
+// leader answers until the node shuts down. An entry the state machine
+// refuses (the incarnation was killed or replaced meanwhile) is dropped:
+// the node ends that incarnation at its next sync.
+func (w *workerSet) commitStarted(q []*scheduler.ActorStarted) {
+	var cmd []byte
+	if len(q) == 1 {
+		cmd = mustEncode(q[0])
+	} else {
+		bt := &scheduler.Batch{Commands: make([][]byte, len(q))}
+		for i, c := range q {
+			bt.Commands[i] = mustEncode(c)
+		}
+		cmd = mustEncode(bt)
+	}
+	for {
+		w.mu.Lock()
+		closing := w.closing
+		w.mu.Unlock()
+		if closing || w.n.ctx.Err() != nil {
+			return // the node is going away: its death, not ours, is reported
+		}
+		resp, err := w.n.Apply(w.n.ctx, cmd)
+		if err == nil {
+			if resp.Err != nil {
+				w.n.log.Debug("start reports refused", "reports", len(q), "err", resp.Err)
+			}
+			return
+		}
+		w.n.log.Debug("start reports not committed; retrying", "reports", len(q), "err", err)
+		select {
+		case <-w.n.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // proc returns the job's worker process on this node, starting it.
