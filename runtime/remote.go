@@ -43,6 +43,8 @@ type remote struct {
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 
+	spawns spawner // batches concurrent spawns
+
 	objs  *objRefs   // results held by workers (remote_objects.go)
 	watch *callWatch // fails calls to vanished nodes (remote_watch.go)
 }
@@ -71,6 +73,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 	}
 	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
+	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
 	// (remote_job.go).
 	if err := r.startJob(cctx); err != nil {
@@ -112,11 +115,26 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	id := newID()
 	as := scheduler.ActorSpec{ID: scheduler.ActorID(id), Name: spec.Name, Class: spec.Type, JobID: r.job, MaxRestarts: spec.MaxRestarts,
 		Request: specRequest(spec), Args: args}
-	res, err := r.client.CreateActors(ctx, []scheduler.ActorSpec{as})
-	if err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
+	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
+	it := &spawnItem{spec: as, out: make(chan spawnOutcome, 1)}
+	r.spawns.add(it)
+	var o spawnOutcome
+	select {
+	case o = <-it.out:
+	case <-ctx.Done():
+		// Given up while it was created, waited or started: do not leave
+		// it behind (a create still in flight is killed by the batch once
+		// it commits).
+		if it.abandon() {
+			r.killAbandoned(id, ctx.Err())
+		}
+		return nil, fmt.Errorf("spawn %s: waiting for actor %s to start: %w", spec.Type, ref.label(), ctx.Err())
 	}
-	if e := res[0].Err.AsError(); e != nil {
+	switch {
+	case o.err != nil:
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, o.err)
+	case o.createErr != nil:
+		e := o.createErr
 		switch {
 		case errors.Is(e, scheduler.ErrInfeasible):
 			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrInfeasible, e)
@@ -124,18 +142,245 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrDuplicate, e)
 		}
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, e)
+	case o.notFound:
+		return nil, fmt.Errorf("spawn %s: actor %s: %w", spec.Type, ref.label(), actors.ErrNotFound)
+	case o.view != nil && o.view.State == scheduler.ActorDead.String():
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, &actors.ActorDiedError{Actor: ref.label(), Node: o.view.Node, Cause: o.view.Death, Restarts: o.view.Restarts})
+	case o.view != nil:
+		if cl, err := r.conn(ctx, o.view.Address); err == nil {
+			ref.mu.Lock()
+			ref.cur = &incarnation{ref: ref, cl: cl, inc: o.view.Restarts, node: o.view.Node}
+			ref.mu.Unlock()
+			return ref, nil
+		}
+		// Its worker is unreachable: wait for what replaces it, or for the
+		// same one to answer (below).
 	}
-	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
+	// No batched wait (a cluster without WaitActors) or an unreachable
+	// worker: wait for this actor alone.
 	if err := ref.resolve(ctx); err != nil {
 		if ctx.Err() != nil {
-			// Given up while it waited or started: do not leave it behind.
-			kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ref.Kill(kctx, "spawn abandoned: "+ctx.Err().Error())
-			cancel()
+			r.killAbandoned(id, ctx.Err())
 		}
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
 	}
 	return ref, nil
+}
+
+// killAbandoned kills an actor whose spawn was given up (its context
+// ended), so it is not left behind.
+func (r *remote) killAbandoned(id string, why error) {
+	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.client.ApplyCommand(kctx, &scheduler.KillActor{Actor: scheduler.ActorID(id), Cause: "spawn abandoned: " + why.Error(),
+		At: time.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
+		fmt.Fprintf(os.Stderr, "troupe: killing actor %s of an abandoned spawn: %v\n", id, err)
+	}
+}
+
+// Spawns are batched: concurrent SpawnActor calls share CreateActors calls
+// (a few in flight at a time, each carrying every spawn that queued
+// meanwhile), and the actors each call created are waited for together
+// with WaitActors, which returns whenever some of them are alive. So a
+// burst of spawns costs the control plane a few calls per batch instead
+// of two per actor.
+const (
+	maxSpawnCalls   = 2    // CreateActors calls in flight at once
+	maxSpawnBatch   = 1024 // actors per CreateActors call
+	spawnCallLimit  = time.Minute
+	spawnWaitWindow = 10 * time.Second // one WaitActors call's server-side wait
+)
+
+// spawner queues spawns for the batched CreateActors calls.
+type spawner struct {
+	r        *remote
+	mu       sync.Mutex
+	queue    []*spawnItem
+	inFlight int
+}
+
+// spawnItem is one spawn on its way through a batch.
+type spawnItem struct {
+	spec scheduler.ActorSpec
+	out  chan spawnOutcome // buffered: one outcome
+
+	mu      sync.Mutex
+	created bool // its create committed
+	gone    bool // SpawnActor gave up on it
+}
+
+// spawnOutcome ends a spawnItem: an error of the CreateActors call, the
+// create refused, the actor unknown to the cluster, or its state once
+// done (alive with an address, or dead). All zero: wait for it alone.
+type spawnOutcome struct {
+	err       error
+	createErr error
+	notFound  bool
+	view      *cluster.ActorView
+}
+
+// abandon marks the spawn given up and reports whether its create has
+// committed (so the caller kills it); a create still in flight is killed
+// by its batch when it commits.
+func (it *spawnItem) abandon() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.gone = true
+	return it.created
+}
+
+// markCreated records that the create committed; false if the spawn was
+// given up meanwhile (the caller kills the actor).
+func (it *spawnItem) markCreated() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.created = true
+	return !it.gone
+}
+
+func (it *spawnItem) isGone() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.gone
+}
+
+func (it *spawnItem) deliver(o spawnOutcome) {
+	select {
+	case it.out <- o:
+	default: // delivered already (cannot happen: one outcome per item)
+	}
+}
+
+// add queues it and starts a CreateActors call unless enough are in
+// flight (their loops take it).
+func (s *spawner) add(it *spawnItem) {
+	s.mu.Lock()
+	s.queue = append(s.queue, it)
+	if s.inFlight >= maxSpawnCalls {
+		s.mu.Unlock()
+		return
+	}
+	s.inFlight++
+	s.mu.Unlock()
+	go s.run()
+}
+
+// run makes CreateActors calls while spawns are queued.
+func (s *spawner) run() {
+	for {
+		s.mu.Lock()
+		q := s.queue
+		if len(q) > maxSpawnBatch {
+			q, s.queue = q[:maxSpawnBatch:maxSpawnBatch], q[maxSpawnBatch:]
+		} else {
+			s.queue = nil
+		}
+		if len(q) == 0 {
+			s.inFlight--
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		s.create(q)
+	}
+}
+
+// create makes one CreateActors call for q and hands the created actors
+// to a batched wait.
+func (s *spawner) create(q []*spawnItem) {
+	r := s.r
+	specs := make([]scheduler.ActorSpec, len(q))
+	for i, it := range q {
+		specs[i] = it.spec
+	}
+	// Not any one caller's context: the call serves the whole batch, and
+	// each caller stops waiting when its own context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), spawnCallLimit)
+	res, err := r.client.CreateActors(ctx, specs)
+	cancel()
+	if err == nil && len(res) != len(q) {
+		err = fmt.Errorf("create actors: %d results for %d specs", len(res), len(q))
+	}
+	var created []*spawnItem
+	for i, it := range q {
+		switch {
+		case err != nil:
+			it.deliver(spawnOutcome{err: err})
+		case res[i].Err != nil:
+			it.deliver(spawnOutcome{createErr: res[i].Err.AsError()})
+		case !it.markCreated():
+			go r.killAbandoned(string(it.spec.ID), context.Canceled)
+		default:
+			created = append(created, it)
+		}
+	}
+	if len(created) > 0 {
+		go r.waitCreated(created)
+	}
+}
+
+// waitCreated waits with WaitActors until each actor of items is done (or
+// its spawn was given up), delivering each outcome as soon as it is known.
+func (r *remote) waitCreated(items []*spawnItem) {
+	for len(items) > 0 {
+		live := items[:0]
+		for _, it := range items {
+			if !it.isGone() { // a given-up spawn's actor is killed by its caller
+				live = append(live, it)
+			}
+		}
+		items = live
+		if len(items) == 0 {
+			return
+		}
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			for _, it := range items {
+				it.deliver(spawnOutcome{err: errors.New("runtime is shut down")})
+			}
+			return
+		}
+		ids := make([]string, len(items))
+		for i, it := range items {
+			ids[i] = string(it.spec.ID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), spawnWaitWindow+5*time.Second)
+		resp, err := r.client.WaitActors(ctx, ids, spawnWaitWindow)
+		cancel()
+		if err != nil {
+			if status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
+				for _, it := range items {
+					it.deliver(spawnOutcome{}) // a cluster without WaitActors: each waits alone
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // no server answered: try again
+			continue
+		}
+		done := make(map[string]*cluster.ActorView, len(resp.Done))
+		for i := range resp.Done {
+			done[resp.Done[i].ID] = &resp.Done[i]
+		}
+		unknown := make(map[string]bool, len(resp.NotFound))
+		for _, id := range resp.NotFound {
+			unknown[id] = true
+		}
+		rest := make([]*spawnItem, 0, len(items))
+		for _, it := range items {
+			id := string(it.spec.ID)
+			switch {
+			case done[id] != nil:
+				it.deliver(spawnOutcome{view: done[id]})
+			case unknown[id]:
+				it.deliver(spawnOutcome{notFound: true})
+			default:
+				rest = append(rest, it)
+			}
+		}
+		items = rest
+	}
 }
 
 // ensureBinary uploads this program's executable (content-addressed) to
