@@ -78,8 +78,7 @@ func newBenchEcho(ctx context.Context, _ struct{}) (*benchEcho, error) { return 
 
 func (e *benchEcho) Bytes(ctx context.Context, b []byte) ([]byte, error) { e.n++; return b, nil }
 
-// BytesTyped is Bytes for BenchmarkInvokeWorkerTyped, which calls it once
-// through Call to install its typed invoker.
+// BytesTyped is Bytes for BenchmarkInvokeWorkerTyped, which precompiles it.
 func (e *benchEcho) BytesTyped(ctx context.Context, b []byte) ([]byte, error) { e.n++; return b, nil }
 
 func init() { actors.MustRegister("bench.echo", newBenchEcho) }
@@ -92,16 +91,9 @@ func init() { actors.MustRegister("bench.echo", newBenchEcho) }
 func BenchmarkInvokeWorker(b *testing.B) { benchInvoke(b, "Bytes") }
 
 // BenchmarkInvokeWorkerTyped is BenchmarkInvokeWorker with the typed
-// invoker that a Call in the process installs, for comparison.
+// invoker that Precompile (or a Call in the process) installs.
 func BenchmarkInvokeWorkerTyped(b *testing.B) {
-	ctx := context.Background()
-	h, err := actors.Spawn[benchEcho](ctx, newRT(b), "bench.echo", struct{}{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := actors.Call(ctx, h, (*benchEcho).BytesTyped, nil).Get(ctx); err != nil {
-		b.Fatal(err)
-	}
+	actors.MustPrecompile((*benchEcho).BytesTyped)
 	benchInvoke(b, "BytesTyped")
 }
 
