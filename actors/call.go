@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Handle is a typed reference to an actor of Go type T.
@@ -60,7 +58,7 @@ func Spawn[T, C any](ctx context.Context, rt Runtime, typeName string, cfg C, op
 	if got := reflect.TypeFor[C](); got != ti.cfgType {
 		return Handle[T]{}, fmt.Errorf("spawn %s: %w: config is %v, constructor takes %v", typeName, ErrTypeMismatch, got, ti.cfgType)
 	}
-	data, err := msgpack.Marshal(cfg)
+	data, err := marshal(cfg)
 	if err != nil {
 		return Handle[T]{}, fmt.Errorf("spawn %s: config: %w: %v", typeName, ErrEncode, err)
 	}
@@ -109,7 +107,7 @@ func Call[T, A, R any](ctx context.Context, h Handle[T], m func(*T, context.Cont
 	if err != nil {
 		return failed[R](err)
 	}
-	data, err := msgpack.Marshal(arg)
+	data, err := marshal(arg)
 	if err != nil {
 		return failed[R](fmt.Errorf("call %s.%s: argument: %w: %v", h.ref.TypeName(), mi.name, ErrEncode, err))
 	}
@@ -162,22 +160,7 @@ func resolve[T, A, R any](h Handle[T], m func(*T, context.Context, A) (R, error)
 		return nil, fmt.Errorf("call %s: %w: the function is not a method expression of a registered actor type, such as (*T).Method", h.ref.TypeName(), ErrNoSuchMethod)
 	}
 	if mi.typed.Load() == nil {
-		var inv invoker = func(ctx context.Context, obj any, data []byte) ([]byte, error, error) {
-			var arg A
-			if err := msgpack.Unmarshal(data, &arg); err != nil {
-				return nil, nil, fmt.Errorf("argument as %v: %w: %v", reflect.TypeFor[A](), ErrDecode, err)
-			}
-			res, err := m(obj.(*T), ctx, arg)
-			if err != nil {
-				return nil, err, nil
-			}
-			out, err := msgpack.Marshal(res)
-			if err != nil {
-				return nil, nil, fmt.Errorf("result %v: %w: %v", reflect.TypeFor[R](), ErrEncode, err)
-			}
-			return out, nil, nil
-		}
-		mi.typed.Store(&inv)
+		mi.typed.Store(typedInvoker(m))
 	}
 	return mi, nil
 }

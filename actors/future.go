@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Awaitable is anything WaitAll and WaitAny can wait for: every *Future.
@@ -47,7 +45,7 @@ func (f *Future[R]) Get(ctx context.Context) (R, error) {
 			f.err = err
 			return
 		}
-		if derr := msgpack.Unmarshal(data, &f.val); derr != nil {
+		if derr := unmarshal(data, &f.val); derr != nil {
 			f.err = fmt.Errorf("result as %v: %w: %v", reflect.TypeFor[R](), ErrDecode, derr)
 		}
 	})
@@ -71,7 +69,7 @@ func failed[R any](err error) *Future[R] {
 // Ready returns a future that is already resolved with v, for passing a
 // plain value where a future is expected.
 func Ready[R any](v R) *Future[R] {
-	data, err := msgpack.Marshal(v)
+	data, err := marshal(v)
 	if err != nil {
 		return failed[R](fmt.Errorf("ready value %v: %w: %v", reflect.TypeFor[R](), ErrEncode, err))
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Graph is a static graph of actor calls, declared once and compiled into a
@@ -166,7 +164,7 @@ func (c *Compiled[In, Out]) Run(ctx context.Context, in In) (Out, error) {
 		return zero, c.firstFailure(proms, err)
 	}
 	var out Out
-	if err := msgpack.Unmarshal(data, &out); err != nil {
+	if err := unmarshal(data, &out); err != nil {
 		return zero, fmt.Errorf("graph output as %v: %w: %v", reflect.TypeFor[Out](), ErrDecode, err)
 	}
 	return out, nil
@@ -192,7 +190,7 @@ func (c *Compiled[In, Out]) Start(ctx context.Context, in In) *Future[Out] {
 
 // launch starts every node of one run and returns the run's promises.
 func (c *Compiled[In, Out]) launch(ctx context.Context, in In) ([]Promise, error) {
-	data, err := msgpack.Marshal(in)
+	data, err := marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("graph input %v: %w: %v", reflect.TypeFor[In](), ErrEncode, err)
 	}
