@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -63,8 +64,14 @@ func TestRegisterRefusesBadTypes(t *testing.T) {
 	}
 }
 
+// Registrations that tests make once per process, so -count=N reruns them.
+var (
+	registerOK   = sync.OnceValue(func() error { return Register("t-ok", ctorOf[okActor]()) })
+	registerInst = sync.OnceValue(func() error { return Register("t-inst", ctorOf[instActor]()) })
+)
+
 func TestRegisterRefusesDuplicates(t *testing.T) {
-	if err := Register("t-ok", ctorOf[okActor]()); err != nil {
+	if err := registerOK(); err != nil {
 		t.Fatal(err)
 	}
 	if err := Register("t-ok", ctorOf[instActor2]()); !errors.Is(err, ErrDuplicate) {
@@ -91,7 +98,7 @@ func TestRegisterRefusesDuplicates(t *testing.T) {
 }
 
 func TestInstanceRefusesMalformedInvocations(t *testing.T) {
-	if err := Register("t-inst", ctorOf[instActor]()); err != nil {
+	if err := registerInst(); err != nil {
 		t.Fatal(err)
 	}
 	in, err := NewInstance(context.Background(), Spec{Type: "t-inst", Config: []byte{0x80}}, ActorInfo{ID: "1"}, InstanceHooks{})
