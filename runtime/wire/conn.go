@@ -168,22 +168,6 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// readLoop decodes frames until the connection fails, handing each to
-// handle with whether more bytes are already buffered (more frames are
-// arriving). It returns the error that ended it.
-func (c *conn) readLoop(handle func(f *frame, more bool) error) error {
-	r := c.newFrameReader()
-	for {
-		f, more, err := r.next()
-		if err != nil {
-			return err
-		}
-		if err := handle(f, more); err != nil {
-			return c.fail(err)
-		}
-	}
-}
-
 // frameReader reads a connection's frames. One goroutine at a time uses it;
 // a server passes it on to another goroutine when the reading one is kept
 // by a long call (see serverConn), a client to whichever goroutine reads
@@ -216,19 +200,19 @@ func (c *conn) newFrameReader() *frameReader {
 
 // next reads one frame, and reports whether more input is already
 // buffered. An error other than errInterrupted ends the connection.
-func (r *frameReader) next() (*frame, bool, error) {
+func (r *frameReader) next() (frame, bool, error) {
 	c := r.c
 	if r.hdrN < len(r.hdr) {
 		for r.hdrN < len(r.hdr) {
 			n, err := r.br.Read(r.hdr[r.hdrN:])
 			r.hdrN += n
 			if err != nil && r.hdrN < len(r.hdr) {
-				return nil, false, r.readErr(err)
+				return frame{}, false, r.readErr(err)
 			}
 		}
 		n := int(binary.LittleEndian.Uint32(r.hdr[:]))
 		if n > c.maxFrame {
-			return nil, false, c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
+			return frame{}, false, c.fail(fmt.Errorf("%w: incoming frame of %d bytes, limit %d", ErrFrameTooLarge, n, c.maxFrame))
 		}
 		if n <= maxSlabbed {
 			if len(r.slab) < n {
@@ -244,16 +228,16 @@ func (r *frameReader) next() (*frame, bool, error) {
 		n, err := r.br.Read(r.body[r.bodyN:])
 		r.bodyN += n
 		if err != nil && r.bodyN < len(r.body) {
-			return nil, false, r.readErr(err)
+			return frame{}, false, r.readErr(err)
 		}
 	}
 	body := r.body
 	r.body, r.hdrN, r.bodyN = nil, 0, 0
 	f, err := decodeFrame(body, &r.names)
 	if err != nil {
-		return nil, false, c.fail(err)
+		return frame{}, false, c.fail(err)
 	}
-	return &f, r.br.Buffered() > 0, nil
+	return f, r.br.Buffered() > 0, nil
 }
 
 // readErr turns a read error into errInterrupted (a deadline passed) or

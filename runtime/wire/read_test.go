@@ -39,7 +39,7 @@ func (s *fakeServer) call(t *testing.T) *frame {
 		t.Errorf("fake server: reading a call: %v, %+v", err, f)
 		return &frame{}
 	}
-	return f
+	return &f
 }
 
 func reply(id uint64, v any) []byte {

@@ -183,7 +183,7 @@ func (sc *serverConn) read() {
 	for {
 		f, more, err := sc.fr.next()
 		if err == nil {
-			err = sc.handle(f, more)
+			err = sc.handle(&f, more)
 		}
 		if err == errHandedOff {
 			return
