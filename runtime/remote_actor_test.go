@@ -75,8 +75,27 @@ func TestMain(m *testing.M) {
 }
 
 // nodeProcEnv makes the test binary a worker node process:
-// "id,bind,gossipPort,token,join".
-const nodeProcEnv = "TROUPE_RUNTIME_TEST_NODE"
+// "id,bind,gossipPort,token,join". nodeDirEnv names its data directory,
+// inside the test's own temporary directory, so a node killed with -9
+// leaves nothing behind.
+const (
+	nodeProcEnv = "TROUPE_RUNTIME_TEST_NODE"
+	nodeDirEnv  = "TROUPE_RUNTIME_TEST_NODE_DIR"
+)
+
+// nodeProcCmd is the command that runs this test binary as a worker node
+// (runNodeProc) with the given spec.
+func nodeProcCmd(t testing.TB, spec string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), nodeProcEnv+"="+spec, nodeDirEnv+"="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	return cmd
+}
 
 // runNodeProc runs a worker node with the "special" resource until killed.
 func runNodeProc(spec string) int {
@@ -90,11 +109,14 @@ func runNodeProc(spec string) int {
 		fmt.Fprintln(os.Stderr, "bad gossip port", f[2])
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "troupe-node-")
-	if err != nil {
-		return 2
+	dir := os.Getenv(nodeDirEnv)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "troupe-node-"); err != nil {
+			return 2
+		}
+		defer os.RemoveAll(dir)
 	}
-	defer os.RemoveAll(dir)
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: f[0], Role: cluster.RoleWorker, DataDir: dir, BindAddr: f[1], GossipPort: gossip,
 		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
@@ -437,15 +459,8 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 	const tok = "node-killed-token"
 	head := startHead(t, tok)
 	defer head.Shutdown()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	startNodeProc := func(id string) *exec.Cmd {
-		spec := fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr())
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), nodeProcEnv+"="+spec)
-		cmd.Stderr = os.Stderr
+		cmd := nodeProcCmd(t, fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr()))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -154,14 +153,8 @@ func treeCPU() time.Duration {
 // the Stop RPC (so it removes its data dir) and kills it if it lingers.
 func startNodeProcB(b testing.TB, tok, join, id string) {
 	b.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(b))
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), nodeProcEnv+"="+fmt.Sprintf("%s,%s,%d,%s,%s", id, addr, freeTCPPort(b), tok, join))
-	cmd.Stderr = os.Stderr
+	cmd := nodeProcCmd(b, fmt.Sprintf("%s,%s,%d,%s,%s", id, addr, freeTCPPort(b), tok, join))
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -75,10 +75,6 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	t0 := time.Now()
 	head := startHead(t, tok)
 	defer head.Shutdown()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var frozen []int
 	t.Cleanup(func() {
 		// Stopped processes die of SIGKILL; SIGCONT for good measure.
@@ -89,10 +85,7 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	})
 	procs := map[string]*exec.Cmd{}
 	for _, id := range []string{"f1", "f2"} {
-		spec := fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr())
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), nodeProcEnv+"="+spec)
-		cmd.Stderr = os.Stderr
+		cmd := nodeProcCmd(t, fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr()))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
