@@ -179,6 +179,9 @@ func (cl *Client) readInBackground() {
 // replies, handing each to its call, until id's arrives or ctx ends. It
 // returns at once if another goroutine is reading.
 func (cl *Client) Drive(ctx context.Context, id uint64) {
+	if ctx.Err() != nil {
+		return
+	}
 	cl.mu.Lock()
 	if _, ok := cl.pending[id]; !ok || cl.reading {
 		cl.mu.Unlock()
