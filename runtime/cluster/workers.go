@@ -192,6 +192,7 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 	type kill struct {
 		proc  *worker.Proc
 		id    scheduler.ActorID
+		inc   int
 		cause string
 	}
 	var kills []kill
@@ -207,11 +208,11 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 		}
 		delete(w.actors, id)
 		delete(w.seen, key(id, h.inc))
-		kills = append(kills, kill{h.proc, id, cause})
+		kills = append(kills, kill{h.proc, id, h.inc, cause})
 	}
 	w.mu.Unlock()
 	for _, k := range kills { // before this sync's starts, as the worker expects
-		k.proc.KillActor(string(k.id), k.cause)
+		k.proc.KillActor(string(k.id), k.inc, k.cause)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -170,9 +170,11 @@ func (p *Proc) StartActor(ctx context.Context, spec actors.Spec, info actors.Act
 	}
 }
 
-// KillActor ends an actor in the worker (no reply).
-func (p *Proc) KillActor(id, cause string) error {
-	return p.c.send(&msg{Op: opKill, ID: id, Cause: cause})
+// KillActor ends incarnation inc of an actor in the worker (no reply). A
+// worker running another incarnation of the actor (a restart that came
+// after inc died) ignores it.
+func (p *Proc) KillActor(id string, inc int, cause string) error {
+	return p.c.send(&msg{Op: opKill, ID: id, Inc: inc, Exact: true, Cause: cause})
 }
 
 // Stop asks the worker to exit, kills it after grace, and waits for it.

@@ -48,7 +48,7 @@ const (
 	opStart   = "start"   // node → worker: create the actor
 	opStarted = "started" // worker → node: Err "" or the constructor's error
 	opDied    = "died"    // worker → node: an actor died in the worker
-	opKill    = "kill"    // node → worker: end the actor
+	opKill    = "kill"    // node → worker: end the actor (the incarnation Inc when Exact)
 	opExit    = "exit"    // node → worker: exit now
 )
 
@@ -62,6 +62,11 @@ type msg struct {
 	Info  *actors.ActorInfo `json:"info,omitempty"`
 	Err   string            `json:"err,omitempty"`
 	Cause string            `json:"cause,omitempty"`
+	// Exact: a kill names incarnation Inc, and a worker running another
+	// incarnation of the actor ignores it (a late kill must not end the
+	// restart). A kill without it (a node of an older version) ends
+	// whichever incarnation runs.
+	Exact bool `json:"exact,omitempty"`
 }
 
 // maxLine bounds one control message (a spec carries the constructor config).

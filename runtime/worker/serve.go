@@ -25,7 +25,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		return err
 	}
 	defer objs.close()
-	h := &host_{insts: map[string]*actors.Instance{}, objs: objs}
+	h := &host_{insts: map[string]running{}, objs: objs}
 	srv := wire.NewServer(wire.HostFunc(h.lookup), 0)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -54,7 +54,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		case opStart:
 			go h.start(ctx, c, m)
 		case opKill:
-			h.kill(m.ID, m.Cause)
+			h.kill(m)
 		case opExit:
 			return nil
 		default:
@@ -67,14 +67,23 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 type host_ struct {
 	objs  *objects
 	mu    sync.Mutex
-	insts map[string]*actors.Instance
+	insts map[string]running // by actor ID
+}
+
+// running is the incarnation of an actor this worker runs.
+type running struct {
+	in  *actors.Instance
+	inc int
 }
 
 func (h *host_) lookup(id string) (wire.Target, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	in, ok := h.insts[id]
-	return in, ok
+	r, ok := h.insts[id]
+	if !ok {
+		return nil, false
+	}
+	return r.in, true
 }
 
 // start constructs one actor and reports the outcome. Restarts are the
@@ -94,7 +103,7 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 	hooks := actors.InstanceHooks{Died: func(d *actors.ActorDiedError) {
 		h.mu.Lock()
 		selfMu.Lock()
-		if h.insts[id] == self && self != nil {
+		if h.insts[id].in == self && self != nil {
 			delete(h.insts, id)
 		}
 		selfMu.Unlock()
@@ -113,34 +122,40 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 	self = in
 	selfMu.Unlock()
 	h.mu.Lock()
-	if old := h.insts[id]; old != nil {
-		defer old.Kill("replaced by a new incarnation")
+	if old, ok := h.insts[id]; ok {
+		defer old.in.Kill("replaced by a new incarnation")
 	}
-	h.insts[id] = in
+	h.insts[id] = running{in: in, inc: inc}
 	h.mu.Unlock()
 	c.send(&msg{Op: opStarted, ID: id, Inc: inc})
 }
 
-func (h *host_) kill(id, cause string) {
+// kill ends the actor a kill message names; a kill for an incarnation
+// other than the one running (sent before it died and was restarted here)
+// is ignored.
+func (h *host_) kill(m *msg) {
 	h.mu.Lock()
-	in := h.insts[id]
-	delete(h.insts, id)
-	h.mu.Unlock()
-	if in != nil {
-		if cause == "" {
-			cause = "killed"
-		}
-		in.Kill(cause)
+	r, ok := h.insts[m.ID]
+	if !ok || (m.Exact && r.inc != m.Inc) {
+		h.mu.Unlock()
+		return
 	}
+	delete(h.insts, m.ID)
+	h.mu.Unlock()
+	cause := m.Cause
+	if cause == "" {
+		cause = "killed"
+	}
+	r.in.Kill(cause)
 }
 
 func (h *host_) killAll(cause string) {
 	h.mu.Lock()
 	all := h.insts
-	h.insts = map[string]*actors.Instance{}
+	h.insts = map[string]running{}
 	h.mu.Unlock()
-	for _, in := range all {
-		in.Kill(cause)
+	for _, r := range all {
+		r.in.Kill(cause)
 	}
 }
 

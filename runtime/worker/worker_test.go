@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -162,4 +165,119 @@ func TestWorkerExitsWithItsNode(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker outlived its control channel")
 	}
+}
+
+// TestStaleKillSparesRestart: a kill for an incarnation that already died
+// (sent before the node saw the death) does not end the restart running
+// in the same worker process; a kill for the running incarnation does.
+// Control messages are handled in order, so once a start sent after a
+// kill has been answered the kill has been handled: no sleeps.
+func TestStaleKillSparesRestart(t *testing.T) {
+	ctx := context.Background()
+	died := make(chan string, 4)
+	p := startProc(t, Events{Died: func(id string, inc int, cause string) { died <- fmt.Sprintf("%s/%d", id, inc) }})
+	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	h := actors.HandleOf[counter](cl.Ref("a1", "", "WCounter", nil))
+	var de *actors.ActorDiedError
+	if _, err := actors.Call(ctx, h, (*counter).Boom, 0).Get(ctx); !errors.As(err, &de) {
+		t.Fatalf("Boom: %v, want ActorDiedError", err)
+	}
+	select {
+	case d := <-died:
+		if d != "a1/0" {
+			t.Fatalf("died = %q, want a1/0", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no death reported")
+	}
+	if err := p.StartActor(ctx, spec(t, 100), actors.ActorInfo{ID: "a1", Restarts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.KillActor("a1", 0, "late kill of incarnation 0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "probe-1"}); err != nil { // after the kill
+		t.Fatal(err)
+	}
+	if v, err := actors.Call(ctx, h, (*counter).Add, 1).Get(ctx); err != nil || v != 101 {
+		t.Fatalf("incarnation 1 after a stale kill: Add = %v, %v; want 101", v, err)
+	}
+	if err := p.KillActor("a1", 1, "killed by the test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "probe-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actors.Call(ctx, h, (*counter).Add, 1).Get(ctx); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("after a kill of the running incarnation: %v, want ErrNotFound", err)
+	}
+}
+
+// TestKillWithoutIncarnation: a kill from a node that does not name the
+// incarnation (an older node) still ends the actor.
+func TestKillWithoutIncarnation(t *testing.T) {
+	ctx := context.Background()
+	p := startProc(t, Events{})
+	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "a1", Restarts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.c.send(&msg{Op: opKill, ID: "a1", Cause: "old node"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "probe"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	h := actors.HandleOf[counter](cl.Ref("a1", "", "WCounter", nil))
+	if _, err := actors.Call(ctx, h, (*counter).Add, 1).Get(ctx); !errors.Is(err, actors.ErrNotFound) {
+		t.Errorf("after an inexact kill: %v, want ErrNotFound", err)
+	}
+}
+
+// nopCloser is a control channel over fixed input (writes discarded).
+type nopCloser struct{ io.Reader }
+
+func (nopCloser) Write(b []byte) (int, error) { return len(b), nil }
+func (nopCloser) Close() error                { return nil }
+
+// FuzzCtrlRecv: whatever arrives on the control channel, the decoder
+// returns messages or an error, never panics.
+func FuzzCtrlRecv(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"kill","id":"a1","inc":2,"exact":true,"cause":"x"}` + "\n",
+		`{"op":"kill","id":"a1"}` + "\n",
+		`{"op":"start","id":"a","inc":1,"spec":{"Type":"T"},"info":{"ID":"a"}}` + "\n",
+		`{"op":"died","id":"a","inc":-1}` + "\n" + `{"op":"ready","addr":"x"}`,
+		`{"op":"kill","inc":"2"}` + "\n",
+		`{"op":"kill","exact":1}` + "\n",
+		"\n\n{", `null`, `[]`, "\xff",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := newCtrl(nopCloser{bytes.NewReader(b)})
+		for i := 0; i < 1000; i++ {
+			m, err := c.recv()
+			if err != nil {
+				if err != io.EOF && !strings.HasPrefix(err.Error(), "worker control:") {
+					t.Fatalf("error without context: %v", err)
+				}
+				return
+			}
+			if m == nil {
+				t.Fatal("nil message without an error")
+			}
+		}
+	})
 }
