@@ -62,10 +62,18 @@ type hosted struct {
 type workerSet struct {
 	n *Node
 
-	mu     sync.Mutex
-	procs  map[scheduler.JobID]*worker.Proc
-	actors map[scheduler.ActorID]hosted
-	seen   map[string]bool // "id/inc" incarnations begun here and not yet ended
+	// startProc starts a job's worker process (worker.Start; tests put
+	// in a slow or failing one).
+	startProc func(context.Context, worker.StartOptions, worker.Events) (*worker.Proc, error)
+
+	mu    sync.Mutex
+	procs map[scheduler.JobID]*worker.Proc
+	// launching holds the worker process start in progress per job: it
+	// runs without mu (it may take up to ReadyTimeout), and the job's
+	// other starts wait for it instead of starting a second process.
+	launching map[scheduler.JobID]*launch
+	actors    map[scheduler.ActorID]hosted
+	seen      map[string]bool // "id/inc" incarnations begun here and not yet ended
 	// starting counts starts in progress per job; idleSince is when a
 	// job's worker last had nothing to do (it exits after idleExit).
 	starting  map[scheduler.JobID]int
@@ -87,7 +95,8 @@ const anonymousJob scheduler.JobID = "anonymous"
 const idleExit = 2 * time.Second
 
 func newWorkerSet(n *Node) *workerSet {
-	return &workerSet{n: n, procs: map[scheduler.JobID]*worker.Proc{}, actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{},
+	return &workerSet{n: n, startProc: worker.Start, procs: map[scheduler.JobID]*worker.Proc{}, launching: map[scheduler.JobID]*launch{},
+		actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{},
 		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}}
 }
 
@@ -411,20 +420,58 @@ func (w *workerSet) commitStarted(q []*scheduler.ActorStarted) {
 	}
 }
 
-// proc returns the job's worker process on this node, starting it.
+// launch is a job's worker process start in progress; done is closed
+// once p or err is set.
+type launch struct {
+	done    chan struct{}
+	p       *worker.Proc
+	err     error
+	waiters int // other starts of the job waiting for this one
+}
+
+// proc returns the job's worker process on this node, starting it. The
+// process starts without w.mu held (syncs and death reports of other jobs
+// go on meanwhile); concurrent callers for the same job wait for that one
+// start, so a job has one process per node.
 func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock() // one start at a time: a job gets one process
 	if w.closing {
+		w.mu.Unlock()
 		return nil, errors.New("node is shutting down")
 	}
 	if p := w.procs[job]; p != nil {
 		select {
 		case <-p.Done():
 		default:
+			w.mu.Unlock()
 			return p, nil
 		}
 	}
+	if st := w.launching[job]; st != nil {
+		st.waiters++
+		w.mu.Unlock()
+		<-st.done
+		return st.p, st.err
+	}
+	st := &launch{done: make(chan struct{})}
+	w.launching[job] = st
+	w.mu.Unlock()
+	st.p, st.err = w.launchProc(job, l)
+	w.mu.Lock()
+	delete(w.launching, job)
+	if st.waiters > 0 {
+		w.n.log.Debug("worker process start shared", "job", job, "starts", st.waiters+1, "err", st.err)
+	}
+	w.mu.Unlock()
+	close(st.done)
+	return st.p, st.err
+}
+
+// launchProc starts the job's worker process and installs it in w.procs
+// (called without w.mu; one at a time per job, see proc).
+func (w *workerSet) launchProc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
+	// p is set under w.mu once the process runs; the events (which may
+	// fire before that) read it under w.mu too.
 	var p *worker.Proc
 	ev := worker.Events{
 		Died: func(id string, inc int, cause string) {
@@ -450,7 +497,7 @@ func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 					lost = append(lost, &scheduler.ActorDied{Actor: id, Incarnation: h.inc, Cause: cause, At: time.Now().UnixNano()})
 				}
 			}
-			if w.procs[job] == p {
+			if p != nil && w.procs[job] == p {
 				delete(w.procs, job)
 			}
 			closing := w.closing
@@ -477,14 +524,27 @@ func (w *workerSet) proc(job scheduler.JobID, l *Launch) (*worker.Proc, error) {
 			return nil, fmt.Errorf("job %s binary %.12s was not uploaded to this node: %w", job, l.Hash, serr)
 		}
 	}
-	var err error
-	p, err = worker.Start(w.n.ctx, worker.StartOptions{Binary: bin, Args: l.Args, Job: string(job), Host: w.n.r.host,
+	started, err := w.startProc(w.n.ctx, worker.StartOptions{Binary: bin, Args: l.Args, Job: string(job), Host: w.n.r.host,
 		Stdout: os.Stdout, Stderr: os.Stderr}, ev)
 	if err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
+	p = started
+	if w.closing { // stopAll ran meanwhile and did not see this process
+		w.mu.Unlock()
+		p.Stop(2 * time.Second)
+		return nil, errors.New("node is shutting down")
+	}
+	select {
+	case <-p.Done():
+		// Exited already (and found nothing of it to clear): not installed;
+		// the caller's start sees ErrExited.
+	default:
+		w.procs[job] = p
+	}
+	w.mu.Unlock()
 	w.n.log.Info("worker process started", "job", job, "pid", p.PID(), "addr", p.Addr())
-	w.procs[job] = p
 	return p, nil
 }
 
