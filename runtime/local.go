@@ -275,6 +275,21 @@ func (l *local) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 	return nil, fmt.Errorf("get actor %q: %w", name, actors.ErrNotFound)
 }
 
+// PutObject implements actors.ObjectPutter. Every actor of the embedded
+// cluster runs in this process, so the value stays where it is: the
+// promise holds the bytes (no copy) and is freed by the garbage collector.
+func (l *local) PutObject(ctx context.Context, data []byte) (*actors.Promise, error) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, ErrShutdown
+	}
+	p := actors.NewPromise()
+	p.Resolve(data, nil)
+	return p, nil
+}
+
 // Status implements Runtime.
 func (l *local) Status(ctx context.Context) (Status, error) {
 	l.mu.Lock()

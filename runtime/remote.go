@@ -80,7 +80,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	r.objs = newObjRefs()
+	r.objs = newDriverObjRefs(addr) // with the server of its own objects (remote_put.go)
 	r.watch = newCallWatch(c, watchInterval)
 	return r, nil
 }

@@ -31,6 +31,13 @@ import (
 type objRefs struct {
 	client *objstore.Client
 
+	// The driver's own objects (actors.Put, remote_put.go): store is nil
+	// when no server could be started, ownErr says why.
+	store  *objstore.Store
+	ownErr error
+	srv    *objstore.Server
+	served sync.WaitGroup
+
 	mu     sync.Mutex
 	pins   map[*actors.Promise]int // futures in flight as arguments
 	since  int64                   // bytes referenced since the last collection we started
@@ -43,15 +50,38 @@ type objRefs struct {
 // out of memory.
 const gcEvery = 1 << 30
 
-func newObjRefs() *objRefs {
-	return &objRefs{client: objstore.NewClient(nil), pins: map[*actors.Promise]int{}}
+// newObjRefs returns the driver's references; own, when not nil, is the
+// driver's own store, whose objects its client reads and frees in place.
+func newObjRefs(own *objstore.Store) *objRefs {
+	return &objRefs{client: objstore.NewClient(own), store: own, pins: map[*actors.Promise]int{}}
 }
 
-// close stops the client (sending the releases still queued).
+// close stops the client (sending the releases still queued) and the
+// server of the driver's own objects.
 func (o *objRefs) close() {
-	if o != nil {
-		o.client.Close()
+	if o == nil {
+		return
 	}
+	o.client.Close()
+	if o.srv != nil {
+		o.srv.Close()
+		o.served.Wait()
+	}
+}
+
+// put keeps data in the driver's own store and returns a promise resolved
+// with its reference, held like a worker's result: freed on Release or
+// garbage collection, once the calls using it have ended.
+func (o *objRefs) put(data []byte) (*actors.Promise, error) {
+	if o.store == nil {
+		return nil, o.ownErr
+	}
+	ref := o.store.Put(data)
+	p := actors.NewPromise()
+	h := &objHandle{o: o, ref: ref, enc: ref.Encode(), self: weak.Make(p)}
+	p.ResolveRemote(h) // p is new: it cannot have been resolved
+	goruntime.AddCleanup(p, func(h *objHandle) { h.Release() }, h)
+	return p, nil
 }
 
 // pin marks a call's argument future as in use until unpin.

@@ -240,7 +240,7 @@ func TestObjRefsPins(t *testing.T) {
 	served := make(chan struct{})
 	go func() { srv.Serve(l); close(served) }()
 	defer func() { srv.Close(); <-served }()
-	o := newObjRefs()
+	o := newObjRefs(nil)
 	defer o.close()
 	waitLen := func(n int, gc bool) {
 		t.Helper()
