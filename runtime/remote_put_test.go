@@ -156,3 +156,64 @@ func TestRemotePut(t *testing.T) {
 		t.Fatalf("Put after Shutdown: %v", err)
 	}
 }
+
+// TestDriverObjectServer: the driver's store is served over TCP at the
+// address towards the cluster (and over the local socket), releases from
+// other processes free its objects, and a driver that could not start its
+// server fails a large Put with the reason.
+func TestDriverObjectServer(t *testing.T) {
+	o := newDriverObjRefs("127.0.0.1:1, 10.0.0.1:2")
+	if o.store == nil {
+		t.Fatal(o.ownErr)
+	}
+	if owner := o.store.Owner(); !strings.HasPrefix(owner, "127.0.0.1:") {
+		t.Fatalf("the driver's objects are served at %s, want the local address towards 127.0.0.1", owner)
+	}
+	data := make([]byte, 3<<20+5)
+	data[len(data)-1] = 42
+	p, err := o.put(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := objstore.DecodeRef(p.Remote().Ref())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, unix := range []string{"0", "1"} {
+		t.Run("unix="+unix, func(t *testing.T) {
+			t.Setenv(objstore.LocalEnv, unix)
+			c := objstore.NewClient(nil) // another process's client
+			defer c.Close()
+			got, err := c.Fetch(context.Background(), ref)
+			if err != nil || len(got) != len(data) || got[len(got)-1] != 42 {
+				t.Fatalf("fetch from the driver: %d bytes, %v", len(got), err)
+			}
+		})
+	}
+	// A worker's retained reference keeps it past the driver's release.
+	if err := o.store.Retain(ref.ID, ref.Key); err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if o.store.Len() != 1 {
+		t.Fatal("freed while another reference remains")
+	}
+	c := objstore.NewClient(nil)
+	c.Release(ref)
+	c.Close() // sends the queued release
+	if o.store.Len() != 0 {
+		t.Fatalf("the driver's store holds %d objects after every release", o.store.Len())
+	}
+	o.close()
+	c = objstore.NewClient(nil)
+	defer c.Close()
+	if _, err := c.Fetch(context.Background(), ref); err == nil || !strings.Contains(err.Error(), "owner unreachable") {
+		t.Fatalf("fetch after the driver closed its server: %v", err)
+	}
+
+	bad := newDriverObjRefs("no-port")
+	defer bad.close()
+	if _, err := bad.put(data); err == nil || !strings.Contains(err.Error(), "the driver's object store") {
+		t.Fatalf("put without a server: %v", err)
+	}
+}
