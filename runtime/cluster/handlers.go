@@ -249,39 +249,56 @@ func (c *controlImpl) waitActor(ctx context.Context, r *WaitActorRequest) (*GetA
 		out := new(GetActorResponse)
 		return out, n.forwardRead(ctx, "WaitActor", r.Hops, &WaitActorRequest{ID: r.ID, MinRestarts: r.MinRestarts, Timeout: r.Timeout, Hops: r.Hops + 1}, out)
 	}
-	timeout := min(max(r.Timeout, 0), time.Minute)
+	var out *GetActorResponse
+	notFound := false
+	err := n.waitOnState(ctx, r.Timeout, func(s *scheduler.State, final bool) (finished, unknown bool) {
+		a := s.Actor(scheduler.ActorID(r.ID))
+		if a == nil {
+			notFound = final
+			return final, !final
+		}
+		out = &GetActorResponse{Actor: actorView(a)}
+		return a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != "" && a.Restarts >= r.MinRestarts), false
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case notFound:
+		return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
+	}
+	return out, nil
+}
+
+// waitOnState calls look with this server's state at once and again after
+// every apply that changes it (no polling), until look reports finished,
+// timeout (capped at a minute) passes, or ctx or the node ends. final tells
+// look whether an unknown ID is final: a follower may not have applied a
+// create the caller learned of from the leader, so an unknown ID is final
+// only on the leader or once a follower has had followerCatchUp to catch
+// up; look reports unknown to be looked at again then.
+func (n *Node) waitOnState(ctx context.Context, timeout time.Duration, look func(s *scheduler.State, final bool) (finished, unknown bool)) error {
+	timeout = min(max(timeout, 0), time.Minute)
 	start := time.Now()
 	deadline := start.Add(timeout)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		changed := n.fsm.Changed() // before reading: no apply is missed
-		var out *GetActorResponse
-		done := false
-		n.fsm.Read(func(s *scheduler.State) {
-			if a := s.Actor(scheduler.ActorID(r.ID)); a != nil {
-				out = &GetActorResponse{Actor: actorView(a)}
-				done = a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != "" && a.Restarts >= r.MinRestarts)
-			}
-		})
-		// A follower may not have applied the create yet (the caller got
-		// its answer from the leader): an unknown ID is final only on the
-		// leader, or once a follower has had time to catch up.
-		if out == nil && (n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)) {
-			return nil, status.Errorf(codes.NotFound, "no actor with ID %q", r.ID)
-		}
-		if done || !time.Now().Before(deadline) {
-			return out, nil
+		final := n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)
+		var finished, unknown bool
+		n.fsm.Read(func(s *scheduler.State) { finished, unknown = look(s, final) })
+		if finished || !time.Now().Before(deadline) {
+			return nil
 		}
 		var recheck <-chan time.Time // an unknown ID is re-judged in time
-		if out == nil {
+		if unknown {
 			recheck = time.After(min(timeout, followerCatchUp) - time.Since(start))
 		}
 		select {
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return status.FromContextError(ctx.Err()).Err()
 		case <-n.ctx.Done():
-			return nil, status.Error(codes.Unavailable, "node shutting down")
+			return status.Error(codes.Unavailable, "node shutting down")
 		case <-changed: // the state moved on: look again
 		case <-timer.C:
 		case <-recheck:
@@ -303,46 +320,25 @@ func (c *controlImpl) waitActors(ctx context.Context, r *WaitActorsRequest) (*Wa
 	if len(r.IDs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "wait actors: no IDs")
 	}
-	timeout := min(max(r.Timeout, 0), time.Minute)
-	start := time.Now()
-	deadline := start.Add(timeout)
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		changed := n.fsm.Changed() // before reading: no apply is missed
-		out := new(WaitActorsResponse)
-		unknown := false
-		n.fsm.Read(func(s *scheduler.State) {
-			for _, id := range r.IDs {
-				a := s.Actor(scheduler.ActorID(id))
-				switch {
-				case a == nil:
-					unknown = true
+	var out *WaitActorsResponse
+	err := n.waitOnState(ctx, r.Timeout, func(s *scheduler.State, final bool) (finished, unknown bool) {
+		out = new(WaitActorsResponse)
+		for _, id := range r.IDs {
+			a := s.Actor(scheduler.ActorID(id))
+			switch {
+			case a == nil:
+				unknown = true
+				if final {
 					out.NotFound = append(out.NotFound, id)
-				case a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != ""):
-					out.Done = append(out.Done, actorView(a))
 				}
+			case a.State == scheduler.ActorDead || (a.State == scheduler.ActorAlive && a.Address != ""):
+				out.Done = append(out.Done, actorView(a))
 			}
-		})
-		final := n.isLeader() || time.Since(start) >= min(timeout, followerCatchUp)
-		if !final {
-			out.NotFound = nil
 		}
-		if len(out.Done) > 0 || len(out.NotFound) > 0 || !time.Now().Before(deadline) {
-			return out, nil
-		}
-		var recheck <-chan time.Time // an unknown ID is re-judged in time
-		if unknown {
-			recheck = time.After(min(timeout, followerCatchUp) - time.Since(start))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-n.ctx.Done():
-			return nil, status.Error(codes.Unavailable, "node shutting down")
-		case <-changed: // the state moved on: look again
-		case <-timer.C:
-		case <-recheck:
-		}
+		return len(out.Done) > 0 || len(out.NotFound) > 0, unknown
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
