@@ -1,9 +1,10 @@
 package wire
 
 // Cross-process benchmarks: the test binary re-executes itself as a peer
-// process that serves the troupe call path, a raw TCP echo and a bare gRPC
-// echo (unary and bidirectional stream), so all four are measured side by
-// side in one run with the same 64-byte payload.
+// process that serves the troupe call path, raw TCP and Unix echoes (one
+// parking, one polling its reads as troupe does) and a bare gRPC echo
+// (unary and bidirectional stream), so all are measured side by side in
+// one run with the same 64-byte payload.
 
 import (
 	"bufio"
@@ -88,6 +89,18 @@ func echoServe(l net.Listener) {
 	}
 }
 
+// echoServePolling echoes every connection of l reading through a
+// spinReader (the polling raw baseline).
+func echoServePolling(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go io.Copy(c, newSpinReader(c, defaultSpin))
+	}
+}
+
 // runPeer serves until its standard input closes.
 func runPeer() {
 	h := &host{byID: map[string]*actors.Instance{}}
@@ -108,6 +121,9 @@ func runPeer() {
 	go echoServe(tl)
 	if ul, err := net.Listen("unix", "@troupe-bench-echo/"+tl.Addr().String()); err == nil {
 		go echoServe(ul)
+	}
+	if ul, err := net.Listen("unix", "@troupe-bench-echo-poll/"+tl.Addr().String()); err == nil {
+		go echoServePolling(ul)
 	}
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
@@ -161,35 +177,43 @@ func reportRate(b *testing.B, unit string) {
 }
 
 // BenchmarkCrossProcess compares, across two processes on this machine, a
-// raw TCP ping-pong, bare gRPC (unary and a bidirectional stream), and
+// raw TCP ping-pong, raw Unix ping-pongs (parking, and polling as troupe
+// does), bare gRPC (unary and a bidirectional stream), and
 // troupe actor calls (sync, pipelined, and 4 callers × 4 actors).
 func BenchmarkCrossProcess(b *testing.B) {
 	startPeer(b)
 	ctx := context.Background()
 
-	pingPong := func(network, addr string) func(b *testing.B) {
+	// pingPong is a raw ping-pong; polling reads both sides' input as
+	// troupe does (spin.go), for a baseline that saves the same wake-ups.
+	pingPong := func(network, addr string, polling bool) func(b *testing.B) {
 		return func(b *testing.B) {
 			c, err := net.Dial(network, addr)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
+			var r io.Reader = c
+			if polling {
+				r = newSpinReader(c, defaultSpin)
+			}
 			buf := make([]byte, 64)
 			for i := 0; i < b.N; i++ {
 				binary.LittleEndian.PutUint64(payload, uint64(i))
 				if _, err := c.Write(payload); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := io.ReadFull(c, buf); err != nil {
+				if _, err := io.ReadFull(r, buf); err != nil {
 					b.Fatal(err)
 				}
 			}
 			reportRate(b, "calls/s")
 		}
 	}
-	b.Run("tcp-pingpong", pingPong("tcp", peer.tcp))
+	b.Run("tcp-pingpong", pingPong("tcp", peer.tcp, false))
 	if localEnabled() {
-		b.Run("unix-pingpong", pingPong("unix", "@troupe-bench-echo/"+peer.tcp))
+		b.Run("unix-pingpong", pingPong("unix", "@troupe-bench-echo/"+peer.tcp, false))
+		b.Run("unix-pingpong-polling", pingPong("unix", "@troupe-bench-echo-poll/"+peer.tcp, true))
 	}
 
 	gc, err := grpc.NewClient(peer.grpcA, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(nil), grpc.CallContentSubtype("troupe-bench-raw")))

@@ -1,0 +1,148 @@
+package wire
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// socketPair returns the two ends of a connected Unix stream socket pair.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[i] = c
+	}
+	return conns[0], conns[1]
+}
+
+// writeAfter writes b to c once d has passed.
+func writeAfter(c net.Conn, d time.Duration, b []byte) {
+	go func() {
+		time.Sleep(d)
+		c.Write(b)
+	}()
+}
+
+// Input that arrives while the reader polls is read, and the reader keeps
+// polling on its next wait.
+func TestSpinReaderReadsWhileItPolls(t *testing.T) {
+	a, b := socketPair(t)
+	r := newSpinReader(a, time.Hour) // never gives up polling
+	if r.rc == nil {
+		t.Fatal("a Unix socket is read without polling")
+	}
+	writeAfter(b, 2*time.Millisecond, []byte("hello"))
+	buf := make([]byte, 16)
+	n, err := r.Read(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if !r.spin {
+		t.Fatal("a wait that ended while polling turned polling off")
+	}
+}
+
+// A wait longer than the poll parks, and the next wait does not poll; a
+// parked wait shorter than the poll turns polling back on.
+func TestSpinReaderPollsOnlyAfterShortWaits(t *testing.T) {
+	a, b := socketPair(t)
+	buf := make([]byte, 16)
+
+	r := newSpinReader(a, 100*time.Microsecond)
+	writeAfter(b, 20*time.Millisecond, []byte("late"))
+	if n, err := r.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if r.spin {
+		t.Fatal("polling stayed on after a wait 200 times the poll")
+	}
+	// Input already there is read whatever the setting, and changes none.
+	b.Write([]byte("ready"))
+	if n, err := r.Read(buf); err != nil || string(buf[:n]) != "ready" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if r.spin {
+		t.Fatal("a read that did not wait turned polling on")
+	}
+
+	r.max = time.Hour // any parked wait is now short
+	writeAfter(b, time.Millisecond, []byte("soon"))
+	if n, err := r.Read(buf); err != nil || string(buf[:n]) != "soon" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if !r.spin {
+		t.Fatal("a parked wait shorter than the poll left polling off")
+	}
+}
+
+// A read deadline ends a poll as it ends a parked read (Client.interrupt
+// relies on it), and the peer's close is io.EOF.
+func TestSpinReaderDeadlineAndEOF(t *testing.T) {
+	a, b := socketPair(t)
+	r := newSpinReader(a, time.Hour)
+	a.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+	buf := make([]byte, 16)
+	start := time.Now()
+	if _, err := r.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("deadline noticed after %v", waited)
+	}
+	a.SetReadDeadline(time.Time{})
+	b.Close()
+	if _, err := r.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v", err)
+	}
+}
+
+// A connection that is not a socket is read plainly.
+func TestSpinReaderReadsPipesPlainly(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	r := newSpinReader(a, time.Hour)
+	if r.rc != nil {
+		t.Fatal("net.Pipe has no socket to poll")
+	}
+	go b.Write([]byte("pipe"))
+	buf := make([]byte, 16)
+	if n, err := r.Read(buf); err != nil || string(buf[:n]) != "pipe" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+}
+
+// The poll setting is read from TROUPE_WIRE_SPIN; nonsense is refused
+// with the variable named.
+func TestParseSpin(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+	}{{"", defaultSpin}, {"0", 0}, {"20us", 20 * time.Microsecond}} {
+		if got, err := parseSpin(c.v); err != nil || got != c.want {
+			t.Errorf("%s=%q: %v, %v; want %v", spinEnv, c.v, got, err, c.want)
+		}
+	}
+	for _, v := range []string{"soon", "-1ms", "50"} {
+		if _, err := parseSpin(v); err == nil || !strings.Contains(err.Error(), spinEnv) {
+			t.Errorf("%s=%q: %v, want an error naming the variable", spinEnv, v, err)
+		}
+	}
+}
