@@ -53,10 +53,10 @@ type Client struct {
 type clientCall struct {
 	reply *actors.Promise
 	stop  func() bool // stops the cancellation watcher, if any
-	// deps are calls on this connection whose argument is this call's
-	// result: the reader sends it to them as soon as it arrives, with no
-	// goroutine waiting per argument.
-	deps []uint64
+	// argFrom is the argument of a call that named an earlier call on
+	// this connection as its argument (flagArgOfCall): sent if the server
+	// asks for it (needarg).
+	argFrom actors.ObjectRef
 }
 
 // directPending is how many calls may be in flight on a connection for a
@@ -71,8 +71,9 @@ const directPending = 4
 // a new call's argument; past it the argument is awaited by a goroutine.
 const maxDepScan = 64
 
-// maxForwarded is the largest result the reader forwards itself as another
-// call's argument.
+// maxForwarded is the largest argument the reader sends itself when the
+// server asks for one, and the largest result a server keeps for calls
+// that name it as their argument.
 const maxForwarded = 64 << 10
 
 // probeIdle is how long a connection may go unread before Err probes it.
@@ -273,6 +274,15 @@ func (cl *Client) readOne() (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if f.kind == kindNeedArg {
+		cl.mu.Lock()
+		call, ok := cl.pending[f.callID]
+		cl.mu.Unlock()
+		if ok && call.argFrom != nil {
+			cl.supplyArg(f.callID, call.argFrom)
+		}
+		return more, nil
+	}
 	if f.kind != kindReply {
 		return false, cl.c.fail(fmt.Errorf("%w: kind %d from a server", ErrMalformed, f.kind))
 	}
@@ -291,9 +301,6 @@ func (cl *Client) readOne() (more bool, err error) {
 		call.reply.Resolve(f.data, nil)
 	default:
 		call.reply.Resolve(nil, decodeError(f.data))
-	}
-	for _, dep := range call.deps {
-		cl.forward(dep, f.status, f.data, call.reply)
 	}
 	return more, nil
 }
@@ -370,14 +377,15 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 	if later != nil {
 		src = cl.producerLocked(later)
 	}
-	cl.mu.Unlock()
 	if src != 0 {
 		// The argument is the result of a call on this connection: the
-		// server may take it from there without waiting for it to come
-		// back through this process.
+		// server takes it from there without it coming back through this
+		// process, and asks for it in the rare case it cannot.
 		f.flags |= flagArgOfCall
 		f.data = binary.AppendUvarint(nil, src)
+		cl.pending[id] = clientCall{reply: inv.Reply, argFrom: later}
 	}
+	cl.mu.Unlock()
 	if err := cl.c.send(&f, direct); err != nil {
 		cl.fail(id, fmt.Errorf("call %s: %w", inv.Method, err))
 		return
@@ -397,7 +405,7 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 			stop()
 		}
 	}
-	if later != nil && !cl.dependOn(id, src) {
+	if later != nil && src == 0 {
 		go cl.sendArgLater(id, inv, later)
 	}
 }
@@ -417,47 +425,26 @@ func (cl *Client) producerLocked(ref actors.ObjectRef) uint64 {
 	return 0
 }
 
-// dependOn arranges for the result of call src, pending on this
-// connection, to be sent as the argument of call id, and reports whether
-// src is still pending. Call id's frame has been queued, so its argument
-// cannot overtake it.
-func (cl *Client) dependOn(id, src uint64) bool {
-	if src == 0 {
-		return false
-	}
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	call, ok := cl.pending[src]
+// supplyArg sends ref as the argument of call id, which the server asked
+// for. The reader calls it: a resolved small argument is written at once,
+// anything else by a goroutine, so the reader never waits.
+func (cl *Client) supplyArg(id uint64, ref actors.ObjectRef) {
+	p, ok := ref.(*actors.Promise)
 	if !ok {
-		return false
-	}
-	call.deps = append(call.deps, id)
-	cl.pending[src] = call
-	return true
-}
-
-// forward sends the reply of a call (its status and payload) as the
-// argument of call dep. A reply of a kind it does not know is forwarded the
-// general way, through the resolved promise.
-func (cl *Client) forward(dep uint64, status byte, data []byte, p *actors.Promise) {
-	f := frame{kind: kindArg, callID: dep, data: data}
-	switch {
-	case len(data) > maxForwarded:
-		// Large: a goroutine sends it, so the reader never waits for
-		// room in the write queue.
-		go cl.sendArgLater(dep, &actors.Invocation{Method: "argument"}, p)
-		return
-	case status == statusOK:
-	case status == statusErr:
-		f.kind = kindArgErr
-	default:
-		go cl.sendArgLater(dep, &actors.Invocation{Method: "argument"}, p)
+		go cl.sendArgLater(id, &actors.Invocation{Method: "argument"}, ref)
 		return
 	}
-	// Written by the reader itself: the argument is what the callee waits
-	// for, and frames queued meanwhile by others join this write.
-	if err := cl.c.send(&f, true); err != nil {
-		cl.fail(dep, fmt.Errorf("call argument: %w", err))
+	data, err, ready := p.Result()
+	if !ready || len(data) > maxForwarded {
+		go cl.sendArgLater(id, &actors.Invocation{Method: "argument"}, ref)
+		return
+	}
+	f := frame{kind: kindArg, callID: id, data: data}
+	if err != nil {
+		f.kind, f.data = kindArgErr, encodeError(err)
+	}
+	if serr := cl.c.send(&f, true); serr != nil {
+		cl.fail(id, fmt.Errorf("call argument: %w", serr))
 	}
 }
 
@@ -490,9 +477,6 @@ func (cl *Client) fail(id uint64, err error) {
 			call.stop()
 		}
 		call.reply.Resolve(nil, err)
-		for _, dep := range call.deps {
-			cl.forward(dep, statusErr, encodeError(err), call.reply)
-		}
 	}
 }
 

@@ -240,6 +240,25 @@ func (r *frameReader) next() (frame, bool, error) {
 	return f, r.br.Buffered() > 0, nil
 }
 
+// peekArgSource looks at the next frame without reading it: when it is
+// buffered whole and is a call whose argument is the result of an earlier
+// call, it returns that call's ID, else 0. It never waits for input.
+func (r *frameReader) peekArgSource() uint64 {
+	if r.hdrN != 0 || r.br.Buffered() < 4 {
+		return 0
+	}
+	hdr, _ := r.br.Peek(4)
+	n := int(binary.LittleEndian.Uint32(hdr))
+	if n > r.c.maxFrame || r.br.Buffered() < 4+n {
+		return 0
+	}
+	b, err := r.br.Peek(4 + n)
+	if err != nil {
+		return 0
+	}
+	return argSource(b[4:])
+}
+
 // readErr turns a read error into errInterrupted (a deadline passed) or
 // the connection's end.
 func (r *frameReader) readErr(err error) error {

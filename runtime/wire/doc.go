@@ -16,6 +16,7 @@
 //	argerr: uvarint callID | bytes error            (its argument failed)
 //	reply:  uvarint callID | u8 status | bytes payload (result, or an error)
 //	cancel: uvarint callID
+//	needarg: uvarint callID                         (server asks for a call's argument)
 //
 // where string and bytes are a uvarint length then the bytes. Calls on one
 // connection reach the server in the order they were invoked, so per-actor
@@ -23,9 +24,10 @@
 // once with flagArgLater, and its argument follows in an arg frame when
 // ready: order is kept and the callee, not the caller, waits. When that
 // future is the result of an earlier call on the same connection, the call
-// also names that call (flagArgOfCall), and a server that still has its
-// result (or is still running it) passes it on at once, so a chain of
-// actors in one worker does not wait for a round trip through the caller.
+// names that call instead (flagArgOfCall): the server passes the result on
+// when it has it (kept, or when that call replies), so a chain of actors in
+// one worker does not wait for a round trip through the caller, and asks
+// for it with a needarg frame in the rare case it no longer has it.
 //
 // Who does the work decides the latency more than what the work is: on
 // this project's virtual machines, waking another goroutine (a futex wake

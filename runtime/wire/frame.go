@@ -13,6 +13,10 @@ const (
 	kindArgErr byte = 3
 	kindReply  byte = 4
 	kindCancel byte = 5
+	// need-arg (server to client): the server lacks the result a call
+	// named as its argument (flagArgOfCall); the client sends it in an arg
+	// frame.
+	kindNeedArg byte = 6
 )
 
 // Call flags.
@@ -21,8 +25,8 @@ const (
 	flagCancel   byte = 1 << 1 // the caller may cancel: track the call
 	// With flagArgLater: the argument is the result of an earlier call on
 	// the same connection, whose ID the call's bytes hold (a uvarint). The
-	// server may use that result when it still has it; the argument frame
-	// follows anyway.
+	// server takes it from there (kept, or on that call's reply), or sends
+	// a need-arg frame, and then the client sends the argument.
 	flagArgOfCall byte = 1 << 2
 )
 
@@ -72,7 +76,7 @@ func appendFrame(b []byte, f *frame) []byte {
 	case kindReply:
 		b = append(b, f.status)
 		b = appendBytes(b, f.data)
-	case kindCancel:
+	case kindCancel, kindNeedArg:
 	}
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
@@ -105,7 +109,7 @@ func decodeFrame(body []byte, intern *interner) (frame, error) {
 	case kindReply:
 		f.status = r.byte()
 		f.data = r.bytes()
-	case kindCancel:
+	case kindCancel, kindNeedArg:
 	default:
 		return f, fmt.Errorf("%w: unknown kind %d", ErrMalformed, f.kind)
 	}
@@ -116,6 +120,29 @@ func decodeFrame(body []byte, intern *interner) (frame, error) {
 		return f, fmt.Errorf("%w: kind %d: %d trailing bytes", ErrMalformed, f.kind, len(r.b))
 	}
 	return f, nil
+}
+
+// argSource returns, for the body of a call frame whose argument is the
+// result of an earlier call (flagArgOfCall), that call's ID; for any other
+// frame, or a malformed one, 0.
+func argSource(body []byte) uint64 {
+	if len(body) < 1 || body[0] != kindCall {
+		return 0
+	}
+	r := reader{b: body[1:]}
+	r.uvarint()
+	r.bytes()
+	r.bytes()
+	flags := r.byte()
+	data := r.bytes()
+	if r.err != nil || flags&flagArgOfCall == 0 {
+		return 0
+	}
+	id, n := binary.Uvarint(data)
+	if n <= 0 || n != len(data) {
+		return 0
+	}
+	return id
 }
 
 // reader decodes fields, remembering the first error.

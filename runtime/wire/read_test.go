@@ -2,10 +2,12 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,5 +289,77 @@ func TestFrameReaderResumesAfterInterruptions(t *testing.T) {
 	}
 	if interrupts == 0 {
 		t.Fatal("no read was interrupted: the test tests nothing")
+	}
+}
+
+// A call whose argument is the result of an earlier call on the connection
+// names that call and carries no argument; the client sends the argument
+// only when the server asks for it (needarg), and a failed producer's
+// error goes the same way.
+func TestArgumentOfCallIsSentOnlyWhenAsked(t *testing.T) {
+	cl, srv := pipeClient(t)
+	// One goroutine reads every frame the client sends (net.Pipe: the
+	// client's writes wait for it); the test takes them in order.
+	frames := make(chan frame, 8)
+	go func() {
+		defer close(frames)
+		for {
+			f, _, err := srv.fr.next()
+			if err != nil {
+				return
+			}
+			frames <- f
+		}
+	}()
+	next := func(what string) frame {
+		t.Helper()
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				t.Fatalf("%s: the connection ended", what)
+			}
+			return f
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: no frame in a minute", what)
+		}
+		return frame{}
+	}
+	ctx := context.Background()
+	producer := invoke(cl, 1)
+	dependent := &actors.Invocation{Method: "Add", ArgRef: producer.Reply, Reply: actors.NewPromise()}
+	cl.Invoke("a", dependent)
+	fp, fd := next("producer call"), next("dependent call")
+	if fd.flags&flagArgOfCall == 0 || fd.flags&flagArgLater == 0 {
+		t.Fatalf("dependent call flags %#x: want arg-later and arg-of-call", fd.flags)
+	}
+	if src, _ := binary.Uvarint(fd.data); src != fp.callID {
+		t.Fatalf("dependent names call %d, want %d", src, fp.callID)
+	}
+	// The producer's reply is not followed by an argument frame: the next
+	// frame the server reads is the one it asks for.
+	needArg := appendFrame(nil, &frame{kind: kindNeedArg, callID: fd.callID})
+	go srv.nc.Write(append(reply(fp.callID, 11), needArg...))
+	if data, err := producer.Reply.Wait(ctx); err != nil || decodeInt(t, data) != 11 {
+		t.Fatalf("producer: %v", err)
+	}
+	if f := next("argument"); f.kind != kindArg || f.callID != fd.callID || decodeInt(t, f.data) != 11 {
+		t.Fatalf("after needarg the server read %+v; want the producer's result as the argument", f)
+	}
+
+	failing := invoke(cl, 2)
+	after := &actors.Invocation{Method: "Add", ArgRef: failing.Reply, Reply: actors.NewPromise()}
+	cl.Invoke("a", after)
+	ff, fa := next("failing call"), next("call after it")
+	failed := appendFrame(nil, &frame{kind: kindReply, callID: ff.callID, status: statusErr, data: encodeError(errors.New("upstream broke"))})
+	go srv.nc.Write(append(failed, appendFrame(nil, &frame{kind: kindNeedArg, callID: fa.callID})...))
+	if _, err := failing.Reply.Wait(ctx); err == nil {
+		t.Fatal("the failed producer returned no error")
+	}
+	f := next("argument error")
+	if f.kind != kindArgErr || f.callID != fa.callID {
+		t.Fatalf("after needarg for a failed producer the server read %+v; want an argerr frame", f)
+	}
+	if e := decodeError(f.data); e == nil || !strings.Contains(e.Error(), "upstream broke") {
+		t.Fatalf("argerr carries %v", e)
 	}
 }

@@ -120,12 +120,16 @@ type serverConn struct {
 
 	mu    sync.Mutex
 	calls map[uint64]*serverCall // tracked calls
-	// Results feeding other calls of the connection: the latest small
-	// ones, and the calls waiting for the result of a call still running.
+	// Results feeding other calls of the connection (flagArgOfCall): the
+	// latest small ones, the calls in progress, and the calls waiting for
+	// the result of one in progress. Kept once a call of the connection
+	// has named another's result (chained); before, such a call asks the
+	// client for its argument.
 	recent  [recentResults]recentResult
 	nRecent int
+	running map[uint64]struct{}
 	waiting map[uint64][]*actors.Promise
-	chained atomic.Bool // a call has named another's result: keep recent results
+	chained atomic.Bool
 
 	// inFlight counts calls received and not yet replied to, plus one
 	// while the reader holds more buffered input (more calls are coming).
@@ -229,15 +233,18 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 			t.cancel()
 		}
 	}
-	if err == nil && len(data) <= maxForwarded && sc.chained.Load() {
+	if sc.chained.Load() {
 		sc.mu.Lock()
-		sc.recent[sc.nRecent%recentResults] = recentResult{id: id, data: data}
-		sc.nRecent++
+		delete(sc.running, id)
+		if err == nil && len(data) <= maxForwarded {
+			sc.recent[sc.nRecent%recentResults] = recentResult{id: id, data: data}
+			sc.nRecent++
+		}
 		waiters := sc.waiting[id]
 		delete(sc.waiting, id)
 		sc.mu.Unlock()
 		for _, p := range waiters {
-			p.Resolve(data, nil)
+			p.Resolve(data, err)
 		}
 	}
 	out := frame{kind: kindReply, callID: id, data: data}
@@ -277,6 +284,11 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 			sc.reply(f.callID, false, nil, fmt.Errorf("actor %s: %w on this worker", f.actor, actors.ErrNotFound))
 			break
 		}
+		if sc.chained.Load() {
+			sc.mu.Lock()
+			sc.running[f.callID] = struct{}{}
+			sc.mu.Unlock()
+		}
 		in := &incoming{sc: sc, id: f.callID, tracked: tracked}
 		in.inv = actors.Invocation{Method: f.method, Arg: f.data, Reply: actors.NewPromiseFunc(in.resolved)}
 		if tracked {
@@ -285,14 +297,18 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 				tc.argLater = actors.NewPromise()
 				in.inv.ArgRef, in.inv.Arg = tc.argLater, nil
 				if f.flags&flagArgOfCall != 0 {
-					sc.argOfCall(tc, f.data)
+					sc.argOfCall(f.callID, tc, f.data)
 				}
 			}
 			if f.flags&flagCancel != 0 {
 				in.inv.Ctx, tc.cancel = context.WithCancel(sc.ctx)
 			}
-		} else if !more {
-			// A lone call: run it here if the actor is idle.
+		}
+		// A lone call, or one the next call waits for (a chain of
+		// actors), runs here if the actor is idle and its argument is at
+		// hand. Other calls in a burst go to their actors' goroutines, so
+		// calls to different actors run in parallel.
+		if (!more || sc.fr.peekArgSource() == f.callID) && argAtHand(&in.inv) {
 			if ran, handedOff := sc.runInline(t, &in.inv); ran {
 				if handedOff {
 					return errHandedOff
@@ -321,31 +337,53 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 	return nil
 }
 
-// argOfCall links a call's argument to the result of the earlier call
-// named by src (a uvarint): taken from the recent results, or on that
-// call's reply. Otherwise the argument frame from the client resolves it.
-func (sc *serverConn) argOfCall(tc *serverCall, src []byte) {
-	id, n := binary.Uvarint(src)
-	if n <= 0 || n != len(src) || id == 0 {
-		return // not a call ID: wait for the argument frame
+// argAtHand reports whether inv's argument is there to run it now.
+func argAtHand(inv *actors.Invocation) bool {
+	if inv.ArgRef == nil {
+		return true
 	}
-	sc.chained.Store(true)
-	sc.mu.Lock()
-	for i := range sc.recent {
-		if r := sc.recent[i]; r.id == id && r.data != nil {
+	p, ok := inv.ArgRef.(*actors.Promise)
+	if !ok {
+		return false
+	}
+	_, _, ready := p.Result()
+	return ready
+}
+
+// argOfCall links the argument of call id to the result of the earlier
+// call named by src (a uvarint): taken from the recent results, or on that
+// call's reply if it is still running. Otherwise (a result not kept, or
+// not a call ID) the server asks the client for the argument.
+func (sc *serverConn) argOfCall(id uint64, tc *serverCall, src []byte) {
+	pid, n := binary.Uvarint(src)
+	if n > 0 && n == len(src) && pid != 0 {
+		if !sc.chained.Load() {
+			// From now on the connection keeps what chains need.
+			sc.mu.Lock()
+			sc.running = map[uint64]struct{}{}
 			sc.mu.Unlock()
-			tc.argLater.Resolve(r.data, nil)
+			sc.chained.Store(true)
+		}
+		sc.mu.Lock()
+		for i := range sc.recent {
+			if r := sc.recent[i]; r.id == pid && r.data != nil {
+				sc.mu.Unlock()
+				tc.argLater.Resolve(r.data, nil)
+				return
+			}
+		}
+		if _, ok := sc.running[pid]; ok && len(sc.waiting) < maxWaiting {
+			if sc.waiting == nil {
+				sc.waiting = map[uint64][]*actors.Promise{}
+			}
+			sc.waiting[pid] = append(sc.waiting[pid], tc.argLater)
+			tc.producer = pid
+			sc.mu.Unlock()
 			return
 		}
+		sc.mu.Unlock()
 	}
-	if len(sc.waiting) < maxWaiting {
-		if sc.waiting == nil {
-			sc.waiting = map[uint64][]*actors.Promise{}
-		}
-		sc.waiting[id] = append(sc.waiting[id], tc.argLater)
-		tc.producer = id
-	}
-	sc.mu.Unlock()
+	sc.c.send(&frame{kind: kindNeedArg, callID: id}, true)
 }
 
 // maxWaiting bounds the calls whose producer a connection watches for.

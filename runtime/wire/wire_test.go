@@ -2,12 +2,14 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"troupe/actors"
 )
@@ -297,10 +299,20 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, &frame{kind: kindReply, callID: 1 << 40, status: statusErr, data: encodeError(errors.New("x"))})[4:])
 	f.Add(appendFrame(nil, &frame{kind: kindCancel, callID: 3})[4:])
 	f.Add([]byte{kindArg, 0x80})
+	f.Add(appendFrame(nil, &frame{kind: kindNeedArg, callID: 9})[4:])
+	f.Add(appendFrame(nil, &frame{kind: kindCall, callID: 8, actor: "b", method: "M", flags: flagArgLater | flagArgOfCall, data: []byte{7}})[4:])
 	f.Fuzz(func(t *testing.T, body []byte) {
+		src := argSource(body) // never panics, whatever the bytes
 		fr, err := decodeFrame(body, nil)
 		if err != nil {
 			return
+		}
+		if want, n := binary.Uvarint(fr.data); fr.kind != kindCall || fr.flags&flagArgOfCall == 0 || n <= 0 || n != len(fr.data) {
+			if src != 0 {
+				t.Fatalf("argSource %d of a frame naming no call: %+v", src, fr)
+			}
+		} else if src != want {
+			t.Fatalf("argSource %d, the frame names call %d", src, want)
 		}
 		// What decodes re-encodes to a frame that decodes the same (the
 		// bytes may differ: varints have non-canonical forms).
@@ -313,4 +325,97 @@ func FuzzDecodeFrame(f *testing.F) {
 			decodeError(fr.data)
 		}
 	})
+}
+
+// Chains on one connection pass results larger than the server keeps.
+func TestChainedLargeResults(t *testing.T) {
+	ctx := context.Background()
+	h, cl := pair(t, 0)
+	h.spawn(t, "a", spec(0))
+	h.spawn(t, "b", spec(0))
+	a, b := handle(cl, "a"), handle(cl, "b")
+	big := make([]byte, 3*maxForwarded)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	for i := range 20 {
+		// Larger than the server keeps: passed on the producer's reply.
+		got, err := actors.CallRef(ctx, b, (*echo).Bytes, actors.Call(ctx, a, (*echo).Bytes, big)).Get(ctx)
+		if err != nil || string(got) != string(big) {
+			t.Fatalf("run %d: large chained result: %d bytes, %v", i, len(got), err)
+		}
+	}
+}
+
+// A server asks for an argument named by call ID (needarg) when it does not
+// have that call's result: the call ran before the connection chained
+// calls, or its result left the recent ones; it takes a recent or running
+// call's result itself.
+func TestServerAsksForResultsItDoesNotHave(t *testing.T) {
+	h := &host{byID: map[string]*actors.Instance{}}
+	h.spawn(t, "a", spec(0))
+	srv := NewServer(h, 0)
+	defer srv.Close()
+	a, b := net.Pipe()
+	defer b.Close()
+	b.SetReadDeadline(time.Now().Add(time.Minute)) // a frame that never comes fails, not hangs
+	go srv.ServeConn(a)
+	fr := newConn(b, 0).newFrameReader()
+	send := func(frames ...*frame) {
+		var out []byte
+		for _, f := range frames {
+			out = appendFrame(out, f)
+		}
+		go b.Write(out) // net.Pipe: returns once the server has read it all
+	}
+	add := func(id uint64) *frame {
+		return &frame{kind: kindCall, callID: id, actor: "a", method: "Add", data: []byte{1}}
+	}
+	addOf := func(id, src uint64) *frame {
+		return &frame{kind: kindCall, callID: id, actor: "a", method: "Add", flags: flagArgLater | flagArgOfCall, data: binary.AppendUvarint(nil, src)}
+	}
+	// expect reads frames until one of the given kind for call id, and
+	// fails on a needarg for another call or one not wanted.
+	expect := func(kind byte, id uint64) *frame {
+		t.Helper()
+		for {
+			f, _, err := fr.next()
+			if err != nil {
+				t.Fatalf("waiting for kind %d of call %d: %v", kind, id, err)
+			}
+			if f.kind == kind && f.callID == id {
+				return &f
+			}
+			if f.kind == kindNeedArg {
+				t.Fatalf("needarg for call %d while waiting for kind %d of call %d", f.callID, kind, id)
+			}
+		}
+	}
+	// Call 1 ran before any call named another's result: asked for.
+	send(add(1))
+	expect(kindReply, 1)
+	send(addOf(2, 1))
+	expect(kindNeedArg, 2)
+	send(&frame{kind: kindArg, callID: 2, data: []byte{5}})
+	if f := expect(kindReply, 2); f.status != statusOK {
+		t.Fatalf("call 2: status %d", f.status)
+	}
+	// Now chained: a recent result is taken without asking.
+	send(add(3))
+	expect(kindReply, 3)
+	send(addOf(4, 3))
+	expect(kindReply, 4)
+	// Pushed out of the recent results by newer ones: asked for.
+	var burst []*frame
+	for id := uint64(5); id < 5+recentResults; id++ {
+		burst = append(burst, add(id))
+	}
+	send(burst...)
+	expect(kindReply, 4+recentResults)
+	send(addOf(100, 3))
+	expect(kindNeedArg, 100)
+	send(&frame{kind: kindArgErr, callID: 100, data: encodeError(errors.New("upstream broke"))})
+	if f := expect(kindReply, 100); f.status != statusErr || !strings.Contains(decodeError(f.data).Error(), "upstream broke") {
+		t.Fatalf("call on a failed argument: status %d, %q", f.status, f.data)
+	}
 }
