@@ -8,16 +8,20 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -176,6 +180,54 @@ func reportRate(b *testing.B, unit string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 }
 
+// processCPU returns the CPU time (user + system) the process pid has
+// used, from /proc (clock ticks of 10 ms: fine over a run of seconds).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count from its end.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * time.Second / 100, nil
+}
+
+// bothCPU is the CPU time of this process and the peer together.
+func bothCPU(b *testing.B) time.Duration {
+	self, err := processCPU(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	other, err := processCPU(peer.cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return self + other
+}
+
+// withCPU runs a benchmark and reports the CPU time it cost per operation
+// over both processes (cpu-µs/op), so latency bought with polling shows
+// its price beside it.
+func withCPU(fn func(b *testing.B)) func(b *testing.B) {
+	return func(b *testing.B) {
+		start := bothCPU(b)
+		fn(b)
+		b.ReportMetric(float64(bothCPU(b)-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+	}
+}
+
 // BenchmarkCrossProcess compares, across two processes on this machine, a
 // raw TCP ping-pong, raw Unix ping-pongs (parking, and polling as troupe
 // does), bare gRPC (unary and a bidirectional stream), and
@@ -210,10 +262,10 @@ func BenchmarkCrossProcess(b *testing.B) {
 			reportRate(b, "calls/s")
 		}
 	}
-	b.Run("tcp-pingpong", pingPong("tcp", peer.tcp, false))
+	b.Run("tcp-pingpong", withCPU(pingPong("tcp", peer.tcp, false)))
 	if localEnabled() {
-		b.Run("unix-pingpong", pingPong("unix", "@troupe-bench-echo/"+peer.tcp, false))
-		b.Run("unix-pingpong-polling", pingPong("unix", "@troupe-bench-echo-poll/"+peer.tcp, true))
+		b.Run("unix-pingpong", withCPU(pingPong("unix", "@troupe-bench-echo/"+peer.tcp, false)))
+		b.Run("unix-pingpong-polling", withCPU(pingPong("unix", "@troupe-bench-echo-poll/"+peer.tcp, true)))
 	}
 
 	gc, err := grpc.NewClient(peer.grpcA, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(nil), grpc.CallContentSubtype("troupe-bench-raw")))
@@ -221,7 +273,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer gc.Close()
-	b.Run("grpc-unary", func(b *testing.B) {
+	b.Run("grpc-unary", withCPU(func(b *testing.B) {
 		out := []byte(nil)
 		for i := 0; i < b.N; i++ {
 			in := payload
@@ -230,8 +282,8 @@ func BenchmarkCrossProcess(b *testing.B) {
 			}
 		}
 		reportRate(b, "calls/s")
-	})
-	b.Run("grpc-stream", func(b *testing.B) {
+	}))
+	b.Run("grpc-stream", withCPU(func(b *testing.B) {
 		st, err := gc.NewStream(ctx, &echoDesc.Streams[0], "/bench.Echo/Stream")
 		if err != nil {
 			b.Fatal(err)
@@ -248,7 +300,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 		st.CloseSend()
 		reportRate(b, "calls/s")
-	})
+	}))
 
 	cl, err := Dial(ctx, "tcp", peer.wire, 0)
 	if err != nil {
@@ -271,7 +323,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 	}
 	// Dial goes through the Unix socket beside the TCP address (same
 	// host); troupe-sync-tcp is the same calls over TCP.
-	b.Run("troupe-sync", syncCalls(e[0]))
+	b.Run("troupe-sync", withCPU(syncCalls(e[0])))
 	if localEnabled() {
 		nc, err := net.Dial("tcp", peer.wire)
 		if err != nil {
@@ -280,9 +332,9 @@ func BenchmarkCrossProcess(b *testing.B) {
 		nc.(*net.TCPConn).SetNoDelay(true)
 		tcl := NewClient(nc, 0)
 		defer tcl.Close()
-		b.Run("troupe-sync-tcp", syncCalls(handle(tcl, "e0")))
+		b.Run("troupe-sync-tcp", withCPU(syncCalls(handle(tcl, "e0"))))
 	}
-	b.Run("troupe-graph-echo", func(b *testing.B) {
+	b.Run("troupe-graph-echo", withCPU(func(b *testing.B) {
 		// A compiled one-actor graph across the two processes.
 		g, in := actors.NewGraph[[]byte]()
 		run, err := actors.Compile[[]byte](g, actors.Node(g, "echo", e[1], (*echo).Bytes, in))
@@ -295,8 +347,8 @@ func BenchmarkCrossProcess(b *testing.B) {
 			}
 		}
 		reportRate(b, "runs/s")
-	})
-	b.Run("troupe-graph-chain2", func(b *testing.B) {
+	}))
+	b.Run("troupe-graph-chain2", withCPU(func(b *testing.B) {
 		// Two actors in a chain, both in the peer process.
 		g, in := actors.NewGraph[[]byte]()
 		first := actors.Node(g, "first", e[1], (*echo).Bytes, in)
@@ -310,8 +362,8 @@ func BenchmarkCrossProcess(b *testing.B) {
 			}
 		}
 		reportRate(b, "runs/s")
-	})
-	b.Run("troupe-pipelined", func(b *testing.B) {
+	}))
+	b.Run("troupe-pipelined", withCPU(func(b *testing.B) {
 		const window = 2000
 		futs := make([]*actors.Future[[]byte], 0, window)
 		for i := 0; i < b.N; i++ {
@@ -324,8 +376,8 @@ func BenchmarkCrossProcess(b *testing.B) {
 			}
 		}
 		reportRate(b, "calls/s")
-	})
-	b.Run("troupe-n2n-4x4", func(b *testing.B) {
+	}))
+	b.Run("troupe-n2n-4x4", withCPU(func(b *testing.B) {
 		// 4 caller goroutines, each pipelining to its own actor.
 		var wg sync.WaitGroup
 		per := (b.N + 3) / 4
@@ -349,5 +401,5 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 		wg.Wait()
 		b.ReportMetric(float64(per*4)/b.Elapsed().Seconds(), "calls/s")
-	})
+	}))
 }
