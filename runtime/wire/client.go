@@ -362,17 +362,7 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 		inv.Reply.Resolve(nil, fmt.Errorf("call %s: %w", inv.Method, err))
 		return
 	}
-	cl.pending[id] = clientCall{reply: inv.Reply}
-	// A call with few others in flight is written by the caller: waking
-	// the writer goroutine would cost more than the write. Calls in a
-	// burst share the writer's writes, and the background reader reads
-	// their replies; the reply to a lone call is read by its waiter.
-	direct := len(cl.pending) <= directPending
-	if direct {
-		inv.Reply.SetDriver(cl, id)
-	} else {
-		cl.needLocked()
-	}
+	call := clientCall{reply: inv.Reply}
 	var src uint64
 	if later != nil {
 		src = cl.producerLocked(later)
@@ -383,7 +373,18 @@ func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
 		// process, and asks for it in the rare case it cannot.
 		f.flags |= flagArgOfCall
 		f.data = binary.AppendUvarint(nil, src)
-		cl.pending[id] = clientCall{reply: inv.Reply, argFrom: later}
+		call.argFrom = later
+	}
+	cl.pending[id] = call
+	// A call with few others in flight is written by the caller: waking
+	// the writer goroutine would cost more than the write. Calls in a
+	// burst share the writer's writes, and the background reader reads
+	// their replies; the reply to a lone call is read by its waiter.
+	direct := len(cl.pending) <= directPending
+	if direct {
+		inv.Reply.SetDriver(cl, id)
+	} else {
+		cl.needLocked()
 	}
 	cl.mu.Unlock()
 	if err := cl.c.send(&f, direct); err != nil {

@@ -357,14 +357,12 @@ func argAtHand(inv *actors.Invocation) bool {
 func (sc *serverConn) argOfCall(id uint64, tc *serverCall, src []byte) {
 	pid, n := binary.Uvarint(src)
 	if n > 0 && n == len(src) && pid != 0 {
-		if !sc.chained.Load() {
+		sc.mu.Lock()
+		if sc.running == nil {
 			// From now on the connection keeps what chains need.
-			sc.mu.Lock()
 			sc.running = map[uint64]struct{}{}
-			sc.mu.Unlock()
 			sc.chained.Store(true)
 		}
-		sc.mu.Lock()
 		for i := range sc.recent {
 			if r := sc.recent[i]; r.id == pid && r.data != nil {
 				sc.mu.Unlock()
