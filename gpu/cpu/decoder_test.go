@@ -27,6 +27,7 @@ var decShapes = []decShape{
 	{1, 40, 3, 1, 12, 7, 3, 33},
 	{2, 70, 6, 3, 6, 20, 70, 20},
 	{1, 97, 2, 2, 18, 9, 6, 130},
+	{1, 50, 9, 3, 64, 24, 5, 8}, // SmolLM2-135M heads
 }
 
 func ropeTables(maxPos, HD int) (cos, sin []float32) {
@@ -324,7 +325,7 @@ func TestRopeInverseAndConvention(t *testing.T) {
 // the same k, v), so one call mixes positions; the cache starts as garbage,
 // which no position past a row's own may reach.
 func TestGQADecodeMatchesFullAttention(t *testing.T) {
-	for _, s := range []decShape{{3, 11, 6, 2, 10, 0, 0, 0}, {2, 40, 4, 1, 8, 0, 0, 0}, {2, 6, 3, 3, 4, 0, 0, 0}} {
+	for _, s := range []decShape{{3, 11, 6, 2, 10, 0, 0, 0}, {2, 40, 4, 1, 64, 0, 0, 0}, {2, 6, 3, 3, 4, 0, 0, 0}} {
 		for _, be := range []*Backend{New(), NewReference()} {
 			e := env{t, be}
 			r := rand.New(rand.NewPCG(3, 3))
@@ -478,6 +479,40 @@ func TestDecoderErrors(t *testing.T) {
 			if err := be.Sync(); !errors.Is(err, c.want) {
 				t.Errorf("%s %s: got %v, want %v", be.Name(), c.name, err, c.want)
 			}
+		}
+	}
+}
+
+// The vector dots and wsum (attn_amd64.s) against the Go loops, for head
+// sizes around the 8- and 32-wide blocks and strided rows.
+func TestDotsWsum(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	for _, hd := range []int{1, 2, 7, 8, 9, 16, 24, 31, 32, 40, 64, 65, 128, 130} {
+		for _, n := range []int{1, 2, 5, 33} {
+			ld := hd + r.IntN(3)*8 + 3
+			q, k := randf(r, hd, 1), randf(r, (n-1)*ld+hd, 1)
+			got, want := make([]float32, n), make([]float32, n)
+			dots(got, q, k, ld)
+			for s := range want {
+				var acc float64
+				for i := range q {
+					acc += float64(q[i]) * float64(k[s*ld+i])
+				}
+				want[s] = float32(acc)
+			}
+			assertClose(t, fmt.Sprintf("dots hd=%d n=%d", hd, n), got, want, 1e-5)
+			w := randf(r, n, 1)
+			out := randf(r, hd, 1) // overwritten
+			wsum(out, k, ld, w)
+			ref := make([]float32, hd)
+			for i := range ref {
+				var acc float64
+				for s := range w {
+					acc += float64(w[s]) * float64(k[s*ld+i])
+				}
+				ref[i] = float32(acc)
+			}
+			assertClose(t, fmt.Sprintf("wsum hd=%d n=%d", hd, n), out, ref, 1e-5)
 		}
 	}
 }

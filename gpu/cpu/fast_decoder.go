@@ -292,9 +292,12 @@ func prodNT(useGemm bool, m, n, k int, alpha float32, a []float32, lda int, b []
 		return
 	}
 	for i := 0; i < m; i++ {
-		ar, cr := a[i*lda:][:k], c[i*ldc:][:n]
-		for j := range cr {
-			cr[j] = alpha * dot8(ar, b[j*ldb:][:k])
+		cr := c[i*ldc:][:n]
+		dots(cr, a[i*lda:][:k], b, ldb)
+		if alpha != 1 {
+			for j := range cr {
+				cr[j] *= alpha
+			}
 		}
 	}
 }
@@ -308,7 +311,8 @@ func prodNN(useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb in
 	for i := 0; i < m; i++ {
 		cr := c[i*ldc:][:n]
 		if !acc {
-			clear(cr)
+			wsum(cr, b, ldb, a[i*lda:][:k])
+			continue
 		}
 		for p, x := range a[i*lda:][:k] {
 			if x != 0 {
@@ -367,6 +371,21 @@ func dot8(a, b []float32) float32 {
 		s[0] += a[i] * b[i]
 	}
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
+// dotsGo is dots in Go: out[s] = q·k[s*ldk:][:len(q)].
+func dotsGo(out, q, k []float32, ldk int) {
+	for s := range out {
+		out[s] = dot8(q, k[s*ldk:][:len(q)])
+	}
+}
+
+// wsumGo is wsum in Go: out = Σ_s w[s]·v[s*ldv:][:len(out)].
+func wsumGo(out, v []float32, ldv int, w []float32) {
+	clear(out)
+	for s, x := range w {
+		axpy(out, v[s*ldv:][:len(out)], x)
+	}
 }
 
 // axpy: y += a·x.
@@ -522,7 +541,7 @@ func (b *Backend) gqAttentionDecode(out, cache, q, k, v []float32, pos []int32, 
 	b.dec = decArgs{out: out, cache: cache, q: q, pos: pos, B: B, maxT: maxT, NH: NH, KVH: KVH, HD: HD, scale: scale}
 	j := b.newJob(kGQAttentionDecode)
 	j.d = &b.dec
-	j.sc = b.scratchFor(maxT)
+	j.sc = b.scratchFor(maxT + HD)
 	// a fork costs a few µs: split only when each core gets real work
 	grain := B * NH
 	if work >= 1<<14 {
@@ -536,25 +555,27 @@ func kGQAttentionDecode(j *job, chunk, lo, hi int) {
 	NH, HD, maxT := d.NH, d.HD, d.maxT
 	kd := d.KVH * HD
 	group := NH / d.KVH
+	sc := j.sc[chunk]
+	qs := sc[maxT : maxT+HD] // the query times scale
 	for bh := lo; bh < hi; bh++ {
 		bb, h := bh/NH, bh%NH
 		g := h / group
 		p := int(d.pos[bb])
-		qh := d.q[bh*HD:][:HD]
-		rows := d.cache[bb*maxT*2*kd+g*HD:]
-		w := j.sc[chunk][:p+1]
-		for s := range w {
-			w[s] = d.scale * dot8(qh, rows[s*2*kd:][:HD])
+		for i, x := range d.q[bh*HD:][:HD] {
+			qs[i] = x * d.scale
 		}
+		rows := d.cache[bb*maxT*2*kd+g*HD:]
+		w := sc[:p+1]
+		dots(w, qs, rows, 2*kd)
 		maxv := w[0]
 		for _, x := range w[1:] {
 			maxv = max(maxv, x)
 		}
 		inv := 1 / expShift(w, maxv)
 		o := d.out[bh*HD:][:HD]
-		clear(o)
-		for s, x := range w {
-			axpy(o, rows[s*2*kd+kd:][:HD], x*inv)
+		wsum(o, rows[kd:], 2*kd, w)
+		for i := range o {
+			o[i] *= inv
 		}
 	}
 }
