@@ -66,6 +66,8 @@ type Backend struct {
 	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
 	ones    []float32      // all ones, for bias gradients as a matmul
 	job     job            // the kernel being dispatched (see pool.go)
+	dec     decArgs        // a decoder kernel's arguments (fast_decoder.go)
+	decD    []float32      // attention backward's score gradients, grown on demand
 }
 
 var _ gpu.Backend = (*Backend)(nil)

@@ -86,12 +86,12 @@ type Config struct {
 
 	// Sliding-window attention. Mistral applies SlidingWindow (when non-zero)
 	// to every layer; qwen2/qwen3 only when UseSlidingWindow, to the layers
-	// LayerTypes marks "sliding_attention" (by default those with index >=
-	// MaxWindowLayers). Use SlidingWindowAt.
+	// LayerTypes marks "sliding_attention" (without LayerTypes, those with
+	// index >= MaxWindowLayers). Use SlidingWindowAt.
 	SlidingWindow    int // 0: none
 	UseSlidingWindow bool
 	MaxWindowLayers  int
-	LayerTypes       []string // "full_attention" or "sliding_attention" per layer; nil for llama/mistral
+	LayerTypes       []string // "full_attention" or "sliding_attention" per layer, if config.json lists them
 
 	// DType is the weights' dtype as config.json names it ("float32",
 	// "bfloat16", "float16"), from "dtype" (transformers v5) or
@@ -106,6 +106,7 @@ type Config struct {
 func NewConfig(modelType string) (Config, error) {
 	c, err := parseConfig([]byte(`{"model_type":` + jsonString(modelType) + `}`))
 	c.raw = nil // built in code: MarshalJSON writes every field
+	c.Architectures = []string{archName(modelType)}
 	return c, err
 }
 
@@ -485,24 +486,8 @@ func (c *Config) parseSliding(r rawConfig, d defaults) error {
 		if err := json.Unmarshal(v, &c.LayerTypes); err != nil {
 			return cfgErr("field layer_types: want a list of strings, got %s", short(v))
 		}
-		return nil
 	}
-	c.LayerTypes = c.defaultLayerTypes()
 	return nil
-}
-
-func (c *Config) defaultLayerTypes() []string {
-	if c.NumHiddenLayers < 0 || c.NumHiddenLayers > maxLayers {
-		return nil // Validate reports it
-	}
-	lt := make([]string, c.NumHiddenLayers)
-	for i := range lt {
-		lt[i] = "full_attention"
-		if c.SlidingWindow != 0 && i >= c.MaxWindowLayers {
-			lt[i] = "sliding_attention"
-		}
-	}
-	return lt
 }
 
 // Bounds that keep every size product well inside int64 and a model of
@@ -642,7 +627,13 @@ func (c Config) SlidingWindowAt(l int) int {
 	case Mistral:
 		return c.SlidingWindow
 	case Qwen2, Qwen3:
-		if c.UseSlidingWindow && l >= 0 && l < len(c.LayerTypes) && c.LayerTypes[l] == "sliding_attention" {
+		if !c.UseSlidingWindow || l < 0 {
+			return 0
+		}
+		if c.LayerTypes == nil && l >= c.MaxWindowLayers {
+			return c.SlidingWindow
+		}
+		if l < len(c.LayerTypes) && c.LayerTypes[l] == "sliding_attention" {
 			return c.SlidingWindow
 		}
 	}
