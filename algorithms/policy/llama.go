@@ -347,7 +347,14 @@ func (m *Llama) makeViews(buf gpu.Buffer) (lviews, error) {
 // N(0, initializer_range), biases 0, norm gains 1.
 func (m *Llama) initRandom(seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	host := make([]float32, m.nparams)
+	// host memory is filled in place (no second copy of a large model)
+	var host []float32
+	h, inPlace := m.params.(hostData)
+	if inPlace {
+		host = h.Data()[:m.nparams]
+	} else {
+		host = make([]float32, m.nparams)
+	}
 	off := 0
 	std := m.arch.initStd
 	if std <= 0 {
@@ -356,6 +363,8 @@ func (m *Llama) initRandom(seed uint64) error {
 	for k, kd := range m.kinds {
 		x := host[off : off+m.sizes[k]]
 		switch kd.init {
+		case initZero:
+			clear(x)
 		case initOne:
 			for i := range x {
 				x[i] = 1
@@ -366,6 +375,10 @@ func (m *Llama) initRandom(seed uint64) error {
 			}
 		}
 		off += len(x)
+	}
+	if inPlace {
+		m.wver++
+		return m.be.Sync()
 	}
 	return m.SetWeights(host)
 }
