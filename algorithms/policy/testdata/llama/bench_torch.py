@@ -21,13 +21,19 @@ that benchmark's. Usage:
 """
 
 import math
+import os
 import resource
 import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+# OpenMP workers spin while they wait by default, which on a shared machine
+# burns CPU time that tokens/cpu-s would charge to the model; Go's workers
+# park instead. Set before torch loads its OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 SHAPES = {
     # vocab, hidden, intermediate, layers, heads, kv heads, head_dim, theta, eps, qkv bias
