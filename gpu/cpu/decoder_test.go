@@ -136,6 +136,7 @@ var decCases = []decCase{
 		gb, ub, do := e.buf(gate), e.buf(up), e.buf(randf(r, N, 1))
 		e.be.SwiGLUForward(out, gb, ub, N)
 		dg, du := e.buf(randf(r, N, 1)), e.buf(randf(r, N, 1))
+		e.be.Zero(du)
 		e.be.SwiGLUBackward(dg, du, do, gb, ub, N)
 		dg2, du2 := e.buf(randf(r, N, 1)), e.buf(randf(r, N, 1))
 		e.be.Zero(dg2)
