@@ -172,6 +172,7 @@ func main() {
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
 		wg.Add(1)
+		o.ActorPrefix = c.ID + "/"
 		go func(c cell, o recipe.Options) {
 			defer wg.Done()
 			defer func() { <-sem }()

@@ -83,6 +83,9 @@ type Options struct {
 	// Backend is the policies' compute backend: "auto" (follow the
 	// placement), "cpu" or "cuda" (agent.Config.Backend).
 	Backend string
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
 
 	OutDir   string
 	Progress io.Writer `json:"-"` // progress bar (nil: none)
@@ -252,7 +255,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
 	}
