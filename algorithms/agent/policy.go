@@ -35,8 +35,7 @@ import (
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
-	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/cuda"
 )
 
 // TypeName is the actor type name the policy actor is registered under.
@@ -85,6 +84,11 @@ type Config struct {
 	// Checkpoint, if set, loads the model (shape and weights) from this
 	// safetensors file instead of initialising it; Model is then ignored.
 	Checkpoint string
+	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
+	// With auto the actor computes on the GPU it was placed on (CUDA on a
+	// real GPU, the CPU metered against a simulated one) and on the CPU
+	// when it was given none. Scripts fill it from TROUPE_BACKEND.
+	Backend string
 }
 
 // Policy is the policy actor: a GPT with its tokenizer and optimiser.
@@ -94,8 +98,9 @@ type Policy struct {
 	model *policy.Model
 	tok   *policy.CharTokenizer
 	alpha string
-	gen   int64 // tokens generated, for throughput reports
-	train int64 // tokens trained on
+	where string // the backend and why, e.g. "cuda:0 (NVIDIA A100, sm_80)"
+	gen   int64  // tokens generated, for throughput reports
+	train int64  // tokens trained on
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).
@@ -130,20 +135,24 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
 	}
-	// On a GPU the actor was placed on, the backend's busy time drives the
-	// GPU's simulated utilization (see gpu.BindActorBackend).
-	var be gpu.Backend = cpu.New()
+	// The backend follows the placement: CUDA on a real GPU, the CPU metered
+	// against a simulated one (its busy time drives the GPU's simulated
+	// utilization), the CPU otherwise. A GPU that cannot be used is an
+	// error, never a silent fallback.
+	var pl cuda.Placement
 	if info, ok := actors.Self(ctx); ok {
-		name := info.Name
-		if name == "" {
-			name = info.ID
+		pl = cuda.Placement{Node: info.Node, Actor: info.Name, GPUs: info.GPUs, UUIDs: info.GPUUUIDs, Simulated: info.SimulatedGPUs}
+		if pl.Actor == "" {
+			pl.Actor = info.ID
 		}
-		be = gpu.BindActorBackend(be, info.Node, info.GPUs, name)
+	}
+	be, where, err := cuda.ForPlacement(pl, cfg.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy %q: compute backend: %w", ErrConfig, cfg.Name, err)
 	}
 	var (
 		m    *policy.Model
 		meta map[string]string
-		err  error
 	)
 	if cfg.Checkpoint != "" {
 		m, meta, err = policy.LoadFile(cfg.Checkpoint, be)
@@ -174,7 +183,7 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 		return nil, fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.Config().Vocab, tok.Vocab())
 	}
 	m.Optim = cfg.Optim
-	return &Policy{cfg: cfg, model: m, tok: tok, alpha: cfg.Alphabet}, nil
+	return &Policy{cfg: cfg, model: m, tok: tok, alpha: cfg.Alphabet, where: where}, nil
 }
 
 // Model returns the policy's model (for in-process use, e.g. tests).
@@ -595,6 +604,9 @@ type WeightStats struct {
 	GenTokens int64   // tokens generated so far
 	TrainTok  int64   // tokens run through training forward/backward passes
 	Model     policy.Config
+	// Backend is the compute backend the actor runs and why, e.g.
+	// "cuda:0 (NVIDIA H100, sm_90)" or "cpu metered as simulated GPU 3".
+	Backend string
 }
 
 // Weights reports the parameter count, norm and counters.
@@ -608,5 +620,5 @@ func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
 		ss += float64(x) * float64(x)
 	}
 	return WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Norm: math.Sqrt(ss), Steps: p.model.Steps(),
-		GenTokens: p.gen, TrainTok: p.train, Model: p.model.Config()}, nil
+		GenTokens: p.gen, TrainTok: p.train, Model: p.model.Config(), Backend: p.where}, nil
 }

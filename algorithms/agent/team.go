@@ -36,6 +36,12 @@ type TeamConfig struct {
 	// RoleOptions are added to SpawnOptions for the policy of one name
 	// ("shared" or a role), e.g. a different resource or GPU count per role.
 	RoleOptions map[string][]actors.Option
+	// Named names every policy actor NamePrefix+policy name (e.g.
+	// "planner"), so that the dashboard, troupe gpus and GetActor show and
+	// find it by role; names are unique within a job, so teams spawned side
+	// by side in one job need distinct prefixes.
+	Named      bool
+	NamePrefix string
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -78,6 +84,9 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
 		pc.Checkpoint = cfg.Checkpoints[name]
 		opts := append(slices.Clip(cfg.SpawnOptions), cfg.RoleOptions[name]...)
+		if cfg.Named {
+			opts = append(opts, actors.Name(cfg.NamePrefix+name))
+		}
 		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
 		if err != nil {
 			t.Kill(context.Background())

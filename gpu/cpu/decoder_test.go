@@ -136,6 +136,7 @@ var decCases = []decCase{
 		gb, ub, do := e.buf(gate), e.buf(up), e.buf(randf(r, N, 1))
 		e.be.SwiGLUForward(out, gb, ub, N)
 		dg, du := e.buf(randf(r, N, 1)), e.buf(randf(r, N, 1))
+		e.be.Zero(du)
 		e.be.SwiGLUBackward(dg, du, do, gb, ub, N)
 		dg2, du2 := e.buf(randf(r, N, 1)), e.buf(randf(r, N, 1))
 		e.be.Zero(dg2)
@@ -514,5 +515,53 @@ func TestDotsWsum(t *testing.T) {
 			}
 			assertClose(t, fmt.Sprintf("wsum hd=%d n=%d", hd, n), out, ref, 1e-5)
 		}
+	}
+}
+
+// A training or decoding step runs these ops hundreds of times: in steady
+// state the fast kernels allocate nothing.
+func TestDecoderOpsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	be := New()
+	e := env{t, be}
+	r := rand.New(rand.NewPCG(6, 6))
+	const B, T, NH, KVH, HD, C, I = 2, 40, 6, 2, 16, 24, 40
+	N, nq, nk := B*T, B*T*NH*HD, B*T*KVH*HD
+	x, out, rstd, w := e.buf(randf(r, N*C, 1)), e.buf(make([]float32, N*C)), e.buf(make([]float32, N)), e.buf(randf(r, C, 1))
+	din, dw := e.buf(make([]float32, N*C)), e.buf(make([]float32, C))
+	q, k, v, att, o := e.buf(randf(r, nq, 1)), e.buf(randf(r, nk, 1)), e.buf(randf(r, nk, 1)), e.buf(make([]float32, B*NH*T*T)), e.buf(make([]float32, nq))
+	dq, dk, dv := e.buf(make([]float32, nq)), e.buf(make([]float32, nk)), e.buf(make([]float32, nk))
+	cos, sin := ropeTables(T, HD)
+	cb, sb := e.buf(cos), e.buf(sin)
+	pos := make([]int32, N)
+	for i := range pos {
+		pos[i] = int32(i % T)
+	}
+	pb, dpb := e.ints(pos), e.ints([]int32{3, T - 1})
+	g, u, h := e.buf(randf(r, N*I, 1)), e.buf(randf(r, N*I, 1)), e.buf(make([]float32, N*I))
+	cache := e.buf(make([]float32, B*T*2*KVH*HD))
+	tok, wte := e.ints(randTok(r, N, 7)), e.buf(randf(r, 7*C, 1))
+	step := func() {
+		be.EmbedForward(out, tok, wte, N, C, 7)
+		be.EmbedBackward(wte, out, tok, N, C, 7)
+		be.RMSNormForward(out, rstd, x, w, N, C, 1e-6)
+		be.RMSNormBackward(din, dw, out, x, w, rstd, N, C)
+		be.RopeForward(q, pb, cb, sb, N, NH, HD, T)
+		be.RopeBackward(dq, pb, cb, sb, N, NH, HD, T)
+		be.GQAttentionForward(o, att, q, k, v, B, T, NH, KVH, HD, 0.25)
+		be.Zero(dk)
+		be.GQAttentionBackward(dq, dk, dv, o, q, k, v, att, B, T, NH, KVH, HD, 0.25)
+		be.GQAttentionDecode(o, cache, q, k, v, dpb, B, T, NH, KVH, HD, 0.25)
+		be.SwiGLUForward(h, g, u, N*I)
+		be.SwiGLUBackward(g, u, h, g, u, N*I)
+	}
+	step()
+	if n := testing.AllocsPerRun(20, step); n != 0 {
+		t.Errorf("%v allocations per step", n)
+	}
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
 	}
 }

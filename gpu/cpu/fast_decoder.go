@@ -226,6 +226,8 @@ func (b *Backend) swiGLUForward(out, gate, up []float32, N int) {
 
 func kSwiGLUForward(j *job, _, lo, hi int) {
 	out, gate, up := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
+	v := swigluFwdVec(out, gate, up)
+	out, gate, up = out[v:], gate[v:], up[v:]
 	var e [swigluBlock]float32
 	for len(gate) > 0 {
 		m := min(len(gate), swigluBlock)
@@ -258,6 +260,8 @@ func b2i(x bool) int {
 func kSwiGLUBackward(j *job, _, lo, hi int) {
 	dgate, dup, dout, gate, up := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi], j.f[3][lo:hi], j.f[4][lo:hi]
 	setG, setU := j.n[0] == 1, j.n[1] == 1
+	v := swigluBwdVec(dgate, dup, dout, gate, up, setG, setU)
+	dgate, dup, dout, gate, up = dgate[v:], dup[v:], dout[v:], gate[v:], up[v:]
 	var e [swigluBlock]float32
 	for len(gate) > 0 {
 		m := min(len(gate), swigluBlock)

@@ -8,7 +8,7 @@
 // device and the CPU backend (gpu/cpu) otherwise, with a one-line reason.
 //
 // No machine of the project has a GPU, so the kernels are verified on the
-// CPU: emu/cuda_emu.h is a small CUDA emulation layer under which the same,
+// CPU: emu/csrc/cuda_emu.h is a small CUDA emulation layer under which the same,
 // unchanged .cu files compile with g++ and run one OS thread per CUDA
 // thread; the test behind the `cudaemu` build tag runs the whole Backend on
 // it and compares every op with gpu/cpu's reference kernels. The `cudagpu`

@@ -9,7 +9,7 @@ import (
 
 // newFakeDriverBackend runs the production driver code (driver.go: purego
 // bindings, PTX module loading, cuLaunchKernel argument arrays) against the
-// fake libcuda in the emulator library (emu/fake_libcuda.cpp).
+// fake libcuda in the emulator library (emu/csrc/fake_libcuda.cpp).
 func newFakeDriverBackend(t *testing.T) *Backend {
 	t.Helper()
 	loadEmu(t)

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 // ErrCheckpoint reports weights that cannot be read: a malformed
@@ -443,13 +444,33 @@ func (c *Checkpoint) Close() error {
 	return first
 }
 
+// littleEndian: the host's byte order is the format's, so aligned data
+// can be used in place.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// aligned reports whether b's data may be viewed as elements of size n.
+func aligned(b []byte, n uintptr) bool {
+	return len(b) > 0 && littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%n == 0
+}
+
 func decodeF32(dst []float32, src []byte) {
+	if aligned(src, 4) {
+		copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(src))), len(dst)))
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}
 }
 
 func decodeBF16(dst []float32, src []byte) {
+	if aligned(src, 2) {
+		u := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(src))), len(dst))
+		for i, v := range u {
+			dst[i] = math.Float32frombits(uint32(v) << 16)
+		}
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
 	}
@@ -457,6 +478,13 @@ func decodeBF16(dst []float32, src []byte) {
 
 func decodeF16(dst []float32, src []byte) {
 	tab := f16Table()
+	if aligned(src, 2) {
+		u := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(src))), len(dst))
+		for i, v := range u {
+			dst[i] = tab[v]
+		}
+		return
+	}
 	for i := range dst {
 		dst[i] = tab[binary.LittleEndian.Uint16(src[2*i:])]
 	}
@@ -490,4 +518,23 @@ func f16ToF32(h uint16) float32 {
 		f = -f
 	}
 	return f
+}
+
+// OpenModel loads a model directory's config.json and opens its weights,
+// checking that they are exactly the tensors the config implies (see
+// CheckTensors; ignorable extras are allowed).
+func OpenModel(dir string) (Config, *Checkpoint, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	ck, err := Open(dir)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	if err := CheckTensors(cfg, ck).Err(); err != nil {
+		ck.Close()
+		return Config{}, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return cfg, ck, nil
 }

@@ -338,3 +338,54 @@ func FuzzSafetensorsHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestUnalignedTensors: tensors at offsets that are not a multiple of
+// their element size decode the same as aligned ones.
+func TestUnalignedTensors(t *testing.T) {
+	vals := []float32{1.5, -2.25, 3e-3, 65504}
+	header := `{"pad":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},` +
+		`"f32":{"dtype":"F32","shape":[4],"data_offsets":[1,17]},` +
+		`"bf16":{"dtype":"BF16","shape":[4],"data_offsets":[17,25]},` +
+		`"f16":{"dtype":"F16","shape":[4],"data_offsets":[25,33]}}`
+	file := rawFile(header, 0)
+	body := []byte{0}
+	for _, v := range vals {
+		body = binary.LittleEndian.AppendUint32(body, math.Float32bits(v))
+	}
+	for _, v := range vals {
+		body = binary.LittleEndian.AppendUint16(body, f32ToBF16(v))
+	}
+	for _, v := range vals {
+		body = binary.LittleEndian.AppendUint16(body, f32ToF16(v))
+	}
+	path := filepath.Join(t.TempDir(), "u.safetensors")
+	for shift := 0; shift < 4; shift++ {
+		// shift the whole data section by one byte via the header padding
+		h := header + strings.Repeat(" ", shift)
+		file = append(rawFile(h, 0), body...)
+		os.WriteFile(path, file, 0o644)
+		ck, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"f32", "bf16", "f16"} {
+			got := make([]float32, 4)
+			if err := ck.ReadF32(name, []int{4}, got); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range vals {
+				want := v
+				if name == "bf16" {
+					want = math.Float32frombits(uint32(f32ToBF16(v)) << 16)
+				}
+				if name == "f16" {
+					want = f16ToF32(f32ToF16(v))
+				}
+				if got[i] != want {
+					t.Errorf("shift %d %s[%d] = %v want %v", shift, name, i, got[i], want)
+				}
+			}
+		}
+		ck.Close()
+	}
+}

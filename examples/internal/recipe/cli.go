@@ -53,6 +53,12 @@ func Main(prog, doc string, o Options) {
 		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
 		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory evolution")
 	}
+	fs.Float64Var(&o.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := os.Getenv("TROUPE_BACKEND")
+	if backend == "" {
+		backend = "auto"
+	}
+	fs.StringVar(&o.Backend, "backend", backend, "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))

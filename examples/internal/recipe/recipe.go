@@ -27,6 +27,7 @@ import (
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
 	"troupe/examples/internal/plot"
+	"troupe/runtime"
 )
 
 // HeldOutSeed is the first of the fixed held-out evaluation seeds: episodes
@@ -75,6 +76,16 @@ type Options struct {
 	EvalTemp     float32 // sampling temperature of evaluation (0: 1, on-policy)
 	EvalEvery    int     // steps between mid-training evaluations (0: start and end only)
 	CkptEvery    int     // steps between checkpoints (0: end only)
+
+	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
+	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
+	GPUsPerPolicy float64
+	// Backend is the policies' compute backend: "auto" (follow the
+	// placement), "cpu" or "cuda" (agent.Config.Backend).
+	Backend string
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
 
 	OutDir   string
 	Progress io.Writer `json:"-"` // progress bar (nil: none)
@@ -238,8 +249,16 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Epochs:       o.Epochs,
 		MaxNewTokens: maxNew,
 		Temperature:  o.SampleTemp,
+		Backend:      o.Backend,
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
+	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
+	if err != nil {
+		return res, err
+	}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
+	if gpus > 0 {
+		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
+	}
 	if o.Init != "" {
 		tc.Checkpoints = map[string]string{}
 		names := []string{rl.SharedName}
@@ -265,6 +284,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		res.Params = w.Params
 	}
 	logf("%s: %d policy actor(s) %v, %d params each (L%d C%d ctx %d), roles %v", o.Name, len(ws), team.Names, res.Params, o.Layers, o.Width, ctxLen, roles)
+	logf("%s", placements(ctx, team, ws))
 
 	if o.OutDir != "" {
 		if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
@@ -542,4 +562,47 @@ func Replot(dir, title string) error {
 		}
 	}
 	return writePlot(filepath.Join(dir, "curves.png"), title, hist, evals)
+}
+
+// policyGPUs resolves Options.GPUsPerPolicy: a negative value means one GPU
+// per policy when the cluster has any GPU and none otherwise, so a script
+// run against a GPU cluster places its policies on GPUs with no flag.
+func policyGPUs(ctx context.Context, rt actors.Runtime, want float64) (float64, error) {
+	if want >= 0 {
+		return want, nil
+	}
+	sr, ok := rt.(interface {
+		Status(context.Context) (runtime.Status, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	st, err := sr.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cluster status (to choose --gpus-per-policy): %w", err)
+	}
+	for _, n := range st.Nodes {
+		if n.State != "dead" && n.Total.GPUs > 0 {
+			return 1, nil
+		}
+	}
+	return 0, nil
+}
+
+// placements is one line saying where each policy computes, e.g.
+// "placement: planner cpu metered as simulated GPU 0 on node n1 GPU [0]; ...".
+func placements(ctx context.Context, team *agent.Team, ws map[string]agent.WeightStats) string {
+	where, _ := team.Placements(ctx)
+	var parts []string
+	for _, name := range team.Names {
+		p := name + " " + ws[name].Backend
+		if info, ok := where[name]; ok && info.Node != "" {
+			p += " on node " + info.Node
+			if len(info.GPUs) > 0 {
+				p += fmt.Sprintf(" GPU %v", info.GPUs)
+			}
+		}
+		parts = append(parts, p)
+	}
+	return "placement: " + strings.Join(parts, "; ")
 }

@@ -342,7 +342,8 @@ def write_case(name, c, dtype, T, shards, seed):
     tokens = torch.randint(0, V, (B, T), generator=gen)
     for b, n in enumerate(lengths):
         tokens[b, n:] = pad
-    w = torch.rand(B, T - 1, generator=gen, dtype=torch.float64)
+    # rounded to float32 first: the stored weights are exactly the ones used
+    w = torch.rand(B, T - 1, generator=gen, dtype=torch.float64).float().double()
     for b, n in enumerate(lengths):
         w[b, n - 1:] = 0
 
