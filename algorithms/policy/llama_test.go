@@ -261,7 +261,11 @@ func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 	oldBudget := prefillBudget
 	defer func() { prefillBudget = oldBudget }()
 	for name, cfg := range tinyVariants(t) {
-		for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference(), plainDecoder{cpu.New()}} {
+		backends := []gpu.Backend{cpu.New()}
+		if name == "qwen3-qknorm" { // the other backends once, on the variant with the most ops
+			backends = append(backends, cpu.NewReference(), plainDecoder{cpu.New()})
+		}
+		for _, be := range backends {
 			m := mustLlama(t, be, cfg, 21)
 			perturb(t, m, 22, 0.3)
 			m.DecodeTransposed = true // until round 5
