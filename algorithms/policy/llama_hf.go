@@ -188,9 +188,18 @@ func (m *Llama) SaveAs(dir string, opts hf.SaveOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("policy: save %s: %w", dir, err)
 	}
-	w, err := m.Weights()
-	if err != nil {
-		return err
+	var w []float32
+	if h, ok := m.params.(hostData); ok {
+		// host memory: written straight from the weights, no second copy
+		if err := m.be.Sync(); err != nil {
+			return fmt.Errorf("policy: save %s: %w", dir, err)
+		}
+		w = h.Data()[:m.nparams]
+	} else {
+		var err error
+		if w, err = m.Weights(); err != nil {
+			return err
+		}
 	}
 	ts, err := m.tensors(w)
 	if err != nil {
