@@ -199,7 +199,10 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 		return nil, nil
 	}
 	var pairs [][2]string
-	if err := json.Unmarshal(raw, &pairs); err == nil {
+	if t := bytes.TrimLeft(bytes.TrimSpace(raw)[1:], " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		if err := json.Unmarshal(raw, &pairs); err != nil {
+			return nil, fmt.Errorf("%w: model.merges: %v", ErrFormat, err)
+		}
 		return pairs, nil
 	}
 	var lines []string

@@ -195,7 +195,7 @@ func gpt2At(s string, i int) int {
 	return -1
 }
 
-// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at i (s[i] == '\''),
+// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at i (s[i] == '\”),
 // returning the end or -1. Case folding maps U+017F (long s) to s as well.
 func contraction(s string, i int) int {
 	r1, w1 := runeAt(s, i+1)

@@ -69,7 +69,9 @@ type piece struct {
 }
 
 // preTokenizer splits pieces into smaller ones.
-type preTokenizer interface{ split(dst []piece, p piece) []piece }
+type preTokenizer interface {
+	split(dst []piece, p piece) []piece
+}
 
 // behavior is tokenizers' SplitDelimiterBehavior.
 type behavior int
@@ -225,7 +227,9 @@ func (mp metaspacePre) split(dst []piece, p piece) []piece {
 
 // decodeStep is one decoder of the chain. Tokens are byte strings: they may
 // hold invalid UTF-8 once a ByteLevel or ByteFallback step has run.
-type decodeStep interface{ decode(tokens []string) []string }
+type decodeStep interface {
+	decode(tokens []string) []string
+}
 
 // byteLevelDec maps each token's characters back to bytes and joins them. A
 // token with a character outside the map (an added token such as " <x>")
