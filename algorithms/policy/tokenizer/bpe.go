@@ -193,6 +193,9 @@ func (m *bpe) mergeSimple(syms []int32) []int32 {
 // list of symbols and a heap of candidate pairs, stale entries skipped.
 func (m *bpe) mergeHeap(syms []int32) []int32 {
 	n := len(syms)
+	if n < 2 {
+		return syms
+	}
 	prev := make([]int, n)
 	next := make([]int, n)
 	alive := make([]bool, n)
@@ -276,8 +279,8 @@ func newBPE(vocab map[string]int32, merges [][2]string, prefix string) (*bpe, er
 		}
 		maxID = max(maxID, id)
 	}
-	if maxID >= 1<<24 {
-		return nil, fmt.Errorf("%w: model.vocab: id %d is implausibly large", ErrFormat, maxID)
+	if int(maxID) >= sparseLimit(len(vocab)) {
+		return nil, fmt.Errorf("%w: model.vocab: ids are sparse (largest %d for %d tokens)", ErrFormat, maxID, len(vocab))
 	}
 	m.tokens = make([]string, maxID+1)
 	for tok, id := range vocab {
@@ -318,3 +321,7 @@ func newBPE(vocab map[string]int32, merges [][2]string, prefix string) (*bpe, er
 	}
 	return m, nil
 }
+
+// sparseLimit bounds the ids of a vocabulary of n tokens, so that a
+// corrupt file cannot make the id tables huge. Real vocabularies are dense.
+func sparseLimit(n int) int { return 2*n + 1<<16 }

@@ -78,16 +78,16 @@ type addedJSON struct {
 }
 
 type modelJSON struct {
-	Type                    string           `json:"type"`
-	Vocab                   map[string]int32 `json:"vocab"`
-	Merges                  json.RawMessage  `json:"merges"`
-	Dropout                 *float64         `json:"dropout"`
-	UnkToken                *string          `json:"unk_token"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
-	FuseUnk                 bool             `json:"fuse_unk"`
-	ByteFallback            bool             `json:"byte_fallback"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
+	Type                    string          `json:"type"`
+	Vocab                   json.RawMessage `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	FuseUnk                 bool            `json:"fuse_unk"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
 }
 
 type typed struct {
@@ -99,6 +99,13 @@ type typed struct {
 func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
+		// Say which model a file of an unsupported kind has, if it does.
+		var probe struct {
+			Model *typed `json:"model"`
+		}
+		if json.Unmarshal(tokenizerJSON, &probe) == nil && probe.Model != nil && probe.Model.Type != "" && probe.Model.Type != "BPE" {
+			return nil, fmt.Errorf("%w: tokenizer model %q (only BPE)", ErrUnsupported, probe.Model.Type)
+		}
 		return nil, fmt.Errorf("%w: tokenizer.json: %v", ErrFormat, err)
 	}
 	if f.Model == nil {
@@ -114,8 +121,12 @@ func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return nil, fmt.Errorf("%w: BPE dropout %v (it makes encoding random)", ErrUnsupported, *m.Dropout)
 	}
-	if m.Vocab == nil {
+	var vocab map[string]int32
+	if isNull(m.Vocab) {
 		return nil, fmt.Errorf("%w: model.vocab is missing", ErrFormat)
+	}
+	if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
+		return nil, fmt.Errorf("%w: model.vocab: %v", ErrFormat, err)
 	}
 	merges, err := parseMerges(m.Merges)
 	if err != nil {
@@ -125,7 +136,7 @@ func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 	if m.ContinuingSubwordPrefix != nil {
 		prefix = *m.ContinuingSubwordPrefix
 	}
-	model, err := newBPE(m.Vocab, merges, prefix)
+	model, err := newBPE(vocab, merges, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +145,7 @@ func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 	}
 	model.fuseUnk, model.byteFallback, model.ignoreMerges = m.FuseUnk, m.ByteFallback, m.IgnoreMerges
 	if m.UnkToken != nil && *m.UnkToken != "" {
-		id, ok := m.Vocab[*m.UnkToken]
+		id, ok := vocab[*m.UnkToken]
 		if !ok {
 			return nil, fmt.Errorf("%w: unk_token %q is not in the vocabulary", ErrFormat, *m.UnkToken)
 		}
@@ -151,7 +162,7 @@ func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 	t.vocabSize = len(model.tokens)
 	var toks []*addedToken
 	for i, a := range f.AddedTokens {
-		if a.ID == nil || *a.ID < 0 || *a.ID >= 1<<24 {
+		if a.ID == nil || *a.ID < 0 || int(*a.ID) >= sparseLimit(len(vocab)+len(f.AddedTokens)) {
 			return nil, fmt.Errorf("%w: added_tokens[%d] (%q) has no valid id", ErrFormat, i, a.Content)
 		}
 		at := &addedToken{id: *a.ID, content: a.Content, normalized: a.Content, singleWord: a.SingleWord,
