@@ -1,6 +1,9 @@
 package tokenizer
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/ardanlabs/jinja"
@@ -39,8 +42,11 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 
 // ApplyChatTemplateVars is ApplyChatTemplate with extra template variables,
 // the keyword arguments of apply_chat_template: enable_thinking (Qwen3),
-// date_string (Llama 3.x), tools (a list of JSON-like values), ... A
-// variable given here overrides the default of the same name.
+// date_string (Llama 3.x), tools, ... A variable given here overrides the
+// default of the same name. Values are bools, numbers, strings, []any and
+// map[string]any, or json.RawMessage: give tool schemas as raw JSON, since
+// their keys keep their order only that way (a Go map's keys are sorted,
+// while Python's dicts, and so transformers' |tojson, keep insertion order).
 func (t *Tokenizer) ApplyChatTemplateVars(messages []Message, addGenerationPrompt bool, vars map[string]any) (string, error) {
 	if t.chat == nil {
 		return "", ErrNoChatTemplate
@@ -55,21 +61,85 @@ func (t *Tokenizer) ApplyChatTemplateVars(messages []Message, addGenerationPromp
 	// environment has trim_blocks and lstrip_blocks and the globals
 	// raise_exception and strftime_now, which the jinja package provides
 	// by default.
-	data := map[string]any{
-		"messages":              msgs,
-		"add_generation_prompt": addGenerationPrompt,
-		"tools":                 nil,
-		"documents":             nil,
+	data := map[string]jinja.Value{
+		"messages":              jinja.FromGoValue(msgs),
+		"add_generation_prompt": jinja.NewBool(addGenerationPrompt),
+		"tools":                 jinja.None(),
+		"documents":             jinja.None(),
 	}
 	for k, v := range t.specialTokensVars {
-		data[k] = v
+		data[k] = jinja.FromGoValue(v)
 	}
 	for k, v := range vars {
-		data[k] = v
+		if raw, ok := v.(json.RawMessage); ok {
+			jv, err := jsonValue(raw)
+			if err != nil {
+				return "", fmt.Errorf("chat template variable %s: %w", k, err)
+			}
+			data[k] = jv
+			continue
+		}
+		data[k] = jinja.FromGoValue(v)
 	}
-	out, err := t.chat.Render(data)
+	out, err := t.chat.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// jsonValue converts JSON to a template value, keeping the order of object
+// keys.
+func jsonValue(raw []byte) (jinja.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	if _, err := dec.Token(); err == nil {
+		return jinja.Value{}, errors.New("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Value{}, err
+	}
+	switch tok := tok.(type) {
+	case json.Delim:
+		switch tok {
+		case '[':
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				items = append(items, v)
+			}
+			_, err := dec.Token() // ]
+			return jinja.NewList(items), err
+		case '{':
+			d := jinja.NewDict()
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				v, err := decodeValue(dec)
+				if err != nil {
+					return jinja.Value{}, err
+				}
+				d.AsDict().Set(k.(string), v)
+			}
+			_, err := dec.Token() // }
+			return d, err
+		}
+		return jinja.Value{}, fmt.Errorf("unexpected %v", tok)
+	default:
+		return jinja.FromGoValue(tok), nil // string, bool, nil, json.Number
+	}
 }

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -65,6 +66,14 @@ func TestChatQwen25(t *testing.T) {
 			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"},
 		{"tool results", []Message{{"user", "2+2?"}, {"tool", "4"}, {"tool", "four"}}, true, nil,
 			sys + "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>user\n<tool_response>\n4\n</tool_response>\n<tool_response>\nfour\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+		{"tools, keys in their order", []Message{{"user", "Weather in Paris?"}}, true,
+			map[string]any{"tools": json.RawMessage(`[{"type": "function", "function": {"name": "get_weather", "description": "Weather <now> & here",
+				"parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}}, "required": ["city"]}}}]`)},
+			"<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n" +
+				"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" +
+				`{"type": "function", "function": {"name": "get_weather", "description": "Weather <now> & here", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}}, "required": ["city"]}}}` +
+				"\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n" +
+				`{"name": <function-name>, "arguments": <args-json-object>}` + "\n</tool_call><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"},
 		{"whitespace kept", []Message{{"user", "  spaced \n"}}, false, nil,
 			sys + "<|im_start|>user\n  spaced \n<|im_end|>\n"},
 	})
@@ -188,6 +197,9 @@ func TestChatTemplateConfig(t *testing.T) {
 	}
 	if err := tok.SetChatTemplate(`{% if %}`); !errors.Is(err, ErrFormat) {
 		t.Errorf("bad template: %v", err)
+	}
+	if _, err := tok.ApplyChatTemplateVars(nil, false, map[string]any{"tools": json.RawMessage(`[1,`)}); err == nil {
+		t.Error("bad JSON variable accepted")
 	}
 	if tok, err = New(tj, Config{}); err != nil {
 		t.Fatal(err)
