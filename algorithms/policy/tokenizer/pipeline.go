@@ -101,6 +101,25 @@ func splitPieces(dst []piece, p piece, m matcher, b behavior, invert bool) []pie
 	if s == "" {
 		return dst
 	}
+	if b == isolated {
+		// The common case (every byte-level model), without the span list.
+		prev := 0
+		for i := 0; i < len(s); {
+			st, e := m.find(s, i)
+			if st < 0 {
+				break
+			}
+			if st > prev {
+				dst = append(dst, piece{s: s[prev:st], first: p.first && prev == 0})
+			}
+			dst = append(dst, piece{s: s[st:e], first: p.first && st == 0})
+			prev, i = e, e
+		}
+		if prev < len(s) {
+			dst = append(dst, piece{s: s[prev:], first: p.first && prev == 0})
+		}
+		return dst
+	}
 	var spans []span
 	prev := 0
 	for i := 0; i < len(s); {

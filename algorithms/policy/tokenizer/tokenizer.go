@@ -136,7 +136,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 // added tokens are split off the raw text, the rest is normalized, split
 // again by normalized added tokens, pre-tokenized and given to the model.
 func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
-	var pieces []piece
+	var pieces, next []piece
 	t.rawTrie.split(text, func(seg string, id int32, off int) {
 		if id >= 0 {
 			ids = append(ids, id)
@@ -152,11 +152,11 @@ func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
 			}
 			pieces = append(pieces[:0], piece{s: sub, first: off == 0 && off2 == 0})
 			for _, pt := range t.pre {
-				next := make([]piece, 0, len(pieces))
+				next = next[:0]
 				for _, p := range pieces {
 					next = pt.split(next, p)
 				}
-				pieces = next
+				pieces, next = next, pieces
 			}
 			for _, p := range pieces {
 				ids = t.model.tokenize(ids, p.s, t.byteLevel)

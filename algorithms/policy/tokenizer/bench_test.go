@@ -1,0 +1,51 @@
+package tokenizer
+
+import (
+	"strings"
+	"testing"
+)
+
+// benchText is mixed prose, code, numbers and CJK, about 6 KB.
+var benchText = strings.Repeat("The quick brown fox jumps over the lazy dog. It's 2024; we'll tokenize 3.14159 and 1,000,000 things.\n"+
+	"def f(x):\n    return [t for t in x.split() if t]  # comment\n你好，世界！这是一个测试。 👍🏽 naïve café\n\n", 25)
+
+func benchEncode(b *testing.B, style string, cold bool) {
+	tok := load(b, style)
+	n := len(tok.Encode(benchText, false))
+	b.SetBytes(int64(len(benchText)))
+	b.ResetTimer()
+	for b.Loop() {
+		if cold {
+			tok.model.cacheMu.Lock()
+			clear(tok.model.cache)
+			tok.model.cacheMu.Unlock()
+		}
+		tok.Encode(benchText, false)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkEncode encodes with the word cache warm, as in steady use;
+// BenchmarkEncodeCold clears it before each text, the peer that shows
+// what the cache buys.
+func BenchmarkEncode(b *testing.B) {
+	for _, style := range []string{"gpt2", "qwen2", "llama3"} {
+		b.Run(style, func(b *testing.B) { benchEncode(b, style, false) })
+	}
+}
+
+func BenchmarkEncodeCold(b *testing.B) {
+	for _, style := range []string{"gpt2", "qwen2", "llama3"} {
+		b.Run(style, func(b *testing.B) { benchEncode(b, style, true) })
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	tok := load(b, "llama3")
+	ids := tok.Encode(benchText, false)
+	b.SetBytes(int64(len(benchText)))
+	for b.Loop() {
+		tok.Decode(ids, false)
+	}
+	b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
