@@ -448,3 +448,53 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAddedTokens: an added token of any content and flags is found
+// without panics, and the text between added tokens survives.
+func FuzzAddedTokens(f *testing.F) {
+	base, err := os.ReadFile(filepath.Join("testdata", "gpt2", "tokenizer.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("<x>", uint8(0), "a<x>b <x> c<x>")
+	f.Add(" ab", uint8(7), "ab ab  ab")
+	f.Add("é", uint8(8), "éé e\u0301")
+	f.Fuzz(func(t *testing.T, content string, flags uint8, text string) {
+		if content == "" || !utf8.ValidString(content) {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(base, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["added_tokens"] = append(m["added_tokens"].([]any), map[string]any{"id": 700, "content": content,
+			"single_word": flags&1 != 0, "lstrip": flags&2 != 0, "rstrip": flags&4 != 0, "normalized": flags&8 != 0, "special": flags&16 != 0})
+		if flags&8 != 0 {
+			m["normalizer"] = map[string]any{"type": "NFC"}
+		}
+		data, _ := json.Marshal(m)
+		tok, err := New(data, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := tok.Encode(text, true)
+		for _, id := range ids {
+			if id < 0 || int(id) >= tok.Vocab() {
+				t.Fatalf("id %d", id)
+			}
+		}
+		got := tok.Decode(ids, false)
+		if flags&(2|4|8) == 0 && !strings.Contains(text, "<mask>") && isASCII(content) && got != text {
+			t.Fatalf("Decode(Encode(%q)) = %q with token %q", text, got, content)
+		}
+	})
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
