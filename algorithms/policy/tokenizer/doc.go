@@ -100,6 +100,5 @@
 // dependencies (a progress bar, a cache, a container library) that a
 // runtime does not need. What troupe needs, byte-level BPE and the
 // SentencePiece-style variant, is about two thousand lines (with comments)
-// written here
-// against the tokenizers source and a Python reference.
+// written here against the tokenizers source and a Python reference.
 package tokenizer
