@@ -100,6 +100,11 @@ func (t *Tokenizer) applyConfig(cfg Config) error {
 			}
 			id, ok := t.TokenID(tok)
 			if !ok {
+				if s.key == "pad_token" || s.key == "unk_token" {
+					// transformers would add it as a new token; a
+					// tokenizer without it works all the same.
+					continue
+				}
 				return fmt.Errorf("%w: tokenizer_config.json: %s %q is not a token", ErrFormat, s.key, tok)
 			}
 			*s.tok = tok

@@ -82,6 +82,11 @@ func TestSpecialTokens(t *testing.T) {
 	if e, _ := tok.EOS(); e != 661 {
 		t.Errorf("EOS from config.json = %d", e)
 	}
+	if tok, err = New(tj, Config{TokenizerConfig: []byte(`{"pad_token": "<pad>", "unk_token": "<unk>"}`)}); err != nil {
+		t.Errorf("unknown pad and unk tokens: %v", err)
+	} else if _, ok := tok.PAD(); ok {
+		t.Error("PAD of an unknown token")
+	}
 	if _, err := New(tj, Config{GenerationConfig: []byte(`{"eos_token_id": "x"}`)}); !errors.Is(err, ErrFormat) {
 		t.Errorf("bad eos_token_id: %v", err)
 	}
