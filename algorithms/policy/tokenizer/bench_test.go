@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -48,4 +50,51 @@ func BenchmarkDecode(b *testing.B) {
 		tok.Decode(ids, false)
 	}
 	b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkNewLarge loads a synthetic tokenizer.json the size of Qwen2's
+// (151k tokens and merges, about 7 MB).
+func BenchmarkNewLarge(b *testing.B) {
+	data := largeTokenizerJSON(150000)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := New(data, Config{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func largeTokenizerJSON(merges int) []byte {
+	rng := rand.New(rand.NewPCG(5, 6))
+	vocab := map[string]int{}
+	var toks []string
+	for b := range 256 {
+		vocab[byteChar[b]] = len(toks)
+		toks = append(toks, byteChar[b])
+	}
+	var ms [][2]string
+	for len(ms) < merges {
+		a, c := toks[rng.IntN(len(toks))], toks[rng.IntN(len(toks))]
+		if len(a)+len(c) > 24 {
+			continue
+		}
+		if _, dup := vocab[a+c]; dup {
+			continue
+		}
+		vocab[a+c] = len(toks)
+		toks = append(toks, a+c)
+		ms = append(ms, [2]string{a, c})
+	}
+	f := map[string]any{
+		"added_tokens":  []any{map[string]any{"id": len(toks), "content": "<|endoftext|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"Regex": Qwen2Pattern}, "behavior": "Isolated", "invert": false}, map[string]any{"type": "ByteLevel", "use_regex": false}}},
+		"decoder":       map[string]any{"type": "ByteLevel"},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": ms},
+	}
+	data, err := json.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
