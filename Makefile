@@ -16,10 +16,11 @@ test:
 	$(GO) test ./...
 
 # Regenerate the Llama/Qwen reference models and outputs that
-# algorithms/policy's tests compare against (plain PyTorch, Debian's
+# algorithms/policy's tests compare against, LoRA adapters included (plain PyTorch, Debian's
 # python3-torch; the outputs are committed so tests need no PyTorch).
 testdata-llama:
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen.py
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen_lora.py
 
 # The node image, FROM scratch, with the binary and the libraries ldd lists.
 image:

@@ -221,6 +221,9 @@ type Llama struct {
 	a    *lacts
 	rope *ropeTables
 
+	lr *loraState // adapters (lora.go); the base is frozen while it has any
+	la *loraActs
+
 	wver int
 	tw   *ltransposed
 }
@@ -500,6 +503,10 @@ func (m *Llama) Clone(be gpu.Backend) (*Llama, error) {
 		c.Free()
 		return nil, err
 	}
+	if err := m.cloneAdaptersTo(c); err != nil {
+		c.Free()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -517,6 +524,12 @@ func (m *Llama) Free() {
 	m.params, m.grads, m.mom, m.vel = nil, nil, nil, nil
 	m.freeActs()
 	m.freeTransposed()
+	if m.lr != nil {
+		for _, ad := range m.lr.order {
+			ad.free()
+		}
+		m.lr = nil
+	}
 	if m.rope != nil {
 		m.be.Free(m.rope.cos)
 		m.be.Free(m.rope.sin)
