@@ -141,7 +141,7 @@ func (m *Llama) freeTransposed() {
 // backend lacks the extension or DecodeTransposed is off.
 func (m *Llama) ensureTransposed() (*ltransposed, error) {
 	tb, ok := m.be.(gpu.MatmulTransposer)
-	if !ok || !m.DecodeTransposed {
+	if !ok || !m.DecodeTransposed || m.bf != nil { // BF16: no float32 copy of the weights
 		m.freeTransposed()
 		return nil, nil
 	}
@@ -200,7 +200,7 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	be, p, ar := m.be, &m.pv, &m.arch
 	B := d.B
-	C, V, I, NH, KVH, HD := ar.C, ar.V, ar.I, ar.NH, ar.KVH, ar.HD
+	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD := NH*HD, KVH*HD
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	mm := func(out, inp, w, wT, bias gpu.Buffer, C, OC int) {
@@ -213,12 +213,12 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	rope := m.rope
 	be.UploadInt(d.tok, d.hostTok)
 	be.UploadInt(d.pos, d.hostPos)
-	be.EmbedForward(d.x, d.tok, p.all[kEmbed], B, C, V)
+	m.embedForward(d.x, d.tok, d.hostTok, B)
 	m.setGroups(d.rows, 1)
 	lf := func(l, t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
 	var tq, tk, tv, to, tg, tu, td, th gpu.Buffer
 	for l := range p.layers {
-		lp := &p.layers[l]
+		lp := m.layerWeights(l)
 		if tw != nil {
 			t := &tw.layers[l]
 			tq, tk, tv, to, tg, tu, td = t.q, t.k, t.v, t.o, t.gate, t.up, t.down
@@ -269,7 +269,7 @@ func (m *Llama) decodeHead(d *ldecode, headT gpu.Buffer) error {
 	if headT != nil {
 		be.(gpu.MatmulTransposer).MatmulForwardT(d.logits, d.ln, headT, nil, B, ar.C, ar.V)
 	} else {
-		be.MatmulForward(d.logits, d.ln, m.pv.head, nil, B, ar.C, ar.V)
+		m.headMatmul(d.logits, d.ln, B)
 	}
 	be.Download(d.hostLogits, d.logits)
 	if err := be.Sync(); err != nil {
@@ -474,7 +474,7 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 			if r.done {
 				continue
 			}
-			m.be.MatmulForward(lg, view(m.be, a.lnf, (b*T+len(r.seq)-1)*C, C), m.pv.head, nil, 1, C, V)
+			m.headMatmul(lg, view(m.be, a.lnf, (b*T+len(r.seq)-1)*C, C), 1)
 			m.be.Download(logits, lg)
 			if err := m.be.Sync(); err != nil {
 				return nil, err

@@ -302,15 +302,15 @@ func view(be gpu.Backend, b gpu.Buffer, off, n int) gpu.Buffer {
 // called after each layer's k and v are final (RoPE applied), to fill a KV
 // cache.
 func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buffer {
-	be, a, p, ar := m.be, m.a, &m.pv, &m.arch
-	C, V, I, NH, KVH, HD := ar.C, ar.V, ar.I, ar.NH, ar.KVH, ar.HD
+	be, a, ar := m.be, m.a, &m.arch
+	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD, N := NH*HD, KVH*HD, B*T
 	rope := m.rope // ensureRope(T) was called by the caller
 	scale := float32(1 / math.Sqrt(float64(HD)))
-	be.EmbedForward(a.x0, a.inputs, p.all[kEmbed], N, C, V)
+	m.embedForward(a.x0, a.inputs, a.hostIn[:N], N)
 	x := a.x0
 	for l := range a.layers {
-		la, lp := &a.layers[l], &p.layers[l]
+		la, lp := &a.layers[l], m.layerWeights(l)
 		be.RMSNormForward(la.ln1, la.r1, x, lp.attnNorm, N, C, ar.eps)
 		if ar.qkNorm {
 			be.MatmulForward(la.qr, la.ln1, lp.q, lp.qb, N, C, QD)
@@ -377,7 +377,7 @@ const (
 func (m *Llama) headChunk(c, r0, n, head int) {
 	be, a, C, V := m.be, m.a, m.arch.C, m.arch.V
 	lg := view(be, a.logits, 0, n*V)
-	be.MatmulForward(lg, view(be, a.lnf, r0*C, n*C), m.pv.head, nil, n, C, V)
+	m.headMatmul(lg, view(be, a.lnf, r0*C, n*C), n)
 	out := view(be, a.losses, r0, n)
 	if head == headCE {
 		be.CrossEntropyForward(out, lg, lg, a.targets[c], n, V)
@@ -419,7 +419,7 @@ func (m *Llama) headBackward(N, head int) {
 		} else {
 			be.LogProbBackward(dlg, lg, dl, a.targets[c], n, V)
 		}
-		be.MatmulBackward(view(be, a.bv.dl, r0*C, n*C), m.gv.head, nil, dlg, view(be, a.lnf, r0*C, n*C), m.pv.head, n, C, V)
+		m.headMatmulBackward(view(be, a.bv.dl, r0*C, n*C), dlg, view(be, a.lnf, r0*C, n*C), n)
 	}
 }
 
@@ -451,7 +451,7 @@ func (m *Llama) backward(B, T, head int) {
 	// dres is the residual stream's gradient: each block's output
 	// projections add to the stream, so their output gradient is dres.
 	for l := len(a.layers) - 1; l >= 0; l-- {
-		la, lp, lg := &a.layers[l], &p.layers[l], &g.layers[l]
+		la, lp, lg := &a.layers[l], m.layerWeights(l), &g.layers[l]
 		x := a.x0
 		if l > 0 {
 			x = a.layers[l-1].res3

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"troupe/algorithms/policy/hf"
 	"troupe/gpu"
 )
 
@@ -216,8 +217,18 @@ type loraActs struct {
 	all                 []gpu.Buffer
 }
 
-// frozen reports whether the base takes no gradients: it has adapters.
-func (m *Llama) frozen() bool { return m.lr != nil && len(m.lr.order) > 0 }
+// frozen reports whether the base takes no gradients: it has adapters,
+// or its matrices are BF16.
+func (m *Llama) frozen() bool { return m.bf != nil || m.lr != nil && len(m.lr.order) > 0 }
+
+// adapterTraining reports the error of training a frozen base without
+// adapters.
+func (m *Llama) adapterTraining() error {
+	if m.lr == nil || len(m.lr.order) == 0 {
+		return fmt.Errorf("%w: the BF16 base is frozen; add an adapter to train", ErrConfig)
+	}
+	return nil
+}
 
 // AddAdapter adds a LoRA adapter initialised as PEFT does: every A drawn
 // from kaiming_uniform(a=√5), i.e. U(-1/√in, 1/√in), every B zero (so the
@@ -570,7 +581,7 @@ func (m *Llama) loraNeeds() (mask [numTargets]bool, maxR, maxOut int) {
 
 // ensureLoraActs sizes m.la for BT token rows (per layer when train).
 func (m *Llama) ensureLoraActs(BT int, train bool) error {
-	if !m.frozen() {
+	if m.lr == nil || len(m.lr.order) == 0 {
 		return nil
 	}
 	mask, maxR, maxOut := m.loraNeeds()
@@ -687,6 +698,9 @@ func (m *Llama) loraBackward(l, t int, dx, dy, x gpu.Buffer) {
 
 // ensureAdapterGrads allocates every adapter's gradients.
 func (m *Llama) ensureAdapterGrads() error {
+	if err := m.adapterTraining(); err != nil {
+		return err
+	}
 	for _, ad := range m.lr.order {
 		if ad.grads != nil {
 			continue
@@ -717,6 +731,9 @@ func (m *Llama) zeroAdapterGrads() error {
 // norm. It returns the norm over all of them (the square root of the sum
 // of their squared norms).
 func (m *Llama) stepAdapters() (float64, error) {
+	if err := m.adapterTraining(); err != nil {
+		return 0, err
+	}
 	be := m.be
 	var total float64
 	stepped := false
@@ -807,6 +824,10 @@ func (m *Llama) MergedClone(name string, be gpu.Backend) (*Llama, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.SetBaseDType(hf.F32); err != nil { // merge at full precision
+		c.Free()
+		return nil, err
+	}
 	for _, n := range c.Adapters() {
 		if n != name {
 			if err := c.RemoveAdapter(n); err != nil {
@@ -825,6 +846,9 @@ func (m *Llama) MergedClone(name string, be gpu.Backend) (*Llama, error) {
 // mergeInto adds s·B·A to each adapted base weight W (out, in), as the
 // accumulating input-gradient product of a matmul backward: W += (s·B)·A.
 func (m *Llama) mergeInto(ad *Adapter) error {
+	if m.bf != nil {
+		return fmt.Errorf("%w: merge adapter %q into a BF16 base: use MergedClone", ErrConfig, ad.name)
+	}
 	be, r := m.be, ad.cfg.Rank
 	maxOut := 0
 	for t, on := range ad.on {

@@ -809,3 +809,133 @@ func FuzzPEFTConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestBF16Base: a base kept in BF16 computes what the float32 model with
+// the same (rounded) weights computes: log-probs, adapter gradients and
+// greedy generation, with the head in several vocabulary chunks.
+func TestBF16Base(t *testing.T) {
+	defer func(n int) { headRows = n }(headRows)
+	headRows = 5 // vocabulary 13: chunks of 5, 5, 3
+	for name, cfg := range tinyVariants(t) {
+		t.Run(name, func(t *testing.T) {
+			ref := mustLlama(t, cpu.New(), cfg, 71)
+			defer ref.Free()
+			perturb(t, ref, 72, 0.3)
+			m, err := ref.Clone(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Free()
+			if err := m.SetBaseDType(hf.BF16); err != nil {
+				t.Fatal(err)
+			}
+			if m.BaseDType() != hf.BF16 || m.params.Len() >= m.nparams/4 {
+				t.Fatalf("BF16 base keeps %d float32 weights of %d", m.params.Len(), m.nparams)
+			}
+			// the reference: float32 weights rounded as the BF16 base holds them
+			w, err := m.Weights()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.SetWeights(w); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.ZeroGrad(); !errors.Is(err, ErrConfig) {
+				t.Fatalf("training a BF16 base without adapters: %v", err)
+			}
+			for _, x := range []*Llama{ref, m} {
+				ad, err := x.AddAdapter("a", LoRAConfig{Rank: 2, Alpha: 4, Targets: loraTargets[:]}, 73)
+				if err != nil {
+					t.Fatal(err)
+				}
+				randomizeAdapter(t, ad, 74, 0.2)
+			}
+			r := rand.New(rand.NewPCG(75, 75))
+			batch := Batch{Tokens: randSeqs(r, 3, 3, 9, cfg.VocabSize)}
+			g := randGrads(r, batch.Tokens)
+			var lps [2][][]float32
+			var grads [2][]float32
+			var outs [2][][]int32
+			for i, x := range []*Llama{ref, m} {
+				if lps[i], err = x.LogProbs(batch); err != nil {
+					t.Fatal(err)
+				}
+				if err := x.ZeroGrad(); err != nil {
+					t.Fatal(err)
+				}
+				if err := x.AccumulateLogProbGrads(batch, g); err != nil {
+					t.Fatal(err)
+				}
+				grads[i], _ = x.Adapter("a").Gradients()
+				prompts := [][]int32{batch.Tokens[0][:2], batch.Tokens[1][:3]}
+				if outs[i], err = x.Generate(prompts, GenerateOptions{MaxNewTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for b := range lps[0] {
+				for j := range lps[0][b] {
+					if d := math.Abs(float64(lps[0][b][j] - lps[1][b][j])); d > 1e-5 {
+						t.Fatalf("log-prob [%d,%d]: BF16 base %v, float32 %v", b, j, lps[1][b][j], lps[0][b][j])
+					}
+				}
+			}
+			for i := range grads[0] {
+				if d := math.Abs(float64(grads[0][i] - grads[1][i])); d > 1e-5*(1+math.Abs(float64(grads[0][i]))) {
+					t.Fatalf("adapter gradient %d: BF16 base %v, float32 %v", i, grads[1][i], grads[0][i])
+				}
+			}
+			if !equal2(outs[0], outs[1]) {
+				t.Fatalf("greedy: BF16 base %v, float32 %v", outs[1], outs[0])
+			}
+			if m.grads != nil || m.mom != nil {
+				t.Fatal("the BF16 base has gradient or moment buffers")
+			}
+			// merging needs float32: MergedClone widens, MergeAdapter refuses
+			if err := m.MergeAdapter("a"); !errors.Is(err, ErrConfig) {
+				t.Fatalf("MergeAdapter on a BF16 base: %v", err)
+			}
+			c, err := m.MergedClone("a", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Free()
+			if c.BaseDType() != hf.F32 {
+				t.Fatal("merged clone is not float32")
+			}
+		})
+	}
+}
+
+// TestToBF16MatchesPyTorch: rounding to BF16 matches PyTorch's .to(bfloat16)
+// on gen.py's table of ties, subnormals and overflow.
+func TestToBF16MatchesPyTorch(t *testing.T) {
+	ck, err := hf.Open(filepath.Join("testdata", "llama", "rounding.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	info, _ := ck.Info("f32")
+	x := make([]float32, info.Shape[0])
+	want := make([]float32, len(x))
+	if err := ck.ReadF32("f32", info.Shape, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.ReadF32("bf16", info.Shape, want); err != nil {
+		t.Fatal(err)
+	}
+	h := make([]uint16, len(x))
+	got := make([]float32, len(x))
+	toBF16(h, x)
+	fromBF16(got, h)
+	for i := range x {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%v (%#x): BF16 %v, PyTorch %v", x[i], math.Float32bits(x[i]), got[i], want[i])
+		}
+	}
+	nan := []float32{float32(math.NaN())}
+	toBF16(h[:1], nan)
+	fromBF16(got[:1], h[:1])
+	if !math.IsNaN(float64(got[0])) {
+		t.Fatalf("NaN rounds to %v", got[0])
+	}
+}
