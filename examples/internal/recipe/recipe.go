@@ -296,12 +296,10 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		res.Params = w.Params
 	}
 	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, ctxLen)
-	for _, w := range ws {
-		if o.ModelDir != "" {
-			shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
-		} else if w.Family != "gpt" {
-			shape = w.Family + " " + shape
-		}
+	if w := ws[team.Names[0]]; o.ModelDir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	} else if w.Family != "gpt" {
+		shape = w.Family + " " + shape
 	}
 	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
 	logf("%s", placements(ctx, team, ws))
