@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -164,5 +165,26 @@ func TestGenerateChat(t *testing.T) {
 		if err := runGenerate(bad, &out, &errb); err == nil {
 			t.Errorf("generate %v: no error", bad)
 		}
+	}
+}
+
+// troupe eval --model DIR plays episodes with a pretrained model directory
+// acting for every role, its prompts rendered through the chat template.
+func TestEvalPretrainedModel(t *testing.T) {
+	dir, err := hftest.Write(t.TempDir(), hftest.Options{Context: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	err = runEval(context.Background(), []string{"--env", "planpath", "--size", "5", "--episodes", "2", "--model", dir, "--json"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var res struct {
+		Episodes int               `json:"episodes"`
+		Policies map[string]string `json:"policies"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.Episodes != 2 {
+		t.Fatalf("eval: %s, %v", out.String(), err)
 	}
 }
