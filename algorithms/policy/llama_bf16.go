@@ -388,3 +388,52 @@ func toBF16(dst []uint16, src []float32) {
 		}
 	})
 }
+
+// MemoryBytes is what the model holds: weights (BF16 host matrices
+// included), gradients, AdamW moments, activations and scratch, adapters
+// with their gradients and moments, RoPE tables and the transposed decode
+// copy, in bytes (4 per float32 or int32 element).
+func (m *Llama) MemoryBytes() int {
+	n := 0
+	add := func(bs ...any) {
+		for _, b := range bs {
+			switch x := b.(type) {
+			case gpu.Buffer:
+				if x != nil {
+					n += 4 * x.Len()
+				}
+			case gpu.IntBuffer:
+				if x != nil {
+					n += 4 * x.Len()
+				}
+			}
+		}
+	}
+	add(m.params, m.grads, m.mom, m.vel)
+	if m.a != nil {
+		add(m.a.all...)
+	}
+	if m.la != nil {
+		for _, b := range m.la.all {
+			add(b)
+		}
+	}
+	if m.lr != nil {
+		for _, ad := range m.lr.order {
+			add(ad.params, ad.grads, ad.mom, ad.vel)
+		}
+	}
+	if m.bf != nil {
+		for _, b := range m.bf.all {
+			add(b)
+		}
+		n += m.bf16Bytes()
+	}
+	if m.rope != nil {
+		add(m.rope.cos, m.rope.sin)
+	}
+	if m.tw != nil {
+		add(m.tw.all)
+	}
+	return n
+}
