@@ -495,7 +495,8 @@ func (a *llamaArch) same(b *llamaArch) bool {
 }
 
 // CopyWeightsFrom copies src's weights into m; src must be a *Llama of the
-// same shape. Across backends it goes through host memory.
+// same shape. Across backends it goes through host memory. It copies the
+// base only: adapters stay as they are (Clone copies them too).
 func (m *Llama) CopyWeightsFrom(src LM) error {
 	s, ok := src.(*Llama)
 	if !ok {

@@ -939,3 +939,50 @@ func TestToBF16MatchesPyTorch(t *testing.T) {
 		t.Fatalf("NaN rounds to %v", got[0])
 	}
 }
+
+// FuzzLoadAdapter feeds arbitrary adapter_model.safetensors bytes (seeded
+// with a real adapter and damaged copies) to LoadAdapter: an error or an
+// adapter, never a panic, and a failed load leaves no adapter behind.
+func FuzzLoadAdapter(f *testing.F) {
+	src := filepath.Join("testdata", "llama", "lora", "llama_gqa_all")
+	cfgData, err := os.ReadFile(filepath.Join(src, AdapterConfigFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := os.ReadFile(filepath.Join(src, AdapterWeightsFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add(good[:64])
+	bad := slices.Clone(good)
+	bad[len(bad)-3] ^= 0x7f // a weight's exponent bits: maybe non-finite
+	f.Add(bad)
+	m, err := LoadLlama(filepath.Join("testdata", "llama", "llama_gqa"), cpu.New())
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir := f.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, AdapterConfigFile), cfgData, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, AdapterWeightsFile), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ad, err := m.LoadAdapter("f", dir)
+		if err != nil {
+			if m.Adapter("f") != nil {
+				t.Fatal("a failed load left an adapter behind")
+			}
+			return
+		}
+		if ad.NumParams() == 0 {
+			t.Fatal("empty adapter loaded")
+		}
+		if err := m.RemoveAdapter("f"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
