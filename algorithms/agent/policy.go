@@ -36,9 +36,9 @@ import (
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
-	"troupe/algorithms/rl"
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/tokenizer"
+	"troupe/algorithms/rl"
 	"troupe/gpu"
 	"troupe/gpu/cuda"
 )
@@ -791,10 +791,10 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 type WeightStats struct {
 	Name      string
 	Params    int
-	Norm      float64 // L2 norm of all parameters
-	Steps     int     // optimiser steps taken
-	GenTokens int64   // tokens generated so far
-	TrainTok  int64   // tokens run through training forward/backward passes
+	Norm      float64       // L2 norm of all parameters
+	Steps     int           // optimiser steps taken
+	GenTokens int64         // tokens generated so far
+	TrainTok  int64         // tokens run through training forward/backward passes
 	Model     policy.Config // a GPT's shape (zero for other families)
 	Family    string        // "gpt", or the Hugging Face model_type ("llama", "qwen2", ...)
 	Context   int           // the model's context length
