@@ -142,7 +142,7 @@ func (b *Backend) fail(err error) {
 func (b *Backend) Err() error { return b.err }
 
 // Sync waits for the device and returns the first error, including token
-// ids found out of range by a kernel.
+// ids and positions found out of range by a kernel.
 func (b *Backend) Sync() error {
 	if b.err != nil {
 		return b.err
@@ -156,10 +156,32 @@ func (b *Backend) Sync() error {
 		b.fail(fmt.Errorf("cuda: read error flag: %w", err))
 		return b.err
 	}
-	if flag&1 != 0 {
-		b.fail(fmt.Errorf("cuda: a kernel saw a token id outside [0,V): %w", gpu.ErrToken))
+	if err := flagError(flag); err != nil {
+		b.fail(err)
 	}
 	return b.err
+}
+
+// Bits of the device error word (TROUPE_ERR_* in kernels/common.cuh).
+const (
+	errFlagToken     = 1 // a token id outside [0,V)
+	errFlagRopePos   = 2 // RopeForward/RopeBackward: a position outside [0,maxPos)
+	errFlagDecodePos = 4 // GQAttentionDecode: a position outside [0,maxT)
+)
+
+// flagError turns the device error word into the error gpu/cpu reports for
+// the same input: ErrToken for ids, ErrShape for positions (the rotary
+// tables or the cache are too short).
+func flagError(flag uint32) error {
+	switch {
+	case flag&errFlagToken != 0:
+		return fmt.Errorf("cuda: a kernel saw a token id outside [0,V): %w", gpu.ErrToken)
+	case flag&errFlagRopePos != 0:
+		return gpu.ShapeError("RopeForward/RopeBackward", "a position in pos is outside [0,maxPos)")
+	case flag&errFlagDecodePos != 0:
+		return gpu.ShapeError("GQAttentionDecode", "a position in pos is outside [0,maxT)")
+	}
+	return nil
 }
 
 // ---- memory ----

@@ -10,7 +10,9 @@
 #pragma once
 
 // Error flags raised by kernels into a device word the host reads at Sync.
-#define TROUPE_ERR_TOKEN 1u  // a token id outside [0, V)
+#define TROUPE_ERR_TOKEN 1u       // a token id outside [0, V)
+#define TROUPE_ERR_ROPE_POS 2u    // a RoPE position outside [0, maxPos)
+#define TROUPE_ERR_DECODE_POS 4u  // a decode position outside [0, maxT)
 
 #define WARP_SIZE 32
 // -infinity without math.h (NVRTC has no headers).
