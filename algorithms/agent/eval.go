@@ -104,9 +104,9 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
-		if need := obs + act + 3; p.model.Config().Context < need {
+		if need := obs + act + 3; p.model.ContextLen() < need {
 			return nil, fmt.Errorf("%w: %s has context %d but %s %dx%d observations need %d tokens (train on this size)",
-				ErrCheckpoint, path, p.model.Config().Context, envName, cfg.Width, cfg.Height, need)
+				ErrCheckpoint, path, p.model.ContextLen(), envName, cfg.Width, cfg.Height, need)
 		}
 		return p, nil
 	}
