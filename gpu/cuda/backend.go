@@ -34,9 +34,12 @@ type launchConfig struct {
 	elemBlock int // pointwise / optimizer kernels (multiple of 32)
 	rowBlock  int // one block per row: layernorm, loss heads (multiple of 32)
 	maxGrid   int // cap on blocks of grid-stride kernels
+	// stageHalves is the size of the staging buffer of UploadFromBF16 and
+	// UploadFromF16, in 16-bit values: longer uploads go in chunks.
+	stageHalves int
 }
 
-var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096}
+var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}
 
 // Fixed by the kernel sources (matmul.cu, attention.cu).
 const (
@@ -89,6 +92,7 @@ type Backend struct {
 	sumsq    uintptr // device float64 for SumSquares
 	scratch  uintptr // attention scratch (dpre / decode scores)
 	scratchN int     // its size in floats
+	stage    uintptr // staging buffer of 16-bit weight uploads (cfg.stageHalves), lazily allocated
 
 	// Kernel argument storage: values and the pointer array handed to the
 	// launch. Fields of the heap-allocated Backend, so they never move while
@@ -123,12 +127,12 @@ func (b *Backend) Name() string { return b.name }
 // Close frees the backend's internal buffers and releases the device.
 // Buffers handed out earlier must not be used afterwards.
 func (b *Backend) Close() error {
-	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch} {
+	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch, b.stage} {
 		if p != 0 {
 			_ = b.dev.Free(p)
 		}
 	}
-	b.errFlag, b.sumsq, b.scratch = 0, 0, 0
+	b.errFlag, b.sumsq, b.scratch, b.stage = 0, 0, 0, 0
 	return b.dev.Close()
 }
 
