@@ -653,6 +653,9 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 type SaveRequest struct {
 	Path string
 	Meta map[string]string
+	// Suffix adds the model's own suffix to Path: ".safetensors" for a GPT,
+	// none for a Llama's directory.
+	Suffix bool
 }
 
 // Save writes a checkpoint (atomically) with the tokenizer alphabet,
@@ -663,6 +666,9 @@ type SaveRequest struct {
 func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
 	if req.Path == "" {
 		return "", fmt.Errorf("%w: save without a path", ErrInput)
+	}
+	if _, gpt := p.model.(*policy.Model); gpt && req.Suffix {
+		req.Path += ".safetensors"
 	}
 	meta := map[string]string{"policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
 	if p.alpha != "" {

@@ -176,21 +176,38 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 	return out, errors.Join(errs...)
 }
 
-// Save writes every policy's checkpoint as dir/<prefix><name>.safetensors
-// and returns the paths by policy name.
+// Save writes every policy's checkpoint as dir/<prefix><name> plus the
+// model's own suffix (".safetensors" for a GPT, none for a Llama's Hugging
+// Face directory) and returns the paths by policy name.
 func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return out, fmt.Errorf("save: %w", err)
 	}
 	for _, name := range t.Names {
-		p := filepath.Join(dir, prefix+name+".safetensors")
-		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, SaveRequest{Path: p, Meta: meta}).Get(ctx); err != nil {
+		req := SaveRequest{Path: filepath.Join(dir, prefix+name), Meta: meta, Suffix: true}
+		p, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, req).Get(ctx)
+		if err != nil {
 			return out, fmt.Errorf("save %s: %w", name, err)
 		}
 		out[name] = p
 	}
 	return out, nil
+}
+
+// CheckpointPath is where Save put the checkpoint of policy name under the
+// path prefix (dir/<prefix>): the GPT's .safetensors file if there is one,
+// else the Hugging Face directory.
+func CheckpointPath(prefix, name string) string {
+	if p := prefix + name + ".safetensors"; fileExists(p) {
+		return p
+	}
+	return prefix + name
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Weights reports every policy's WeightStats.

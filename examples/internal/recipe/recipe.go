@@ -45,6 +45,14 @@ type Options struct {
 	Single    bool // single-agent baseline (EnvConfig.Single)
 
 	Layers, Heads, Width int
+	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
+	// (KVHeads key/value heads; 0: Heads).
+	Arch    string
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	// policy starts from (with its tokenizer and chat template) instead of
+	// a from-scratch model.
+	ModelDir string
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -63,7 +71,8 @@ type Options struct {
 	EnvActors int
 
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
+	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
+	// Llama) (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
 	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
@@ -250,6 +259,9 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		MaxNewTokens: maxNew,
 		Temperature:  o.SampleTemp,
 		Backend:      o.Backend,
+		Arch:         o.Arch,
+		KVHeads:      o.KVHeads,
+		ModelDir:     o.ModelDir,
 	}
 	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
 	if err != nil {
@@ -266,7 +278,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			names = roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = o.Init + n + ".safetensors"
+			tc.Checkpoints[n] = agent.CheckpointPath(o.Init, n)
 		}
 		o.WarmEpisodes = 0
 	}
@@ -283,7 +295,13 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	for _, w := range ws {
 		res.Params = w.Params
 	}
-	logf("%s: %d policy actor(s) %v, %d params each (L%d C%d ctx %d), roles %v", o.Name, len(ws), team.Names, res.Params, o.Layers, o.Width, ctxLen, roles)
+	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, ctxLen)
+	if w := ws[team.Names[0]]; o.ModelDir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	} else if w.Family != "gpt" {
+		shape = w.Family + " " + shape
+	}
+	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
 	logf("%s", placements(ctx, team, ws))
 
 	if o.OutDir != "" {
