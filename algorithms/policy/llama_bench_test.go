@@ -72,7 +72,9 @@ func BenchmarkLlama(b *testing.B) {
 	}{{"smollm2-135m", smolLM2Config}, {"qwen2.5-0.5b", qwen25Config}} {
 		b.Run(shape.name+"/prefill-1x512", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512) })
 		for _, B := range []int{1, 32} {
-			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32) })
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true) })
+			// without the transposed weight copy: less memory
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-untransposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false) })
 		}
 		b.Run(shape.name+"/train-4x128", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128) })
 	}
@@ -119,9 +121,10 @@ func benchLlamaPrefill(b *testing.B, cfg hf.Config, T int) {
 // benchLlamaDecode: B rows of a 16-token prompt, n new tokens each
 // (greedy: the model's speed, not the sampler's); tokens/s counts new
 // tokens, the prefill included in the time.
-func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int) {
+func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool) {
 	m := benchModel(b, cfg)
 	defer m.Free()
+	m.DecodeTransposed = transposed
 	prompts := make([][]int32, B)
 	for i := range prompts {
 		prompts[i] = make([]int32, 16)
@@ -173,6 +176,41 @@ func benchLlamaTrain(b *testing.B, cfg hf.Config, B, T int) {
 	}
 	reportLlama(b, b.N*B*T, c0)
 	b.ReportMetric(float64(b.N*B*T)*float64(m.TrainFLOPsPerToken(T))/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkLlamaLoad reads a SmolLM2-135M-shaped model directory (BF16, as
+// checkpoints are published) into a model: MB/s of weights produced and
+// peak-MiB against weights-MiB, the model's own float32 weights. The
+// memory-mapped file's pages count toward the resident peak while mapped.
+func BenchmarkLlamaLoad(b *testing.B) {
+	cfg := smolLM2Config(b)
+	dir := b.TempDir()
+	m, err := NewLlama(cpu.New(), cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.SaveAs(dir, hf.SaveOptions{DType: hf.BF16}); err != nil {
+		b.Fatal(err)
+	}
+	weights := float64(m.NumParams()) * 4 / (1 << 20)
+	m.Free()
+	m = nil
+	b.ResetTimer()
+	var peak float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		resetPeakRSS()
+		b.StartTimer()
+		l, err := LoadLlama(dir, cpu.New())
+		if err != nil {
+			b.Fatal(err)
+		}
+		peak = max(peak, peakRSS())
+		l.Free()
+	}
+	b.ReportMetric(weights*float64(b.N)/b.Elapsed().Seconds(), "MiB/s")
+	b.ReportMetric(peak, "peak-MiB")
+	b.ReportMetric(weights, "weights-MiB")
 }
 
 // BenchmarkLoRA measures LoRA beside full fine-tuning and separate models,

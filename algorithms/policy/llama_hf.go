@@ -80,18 +80,11 @@ func LoadLlama(dir string, be gpu.Backend) (*Llama, error) {
 }
 
 func loadLlama(dir string, be gpu.Backend) (*Llama, map[string]string, error) {
-	cfg, err := hf.LoadConfig(dir)
+	cfg, ck, err := hf.OpenModel(dir) // config, weights and their tensor list checked
 	if err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
-	ck, err := hf.Open(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("policy: %w", err) // it names the directory or file
 	}
 	defer ck.Close()
-	if err := hf.CheckTensors(cfg, ck).Err(); err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
 	m, err := newLlamaEmpty(be, archFromHF(cfg), cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
