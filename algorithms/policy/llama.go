@@ -558,6 +558,7 @@ func (m *Llama) Free() {
 	}
 	m.params, m.grads, m.mom, m.vel = nil, nil, nil, nil
 	m.freeActs()
+	m.freeLoraActs()
 	m.freeTransposed()
 	m.freeBF16()
 	if m.lr != nil {
