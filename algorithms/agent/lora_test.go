@@ -11,6 +11,8 @@ import (
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/policy"
+	"troupe/algorithms/policy/hf"
+	"troupe/algorithms/policy/hftest"
 	"troupe/runtime"
 )
 
@@ -173,5 +175,36 @@ func TestLoRATeamSharedBaseMatchesActorPerRole(t *testing.T) {
 	}
 	if _, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), SharedBase: true, Policy: pc}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("SharedBase without PerRole: %v", err)
+	}
+}
+
+// A pretrained model directory as a BF16 base with a LoRA adapter: loaded
+// straight into BF16, trained through the adapter alone.
+func TestLoRAPretrainedBF16Base(t *testing.T) {
+	dir, err := hftest.Write(filepath.Join(t.TempDir(), "base"), hftest.Options{ModelType: "qwen2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Name: "tool", ModelDir: dir, MaxNewTokens: 12, Seed: 1, BaseBF16: true, LoRA: loraConfig().LoRA}
+	p, err := NewPolicy(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.Model().(*policy.Llama)
+	if m.BaseDType() != hf.BF16 || !slices.Equal(m.Adapters(), []string{"tool"}) {
+		t.Fatalf("base %s, adapters %v", m.BaseDType(), m.Adapters())
+	}
+	base0, _ := m.Weights()
+	st, err := p.SFT(context.Background(), SFTRequest{Examples: []Example{{"go north", "the north"}}, Epochs: 10, BatchSize: 1, LR: 1e-2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a random base's frozen head limits how far the adapter can go; the
+	// loss must still fall, and the base stay as it was
+	if !(st.LastLoss < st.FirstLoss*0.95) {
+		t.Fatalf("SFT loss %v -> %v", st.FirstLoss, st.LastLoss)
+	}
+	if base1, _ := m.Weights(); !slices.Equal(base0, base1) {
+		t.Fatal("SFT changed the BF16 base")
 	}
 }

@@ -211,7 +211,12 @@ func (p *Policy) build(be gpu.Backend) error {
 		if cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint) {
 			dir = cfg.Checkpoint // trained weights, the same tokenizer
 		}
-		m, _, err := policy.LoadCheckpoint(dir, be)
+		var m policy.LM
+		if cfg.BaseBF16 && cfg.LoRA.Rank > 0 { // straight into BF16: no float32 copy of the base
+			m, err = policy.LoadLlamaBF16(dir, be)
+		} else {
+			m, _, err = policy.LoadCheckpoint(dir, be)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 		}

@@ -71,6 +71,9 @@ func (m *Llama) SetBaseDType(dt hf.DType) error {
 	if dt != hf.BF16 && dt != hf.F32 {
 		return fmt.Errorf("%w: base dtype %q (want F32 or BF16)", ErrConfig, dt)
 	}
+	if dt == hf.BF16 {
+		return m.toBF16Base()
+	}
 	w, err := m.Weights()
 	if err != nil {
 		return err
@@ -98,6 +101,65 @@ func (m *Llama) SetBaseDType(dt hf.DType) error {
 	return m.SetWeights(w)
 }
 
+// toBF16Base converts a float32 base kind by kind: at its peak it holds
+// the float32 weights, the BF16 matrices and (off the host) one kind in
+// staging, not a second float32 copy.
+func (m *Llama) toBF16Base() error {
+	bf := &bf16Base{cur: -1}
+	var small, stage []float32
+	host, isHost := m.params.(hostData)
+	var hd []float32
+	if isHost {
+		hd = host.Data()
+	}
+	off := 0
+	for k := range numKinds {
+		n := m.sizes[k]
+		if n == 0 {
+			continue
+		}
+		var src []float32
+		if isHost {
+			src = hd[off : off+n]
+		} else {
+			if cap(stage) < n {
+				stage = make([]float32, n)
+			}
+			src = stage[:n]
+			m.be.Download(src, m.pv.all[k])
+			if err := m.be.Sync(); err != nil {
+				return fmt.Errorf("policy: download weights: %w", err)
+			}
+		}
+		if isBF16Kind(k) {
+			bf.mats[k] = make([]uint16, n)
+			toBF16(bf.mats[k], src)
+		} else {
+			small = append(small, src...)
+		}
+		off += n
+	}
+	for _, b := range []gpu.Buffer{m.params, m.grads, m.mom, m.vel} {
+		if b != nil {
+			m.be.Free(b)
+		}
+	}
+	m.params, m.grads, m.mom, m.vel = nil, nil, nil, nil
+	m.gv, m.momV, m.velV = lviews{}, lviews{}, lviews{}
+	m.freeTransposed()
+	m.bf = bf
+	var err error
+	if m.params, m.pv, err = m.allocParams("weights"); err != nil {
+		return err
+	}
+	if err := m.allocBF16(); err != nil {
+		return err
+	}
+	m.be.Upload(m.params, small)
+	m.wver++
+	return m.be.Sync()
+}
+
 func (m *Llama) freeBF16() {
 	if m.bf == nil {
 		return
@@ -112,7 +174,9 @@ func (m *Llama) freeBF16() {
 func (m *Llama) allocBF16() error {
 	bf, ar := m.bf, &m.arch
 	for _, k := range bf16Kinds {
-		bf.mats[k] = make([]uint16, m.sizes[k])
+		if bf.mats[k] == nil {
+			bf.mats[k] = make([]uint16, m.sizes[k])
+		}
 	}
 	QD, KD := ar.NH*ar.HD, ar.KVH*ar.HD
 	per := 2*ar.C*QD + 2*ar.C*KD + 3*ar.C*ar.I

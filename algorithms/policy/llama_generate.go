@@ -96,7 +96,7 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 	d.gate, d.up, d.act, d.logits = f(B*I), f(B*I), f(B*I), f(B*V)
 	d.tok, d.pos = fi(B), fi(B)
 	d.hostLogits, d.hostTok, d.hostPos = make([]float32, B*V), make([]int32, B), make([]int32, B)
-	if err == nil && m.frozen() {
+	if err == nil && m.hasAdapters() {
 		mask, maxR, maxOut := m.loraNeeds()
 		d.la, err = m.newLoraActs(B, false, mask, maxR, maxOut)
 	}

@@ -219,12 +219,15 @@ type loraActs struct {
 
 // frozen reports whether the base takes no gradients: it has adapters,
 // or its matrices are BF16.
-func (m *Llama) frozen() bool { return m.bf != nil || m.lr != nil && len(m.lr.order) > 0 }
+func (m *Llama) frozen() bool { return m.bf != nil || m.hasAdapters() }
+
+// hasAdapters reports whether the model holds any adapter.
+func (m *Llama) hasAdapters() bool { return m.lr != nil && len(m.lr.order) > 0 }
 
 // adapterTraining reports the error of training a frozen base without
 // adapters.
 func (m *Llama) adapterTraining() error {
-	if m.lr == nil || len(m.lr.order) == 0 {
+	if !m.hasAdapters() {
 		return fmt.Errorf("%w: the BF16 base is frozen; add an adapter to train", ErrConfig)
 	}
 	return nil
@@ -581,7 +584,7 @@ func (m *Llama) loraNeeds() (mask [numTargets]bool, maxR, maxOut int) {
 
 // ensureLoraActs sizes m.la for BT token rows (per layer when train).
 func (m *Llama) ensureLoraActs(BT int, train bool) error {
-	if m.lr == nil || len(m.lr.order) == 0 {
+	if !m.hasAdapters() {
 		return nil
 	}
 	mask, maxR, maxOut := m.loraNeeds()

@@ -986,3 +986,55 @@ func FuzzLoadAdapter(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadLlamaBF16: a checkpoint stored in BF16 loads into a BF16 base
+// without loss (the same weights as LoadLlama's float32 model) and matches
+// the PyTorch reference's log-probs and greedy continuations.
+func TestLoadLlamaBF16(t *testing.T) {
+	dir := filepath.Join("testdata", "llama", "qwen2_bf16")
+	ref, ck := readRef(t, dir)
+	full, err := LoadLlama(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Free()
+	for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference()} {
+		m, err := LoadLlamaBF16(dir, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Free()
+		w0, _ := full.Weights()
+		w1, _ := m.Weights()
+		if m.BaseDType() != hf.BF16 || !slices.Equal(w0, w1) {
+			t.Fatalf("BF16 load: dtype %s, weights equal %v", m.BaseDType(), slices.Equal(w0, w1))
+		}
+		B, Tp := len(ref.Lengths), 0
+		seqs := make([][]int32, B)
+		for b, n := range ref.Lengths {
+			Tp = max(Tp, n)
+			seqs[b] = ref.Tokens[b][:n]
+		}
+		want := readRefTensor(t, ck, "logprobs", B, Tp-1)
+		lp, err := m.LogProbs(Batch{Tokens: seqs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range lp {
+			for p, v := range lp[b] {
+				if d := math.Abs(float64(v - want[b*(Tp-1)+p])); d > refLogProbTol {
+					t.Fatalf("%s: log-prob [%d,%d] %v, reference %v", be.Name(), b, p, v, want[b*(Tp-1)+p])
+				}
+			}
+		}
+		for _, gr := range ref.Greedy {
+			out, err := m.Generate([][]int32{gr.Prompt}, GenerateOptions{MaxNewTokens: ref.MaxNew})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(out[0], gr.NewTokens) {
+				t.Fatalf("%s: greedy %v, reference %v", be.Name(), out[0], gr.NewTokens)
+			}
+		}
+	}
+}
