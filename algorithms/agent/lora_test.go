@@ -173,6 +173,14 @@ func TestLoRATeamSharedBaseMatchesActorPerRole(t *testing.T) {
 	if !reflect.DeepEqual(perRole.w, shared.w) || perRole.w["tool"].Steps != 3 {
 		t.Fatalf("adapters: actor per role %+v, shared base %+v", perRole.w, shared.w)
 	}
+	team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), PerRole: true, SharedBase: true, Policy: pc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer team.Kill(context.Background())
+	if _, err := NewJoyGraph(team, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("JoyAgents over a shared-base team: %v", err)
+	}
 	if _, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), SharedBase: true, Policy: pc}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("SharedBase without PerRole: %v", err)
 	}
