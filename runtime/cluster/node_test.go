@@ -126,12 +126,13 @@ func TestInProcessCluster(t *testing.T) {
 	for _, s := range append(servers, head) {
 		waitFor(t, "replication to "+s.ID(), 5*time.Second, func() bool { return len(s.Status().Actors) == 2 })
 	}
-	// Stop the worker: draining, then dead once it left gossip.
+	// Stop the worker: draining, then drained (not dead: it left on purpose)
+	// once it left gossip.
 	if _, err := NewClientMust(t, worker.Addr(), tok).Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	worker.Shutdown()
-	waitFor(t, "worker dead after leaving", 5*time.Second, func() bool { return nodeState(head.Status(), "w1") == "dead" })
+	waitFor(t, "worker drained after leaving", 5*time.Second, func() bool { return nodeState(head.Status(), "w1") == NodeDrained })
 	st := head.Status()
 	for _, a := range st.Actors {
 		if a.ID == "a1" && a.State != "DEAD" && a.State != "RESTARTING" && a.State != "PENDING" {
