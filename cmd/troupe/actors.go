@@ -55,4 +55,3 @@ func dash(s string) string {
 	}
 	return s
 }
-
