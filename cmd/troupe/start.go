@@ -59,6 +59,7 @@ func runStart(ctx context.Context, args []string) error {
 	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
 	fast := fs.Bool("fast-timers", false, "shortened raft and gossip timers for clusters on one machine (tests)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names and labels on /metrics (false where NVIDIA's dcgm-exporter runs too)")
 	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
@@ -141,7 +142,7 @@ func runStart(ctx context.Context, args []string) error {
 		n.ServeGPUs(agent.sampler, agent.inv.Profile())
 	}
 	if listen := dashboardAddr(*httpAddr, cfg.Role); listen != "" && agent != nil {
-		w, err := newWeb(wctx, n.ID(), agent, n)
+		w, err := newWeb(wctx, n.ID(), agent, n, webOptions{noDCGM: !*dcgm})
 		if err == nil {
 			var addr string
 			if addr, err = w.serve(wctx, listen, log); err == nil {
