@@ -168,3 +168,26 @@ func TestClusterSimulatedGPUCount(t *testing.T) {
 		t.Error("999 GPUs accepted")
 	}
 }
+
+// TestOvercommitWarning: nodes sharing a machine that each took all of
+// its CPUs and memory are named; a node given its share, or on another
+// machine, or gone, is not.
+func TestOvercommitWarning(t *testing.T) {
+	mk := func(id, machine, detected, state string) cluster.NodeView {
+		l := map[string]string{machineLabel: machine}
+		if detected != "" {
+			l[detectedLabel] = detected
+		}
+		return cluster.NodeView{ID: id, State: state, Labels: l, Total: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 24 << 30}}
+	}
+	nodes := []cluster.NodeView{mk("head", "box/abc", "cpu,memory", "alive"), mk("w1", "box/abc", "cpu,memory", "alive"),
+		mk("w2", "box/abc", "", "alive"), mk("w3", "other/def", "cpu,memory", "alive"), mk("w4", "box/abc", "cpu,memory", "dead")}
+	w := overcommitWarnings(nodes)
+	if len(w) != 1 || !strings.Contains(w[0], "2 nodes on machine box (head, w1) each offer all of its cpu,memory (2 CPUs, 24.0G memory)") ||
+		!strings.Contains(w[0], "--resources cpu=N,memory=SIZE") {
+		t.Errorf("warnings %q", w)
+	}
+	if w := overcommitWarnings(nodes[2:4]); len(w) != 0 {
+		t.Errorf("no shared machine, warnings %q", w)
+	}
+}
