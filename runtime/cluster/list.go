@@ -286,20 +286,6 @@ var listProto = map[string]reflect.Type{
 	ListObjects: reflect.TypeFor[ObjectView](),
 }
 
-// FilterKeys returns the keys a filter of kind may name, sorted.
-func FilterKeys(kind string) []string {
-	t, ok := listProto[kind]
-	if !ok {
-		return nil
-	}
-	var keys []string
-	for k := range jsonKeys(t) {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // jsonKeys maps the JSON names of t's fields to whether the field is a
 // map (then key.sub is allowed).
 func jsonKeys(t reflect.Type) map[string]bool {
