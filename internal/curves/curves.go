@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -349,6 +350,7 @@ func figure(c draw.Canvas, runs []*Run, panels []Panel, o Options) error {
 			}
 		}
 		p.X.Min, p.X.Max = xlo, xhi
+		p.Y.Tick.Marker = shortTicks{}
 		if pn.Unit {
 			p.Y.Min, p.Y.Max = 0, 1
 		}
@@ -365,6 +367,27 @@ func figure(c draw.Canvas, runs []*Run, panels []Panel, o Options) error {
 		}
 	}
 	return nil
+}
+
+// shortTicks are gonum's default ticks labelled plainly between 0.001
+// and a million ("10000", "0.06") and with three significant digits
+// outside ("6.34e-18", not "6.34138e-18").
+type shortTicks struct{}
+
+func (shortTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label == "" {
+			continue
+		}
+		v := ts[i].Value
+		if a := math.Abs(v); a == 0 || (a >= 1e-3 && a < 1e6) {
+			ts[i].Label = strconv.FormatFloat(v, 'g', 6, 64) // 1.5, not 1.5000000000000002
+		} else {
+			ts[i].Label = strconv.FormatFloat(v, 'g', 3, 64)
+		}
+	}
+	return ts
 }
 
 // lineThumb and glyphThumb draw legend thumbnails.
