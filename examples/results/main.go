@@ -58,6 +58,8 @@ func main() {
 	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
 	jobs := flag.Int("jobs", 1, "cells trained at the same time (a cell starting from another's warm start waits for it); wall times then overlap")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
+	gpusPer := flag.Float64("gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := flag.String("backend", envOr("TROUPE_BACKEND", "auto"), "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	flag.Parse()
 	notesFile = *notes
 	if *from != "" {
@@ -81,6 +83,7 @@ func main() {
 	all := cells(*steps)
 	for i := range all {
 		all[i].Opt.Layers, all[i].Opt.Width, all[i].Opt.LR = *layers, *width, float32(*lr)
+		all[i].Opt.GPUsPerPolicy, all[i].Opt.Backend = *gpusPer, *backend
 	}
 	want := map[string]bool{}
 	for _, c := range strings.Split(*cellsFlag, ",") {
@@ -163,12 +166,13 @@ func main() {
 			mu.Lock()
 			ran := done[c.InitFrom]
 			mu.Unlock()
-			if m, _ := filepath.Glob(prefix + "*.safetensors"); ran || len(m) > 0 {
+			if m, _ := filepath.Glob(prefix + "*"); ran || len(m) > 0 {
 				o.Init = prefix
 			}
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
 		wg.Add(1)
+		o.ActorPrefix = c.ID + "/"
 		go func(c cell, o recipe.Options) {
 			defer wg.Done()
 			defer func() { <-sem }()
@@ -437,4 +441,12 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(out, "results.json"), js, 0o644)
+}
+
+// envOr is the environment variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

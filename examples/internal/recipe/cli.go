@@ -36,9 +36,12 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.Layers, "layers", o.Layers, "transformer layers")
 	fs.IntVar(&o.Width, "width", o.Width, "model width")
 	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
+	fs.StringVar(&o.Arch, "arch", o.Arch, "from-scratch architecture: gpt (GPT-2 style) or llama (RMSNorm, RoPE, GQA, SwiGLU)")
+	fs.IntVar(&o.KVHeads, "kv-heads", o.KVHeads, "key/value heads of a from-scratch llama (0: --heads)")
+	fs.StringVar(&o.ModelDir, "model", o.ModelDir, "pretrained Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral, SmolLM) every policy starts from, instead of a from-scratch model")
 	lr := fs.Float64("lr", f64(o.LR), "RL learning rate")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "gradient steps per RL update")
-	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
+	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors (GPT) or directories PREFIX<policy> (Llama) instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
 	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
 	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
 	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")
@@ -53,6 +56,12 @@ func Main(prog, doc string, o Options) {
 		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups (0: all)")
 		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory evolution")
 	}
+	fs.Float64Var(&o.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := os.Getenv("TROUPE_BACKEND")
+	if backend == "" {
+		backend = "auto"
+	}
+	fs.StringVar(&o.Backend, "backend", backend, "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))

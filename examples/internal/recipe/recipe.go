@@ -27,6 +27,7 @@ import (
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
 	"troupe/internal/curves"
+	"troupe/runtime"
 )
 
 // HeldOutSeed is the first of the fixed held-out evaluation seeds: episodes
@@ -44,6 +45,14 @@ type Options struct {
 	Single    bool // single-agent baseline (EnvConfig.Single)
 
 	Layers, Heads, Width int
+	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
+	// (KVHeads key/value heads; 0: Heads).
+	Arch    string
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	// policy starts from (with its tokenizer and chat template) instead of
+	// a from-scratch model.
+	ModelDir string
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -62,7 +71,8 @@ type Options struct {
 	EnvActors int
 
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
+	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
+	// Llama) (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
 	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
@@ -75,6 +85,16 @@ type Options struct {
 	EvalTemp     float32 // sampling temperature of evaluation (0: 1, on-policy)
 	EvalEvery    int     // steps between mid-training evaluations (0: start and end only)
 	CkptEvery    int     // steps between checkpoints (0: end only)
+
+	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
+	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
+	GPUsPerPolicy float64
+	// Backend is the policies' compute backend: "auto" (follow the
+	// placement), "cpu" or "cuda" (agent.Config.Backend).
+	Backend string
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
 
 	OutDir   string
 	Progress io.Writer `json:"-"` // progress bar (nil: none)
@@ -238,8 +258,19 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Epochs:       o.Epochs,
 		MaxNewTokens: maxNew,
 		Temperature:  o.SampleTemp,
+		Backend:      o.Backend,
+		Arch:         o.Arch,
+		KVHeads:      o.KVHeads,
+		ModelDir:     o.ModelDir,
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
+	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
+	if err != nil {
+		return res, err
+	}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
+	if gpus > 0 {
+		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
+	}
 	if o.Init != "" {
 		tc.Checkpoints = map[string]string{}
 		names := []string{rl.SharedName}
@@ -247,7 +278,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			names = roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = o.Init + n + ".safetensors"
+			tc.Checkpoints[n] = agent.CheckpointPath(o.Init, n)
 		}
 		o.WarmEpisodes = 0
 	}
@@ -264,7 +295,14 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	for _, w := range ws {
 		res.Params = w.Params
 	}
-	logf("%s: %d policy actor(s) %v, %d params each (L%d C%d ctx %d), roles %v", o.Name, len(ws), team.Names, res.Params, o.Layers, o.Width, ctxLen, roles)
+	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, ctxLen)
+	if w := ws[team.Names[0]]; o.ModelDir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	} else if w.Family != "gpt" {
+		shape = w.Family + " " + shape
+	}
+	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
+	logf("%s", placements(ctx, team, ws))
 
 	if o.OutDir != "" {
 		if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
@@ -505,4 +543,47 @@ func Replot(dir, title string) error {
 		return fmt.Errorf("replot: %w", err)
 	}
 	return curves.Draw(filepath.Join(dir, "curves"), []*curves.Run{run}, curves.Options{Title: title})
+}
+
+// policyGPUs resolves Options.GPUsPerPolicy: a negative value means one GPU
+// per policy when the cluster has any GPU and none otherwise, so a script
+// run against a GPU cluster places its policies on GPUs with no flag.
+func policyGPUs(ctx context.Context, rt actors.Runtime, want float64) (float64, error) {
+	if want >= 0 {
+		return want, nil
+	}
+	sr, ok := rt.(interface {
+		Status(context.Context) (runtime.Status, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	st, err := sr.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cluster status (to choose --gpus-per-policy): %w", err)
+	}
+	for _, n := range st.Nodes {
+		if n.State != "dead" && n.State != "drained" && n.Total.GPUs > 0 {
+			return 1, nil
+		}
+	}
+	return 0, nil
+}
+
+// placements is one line saying where each policy computes, e.g.
+// "placement: planner cpu metered as simulated GPU 0 on node n1 GPU [0]; ...".
+func placements(ctx context.Context, team *agent.Team, ws map[string]agent.WeightStats) string {
+	where, _ := team.Placements(ctx)
+	var parts []string
+	for _, name := range team.Names {
+		p := name + " " + ws[name].Backend
+		if info, ok := where[name]; ok && info.Node != "" {
+			p += " on node " + info.Node
+			if len(info.GPUs) > 0 {
+				p += fmt.Sprintf(" GPU %v", info.GPUs)
+			}
+		}
+		parts = append(parts, p)
+	}
+	return "placement: " + strings.Join(parts, "; ")
 }
