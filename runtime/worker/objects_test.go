@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -147,4 +148,18 @@ func TestWorkerStats(t *testing.T) {
 	if st.ObjectsTotal != 1 || len(st.Objects) != 1 || st.Objects[0].Tag != "b1" || st.Objects[0].Size < 1<<20 || st.ObjectAddr == "" {
 		t.Errorf("objects %+v (total %d, at %q), want the 1 MiB result of b1", st.Objects, st.ObjectsTotal, st.ObjectAddr)
 	}
+}
+
+// BenchmarkCallRecorder is what counting costs a call in a worker: the
+// hook's map lookup, atomic adds and histogram bucket, plus the two
+// time.Now calls actors.Instance makes around the method.
+func BenchmarkCallRecorder(b *testing.B) {
+	hook := newCallRecorder().hook("Policy")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			t0 := time.Now()
+			hook("Generate", time.Since(t0), nil)
+		}
+	})
 }
