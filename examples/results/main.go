@@ -166,7 +166,7 @@ func main() {
 			mu.Lock()
 			ran := done[c.InitFrom]
 			mu.Unlock()
-			if m, _ := filepath.Glob(prefix + "*.safetensors"); ran || len(m) > 0 {
+			if m, _ := filepath.Glob(prefix + "*"); ran || len(m) > 0 {
 				o.Init = prefix
 			}
 		}

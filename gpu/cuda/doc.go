@@ -1,7 +1,8 @@
-// Package cuda is troupe's CUDA compute backend: gpu.Backend implemented
-// with CUDA C++ kernels (kernels/*.cu) compiled to PTX by NVRTC, committed
-// under ptx/ and embedded, and run through the CUDA driver API, which is
-// loaded at run time with dlopen (github.com/ebitengine/purego, no cgo).
+// Package cuda is troupe's CUDA compute backend: gpu.Backend and
+// gpu.DecoderBackend (the Llama/Qwen family's ops) implemented with CUDA C++
+// kernels (kernels/*.cu) compiled to PTX by NVRTC, committed under ptx/ and
+// embedded, and run through the CUDA driver API, which is loaded at run time
+// with dlopen (github.com/ebitengine/purego, no cgo).
 //
 // Use Select to get the backend a process should use: TROUPE_BACKEND=cpu or
 // =cuda forces one; otherwise CUDA is used when Available reports a usable

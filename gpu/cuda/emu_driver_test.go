@@ -81,6 +81,10 @@ func TestEmuDriverPolicyStep(t *testing.T) {
 	checkPolicySteps(t, newFakeDriverBackend(t))
 }
 
+func TestEmuDriverLlamaStep(t *testing.T) {
+	checkLlamaSteps(t, newFakeDriverBackend(t))
+}
+
 // TestEmuSelectCUDA checks Select's CUDA branches with the fake driver as
 // libcuda (TROUPE_LIBCUDA).
 func TestEmuSelectCUDA(t *testing.T) {

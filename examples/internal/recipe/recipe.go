@@ -2,7 +2,7 @@
 // spawn a team of policy actors on the embedded cluster, warm-start them on
 // expert transcripts, train with AT-GRPO (or JoyAgents-R1), evaluate on fixed
 // held-out seeds with independent rollouts, and write metrics (JSONL),
-// a learning-curve plot (PNG) and checkpoints. The scripts are thin flag
+// learning curves (PNG and SVG) and checkpoints. The scripts are thin flag
 // wrappers around Run so that the results table can run the same recipes.
 package recipe
 
@@ -26,7 +26,7 @@ import (
 	"troupe/algorithms/joyagents"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
-	"troupe/examples/internal/plot"
+	"troupe/internal/curves"
 	"troupe/runtime"
 )
 
@@ -45,6 +45,21 @@ type Options struct {
 	Single    bool // single-agent baseline (EnvConfig.Single)
 
 	Layers, Heads, Width int
+	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
+	// (KVHeads key/value heads; 0: Heads).
+	Arch    string
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	// policy starts from (with its tokenizer and chat template) instead of
+	// a from-scratch model.
+	ModelDir string
+	// LoRARank > 0 trains LoRA adapters of that rank (alpha 2·rank, every
+	// projection of a block) on a frozen base of the Llama family, one
+	// per policy; SharedBase puts every role's adapter in one actor on
+	// one base (per-role policies only); BaseBF16 keeps the base in BF16.
+	LoRARank   int
+	SharedBase bool
+	BaseBF16   bool
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -63,7 +78,8 @@ type Options struct {
 	EnvActors int
 
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
+	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
+	// Llama) (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
 	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
@@ -250,12 +266,20 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		MaxNewTokens: maxNew,
 		Temperature:  o.SampleTemp,
 		Backend:      o.Backend,
+		Arch:         o.Arch,
+		KVHeads:      o.KVHeads,
+		ModelDir:     o.ModelDir,
+		BaseBF16:     o.BaseBF16,
+	}
+	if o.LoRARank > 0 {
+		pc.LoRA = policy.DefaultLoRA()
+		pc.LoRA.Rank, pc.LoRA.Alpha, pc.LoRA.BaseModel = o.LoRARank, float64(2*o.LoRARank), o.ModelDir
 	}
 	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
 	if err != nil {
 		return res, err
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.SharedBase}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
 	}
@@ -266,7 +290,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			names = roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = o.Init + n + ".safetensors"
+			tc.Checkpoints[n] = agent.CheckpointPath(o.Init, n)
 		}
 		o.WarmEpisodes = 0
 	}
@@ -283,7 +307,13 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	for _, w := range ws {
 		res.Params = w.Params
 	}
-	logf("%s: %d policy actor(s) %v, %d params each (L%d C%d ctx %d), roles %v", o.Name, len(ws), team.Names, res.Params, o.Layers, o.Width, ctxLen, roles)
+	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, ctxLen)
+	if w := ws[team.Names[0]]; o.ModelDir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	} else if w.Family != "gpt" {
+		shape = w.Family + " " + shape
+	}
+	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
 	logf("%s", placements(ctx, team, ws))
 
 	if o.OutDir != "" {
@@ -418,7 +448,6 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	bar := NewBar(progress, o.Steps)
 	t0 := time.Now()
 	tokens0 := totalTokens(ctx, team)
-	var hist []StepRecord
 	for s := 1; s <= o.Steps; s++ {
 		r, err := stepFn(ctx)
 		if err != nil {
@@ -427,7 +456,6 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		el := time.Since(t0).Seconds()
 		r.TokensPerS = float64(totalTokens(ctx, team)-tokens0) / el
 		record(r)
-		hist = append(hist, r)
 		bar.Update(s, fmt.Sprintf("reward %+.3f  success %3.0f%%  %6.0f tok/s", r.Reward, 100*r.Success, r.TokensPerS))
 		if o.EvalEvery > 0 && s%o.EvalEvery == 0 && s < o.Steps {
 			p, err := evaluate(s)
@@ -471,10 +499,10 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			files = append(files, res.Checkpoints[n])
 		}
 		logf("checkpoints: %s", strings.Join(files, " "))
-		if err := writePlot(filepath.Join(o.OutDir, "curves.png"), o.Name, hist, res.Evals); err != nil {
+		if err := Replot(o.OutDir, o.Name); err != nil {
 			return res, err
 		}
-		logf("metrics: %s, plot: %s", filepath.Join(o.OutDir, "metrics.jsonl"), filepath.Join(o.OutDir, "curves.png"))
+		logf("metrics: %s, plots: %s", filepath.Join(o.OutDir, "metrics.jsonl"), filepath.Join(o.OutDir, "curves.{png,svg}"))
 	}
 	res.Wall = time.Since(start)
 	res.CPU = cpuTime() - cpu0
@@ -519,49 +547,14 @@ func totalTokens(ctx context.Context, t *agent.Team) int64 {
 	return n
 }
 
-func writePlot(path, title string, hist []StepRecord, evals []Point) error {
-	var train, rew, ev []plot.XY
-	for _, h := range hist {
-		train = append(train, plot.XY{X: float64(h.Step), Y: h.Success})
-		rew = append(rew, plot.XY{X: float64(h.Step), Y: h.Reward})
-	}
-	for _, e := range evals {
-		ev = append(ev, plot.XY{X: float64(e.Step), Y: e.Success})
-	}
-	ch := plot.Chart{
-		Title:  title,
-		XLabel: "RL step",
-		Series: []plot.Series{
-			{Name: "held-out success", Points: ev, Marker: true},
-			{Name: "train success (tree)", Points: train},
-			{Name: "mean branch reward", Points: rew},
-		},
-	}
-	return ch.WritePNG(path, 720, 420)
-}
-
-// Replot redraws dir/curves.png from dir/metrics.jsonl (e.g. after the plot
-// style changed), titled title.
+// Replot draws dir/curves.png and dir/curves.svg from dir/metrics.jsonl,
+// titled title (troupe plot does the same for any runs).
 func Replot(dir, title string) error {
-	data, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	run, err := curves.ReadRun(dir)
 	if err != nil {
 		return fmt.Errorf("replot: %w", err)
 	}
-	var hist []StepRecord
-	var evals []Point
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var r StepRecord
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return fmt.Errorf("replot %s: %w", dir, err)
-		}
-		switch r.Kind {
-		case "step":
-			hist = append(hist, r)
-		case "eval":
-			evals = append(evals, Point{Step: r.Step, Success: r.Success, Reward: r.TeamReturn, Invalid: r.Invalid})
-		}
-	}
-	return writePlot(filepath.Join(dir, "curves.png"), title, hist, evals)
+	return curves.Draw(filepath.Join(dir, "curves"), []*curves.Run{run}, curves.Options{Title: title})
 }
 
 // policyGPUs resolves Options.GPUsPerPolicy: a negative value means one GPU
@@ -582,7 +575,7 @@ func policyGPUs(ctx context.Context, rt actors.Runtime, want float64) (float64, 
 		return 0, fmt.Errorf("cluster status (to choose --gpus-per-policy): %w", err)
 	}
 	for _, n := range st.Nodes {
-		if n.State != "dead" && n.Total.GPUs > 0 {
+		if n.State != "dead" && n.State != "drained" && n.Total.GPUs > 0 {
 			return 1, nil
 		}
 	}

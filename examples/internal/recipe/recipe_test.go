@@ -32,7 +32,7 @@ func TestRunWritesEverything(t *testing.T) {
 		if res.Steps != 2 || len(res.Evals) != 3 || res.Policies != 2 || res.Params == 0 || res.TokensPerS <= 0 {
 			t.Fatalf("%s: result %+v", algo, res)
 		}
-		for _, f := range []string{"metrics.jsonl", "curves.png", "tool.safetensors", "planner.safetensors", "warm-tool.safetensors", "checkpoints/step0001-planner.safetensors"} {
+		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool.safetensors", "planner.safetensors", "warm-tool.safetensors", "checkpoints/step0001-planner.safetensors"} {
 			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 				t.Errorf("%s: %v", algo, err)
 			}
