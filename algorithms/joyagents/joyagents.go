@@ -78,6 +78,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -163,10 +164,17 @@ type Config struct {
 	Seed      int64
 }
 
-// DefaultConfig: G = 8, 4 trajectories, 32 rounds, all groups, GRPO
-// advantages, memory on with DefaultMemoryConfig.
+// DefaultTopK is the default marginal-benefit selection: the 5 groups of
+// the step with the largest reward variance. The paper ablates K = 1, 2, 5
+// and all; 5 is the largest short of all, since with 4 backbones of about
+// 12 nodes (Plan-Path 6×6) a step has about 50 groups, and top-1 or top-2
+// would train on 6 or 12 samples a step.
+const DefaultTopK = 5
+
+// DefaultConfig: G = 8, 4 trajectories, 32 rounds, top-K = DefaultTopK,
+// GRPO advantages, memory on with DefaultMemoryConfig.
 func DefaultConfig() Config {
-	return Config{G: 8, Envs: 4, MaxTurns: 32, Reward: DefaultRewardConfig(), UseMemory: true, Memory: DefaultMemoryConfig()}
+	return Config{G: 8, Envs: 4, MaxTurns: 32, TopK: DefaultTopK, Reward: DefaultRewardConfig(), UseMemory: true, Memory: DefaultMemoryConfig()}
 }
 
 // Validate reports whether c is usable.
@@ -182,6 +190,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: TopK = %d, want >= 0 (0 = all)", ErrConfig, c.TopK)
 	case c.UseMemory && c.Memory.Capacity < 1:
 		return fmt.Errorf("%w: memory capacity %d, want >= 1", ErrConfig, c.Memory.Capacity)
+	case c.UseMemory && !(c.Memory.Tail >= 0 && c.Memory.Tail < 0.5):
+		return fmt.Errorf("%w: memory tail %v, want in [0, 0.5)", ErrConfig, c.Memory.Tail)
 	}
 	return nil
 }
@@ -210,6 +220,9 @@ type Group struct {
 // Key renders the group key "env0/n3/planner".
 func (g *Group) Key() string { return fmt.Sprintf("env%d/n%d/%s", g.Env, g.Node, g.Role) }
 
+// UID is the Dr. MAS "prompt uid" of the group: its backbone, "env0".
+func (g *Group) UID() string { return "env" + strconv.Itoa(g.Env) }
+
 // Trajectory is one backbone trajectory and its node groups.
 type Trajectory struct {
 	Env     int
@@ -225,6 +238,8 @@ type Counts struct {
 	NodeSamples       int // alternatives sampled at nodes (Σ L·G)
 	CompletionSamples int // single samples drawn to complete branches
 	SkippedActions    int // actions answered from memory (backbone and completions)
+	HintedActions     int // actions sampled from a prompt with a memory hint
+	Actions           int // every action taken (sampled, completed or answered from memory)
 }
 
 // NodeSampler runs node-wise Monte Carlo sampling.
@@ -365,7 +380,11 @@ func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.E
 			idx = append(idx, e)
 			prompts = append(prompts, obs[k]+adv[k].Hint)
 			situations = append(situations, obs[k])
+			if adv[k].Hint != "" {
+				s.Counts.HintedActions++
+			}
 		}
+		s.Counts.Actions += len(liveIdx)
 		if len(skipIdx) > 0 {
 			res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
 			if err != nil {
@@ -497,7 +516,11 @@ func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string,
 				}
 				idx = append(idx, j)
 				prompts = append(prompts, obs[k]+adv[k].Hint)
+				if adv[k].Hint != "" {
+					s.Counts.HintedActions++
+				}
 			}
+			s.Counts.Actions += len(act)
 			if len(skipIdx) > 0 {
 				res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
 				if err != nil {
@@ -549,30 +572,30 @@ func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string,
 }
 
 // Assign sets every alternative's advantage: GRPO inside each group, or
-// with drMAS per agent (role) over all of that agent's alternatives.
+// with drMAS Dr. MAS's agent-wise normalisation keyed by (prompt uid,
+// agent), i.e. (backbone Env, Role): every alternative of an agent's nodes on
+// one backbone shares that pool's mean and std (verl's
+// compute_grpo_outcome_advantage with group_by_agent_id, as Dr. MAS runs
+// it).
 func Assign(groups []*Group, mode grpo.AdvantageMode, drMAS bool) {
-	if !drMAS {
-		for _, g := range groups {
-			adv := grpo.Advantages(totals(g), mode)
-			for j := range g.Alts {
-				g.Alts[j].Advantage = adv[j]
-			}
+	var rewards []float64
+	var keys []string
+	for gi, g := range groups {
+		key := strconv.Itoa(gi)
+		if drMAS {
+			key = g.UID() + "\x00" + g.Role
 		}
-		return
-	}
-	byRole := map[string][]float64{}
-	for _, g := range groups {
-		byRole[g.Role] = append(byRole[g.Role], totals(g)...)
-	}
-	for _, g := range groups {
-		r := byRole[g.Role]
-		mean, std := grpo.MeanStd(r)
-		if len(r) < 2 {
-			mean, std = totals(g)[0], 0
+		for _, a := range g.Alts {
+			rewards = append(rewards, a.Reward.Total())
+			keys = append(keys, key)
 		}
-		adv := grpo.NormalizeWith(totals(g), mean, std, mode)
+	}
+	adv, _ := grpo.KeyedAdvantages(rewards, keys, mode) // same lengths by construction
+	i := 0
+	for _, g := range groups {
 		for j := range g.Alts {
-			g.Alts[j].Advantage = adv[j]
+			g.Alts[j].Advantage = adv[i]
+			i++
 		}
 	}
 }
@@ -612,7 +635,7 @@ func Buffers(groups []*Group) map[string][]rl.Sample {
 	for _, g := range groups {
 		for _, a := range g.Alts {
 			out[g.Policy] = append(out[g.Policy], rl.Sample{
-				Prompt: g.Prompt, Completion: a.Completion, Group: g.Key(), Role: g.Role,
+				Prompt: g.Prompt, Completion: a.Completion, Group: g.Key(), UID: g.UID(), Role: g.Role,
 				Reward: a.Reward.Total(), Advantage: a.Advantage,
 			})
 		}
@@ -666,6 +689,13 @@ type StepStats struct {
 	Adv         grpo.AdvStats // over the selected samples
 	Updates     map[string]rl.UpdateStats
 }
+
+// MemoryBank returns the agents' memory (nil without memory), e.g. for
+// evaluation with WithMemory.
+func (t *Trainer) MemoryBank() MemoryBank { return t.bank() }
+
+// Steps is the number of training steps taken (the memory's clock).
+func (t *Trainer) Steps() int64 { return t.step }
 
 // bank returns the memory the step uses (nil without memory).
 func (t *Trainer) bank() MemoryBank {

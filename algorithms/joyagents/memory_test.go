@@ -146,7 +146,7 @@ func TestRetrieveHintSkip(t *testing.T) {
 	if len(hits) != 2 || hits[0].Answer != "p2-long-answer" || hits[0].Sim != 1 || hits[1].Answer != "p9" {
 		t.Fatalf("hits %+v", hits)
 	}
-	if h := m.Hint("planner: goal 2", 0); h != " hint:p2-l" {
+	if h := m.Hint("planner: goal 2", 0); h != " h:p2-l" {
 		t.Errorf("hint %q", h)
 	}
 	if h := m.Hint("nothing like it", 0); h != "" {
