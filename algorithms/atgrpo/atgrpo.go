@@ -32,11 +32,23 @@
 // on its own role's buffer, and the updates run concurrently (goroutines
 // here; separate policy actors in the actor-graph version).
 //
+// # Training the policies
+//
+// Before the update, Prepare applies the options PettingLLMs and Dr. MAS
+// add: PettingLLMs' group filter (Config.Filter: drop the lowest-mean, the
+// lowest-variance or the equal-reward groups of each policy's buffer) and
+// Dr. MAS's agent-wise normalisation (Config.DrMAS: advantages over every
+// sample of an agent in one environment instance, all turns pooled, instead
+// of per (env, role, turn) group). The learner then runs PPO on its buffer
+// (agent.Policy: mini-batches of 16 samples, one optimiser step each, as
+// verl runs it).
+//
 // # Evaluation
 //
 // Evaluate runs independent (non-tree) episodes: one sample per action on
-// the real environment, reporting success rate and mean returns, as the
-// paper evaluates.
+// the real environment, reporting success rate (with its standard error)
+// and mean returns, as the paper evaluates; the policies decide how they
+// decode (agent.Team.GreedyPolicies decodes greedily, as the paper does).
 package atgrpo
 
 import (
@@ -403,8 +415,9 @@ func sortedNames(m map[string][]rl.Sample) []string {
 }
 
 // Step runs one training step: Config.Envs fresh environments → tree
-// rollouts → per-policy buffers with group advantages → one Learner.Update
-// per policy (concurrently) → statistics.
+// rollouts → per-policy buffers with group advantages → Prepare (group
+// filter, Dr. MAS) → one Learner.Update per policy (concurrently) →
+// statistics.
 func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	cfg := t.Config
 	if err := cfg.Validate(); err != nil {

@@ -24,25 +24,39 @@
 // Groups are ranked by the unbiased variance of their rewards (a group
 // whose alternatives all score the same carries no gradient); only the top
 // K groups of the step are kept, and only the agents that own them are
-// updated, each on the samples of its selected groups. K = 0 keeps all.
-// Ties keep trajectory order (environment, then node).
+// updated, each on the samples of its selected groups. K = DefaultTopK (5)
+// unless set; K = 0 keeps all. Ties keep trajectory order (environment, then
+// node).
 //
 // # Memory evolution (the paper's adaptive memory evolution)
 //
 // Each agent has a Memory of (situation, answer, reward, time) entries.
-// GRPO groups are its free supervision: inside a group with memory rewards
-// (accuracy + format, no efficiency term) of mean μ and unbiased std σ,
-// answers above μ + 1.96σ are inserted (or replace the entry with the most
-// similar situation, if they score at least as well), and entries similar to
-// answers below μ − 1.96σ are removed. Entry score = α·(reward − μ) +
-// β·exp(−age/τ), α = β = 1. Before acting, the agent's observation is
-// extended with a short hint (the best similar entry's answer, a few bytes:
-// contexts are 64–128 tokens), and an exact-situation hit scoring at least
-// SkipScore answers directly without sampling. Similarity is character
-// trigram Jaccard (see Similarity). Because a skipped node forms no group,
-// every trajectory that used a memory answer reports its memory reward back
-// (Memory.Feedback): falling short of the entry's recorded reward lowers
-// the entry's score, so wrong advice stops being used and is replaced.
+// GRPO groups are its free supervision: an answer whose memory reward
+// (accuracy + format, no efficiency term) is an outlier of the step is
+// inserted (or replaces the entry with the most similar situation, if it
+// scores at least as well), and entries similar to an answer that is an
+// outlier on the low side are removed. The paper's outlier rule, μ ± 1.96σ
+// inside each group, can barely fire at the group sizes used here (with
+// the unbiased std the largest z-score in a group of G is (G−1)/√G: 2.04 at
+// G = 6), so the default rule (ThresholdPooled) keeps its intent, the 2.5%
+// tails, on the distribution of the agent's memory rewards pooled over the
+// whole step: an answer at or above the pooled 97.5% quantile that beats
+// its group's mean is inserted, one at or below the 2.5% quantile that falls
+// short of it removes similar entries (ThresholdGroupZ is the paper's rule).
+// Entry score = α·(reward − μ_group) + β·exp(−age/τ), α = β = 1.
+//
+// The memory is read whenever an agent acts, in training (NodeSampler) and
+// in evaluation (WithMemory): a situation within SkipEdits character edits
+// of a remembered one whose entry scores at least SkipScore is answered
+// with the remembered answer without sampling (the paper's skipping of
+// repeated reasoning), and otherwise the most similar entry's answer is
+// appended to the observation as a hint (HintPrefix + answer; the training
+// scripts make the context that much longer and show hints in part of the
+// warm start). Similarity is character trigram Jaccard (see Similarity).
+// Because a skipped node forms no group, every trajectory that used a
+// memory answer reports its memory reward back (Memory.Feedback): falling
+// short of the entry's recorded reward lowers the entry's score, so wrong
+// advice stops being used and is replaced.
 //
 // # Reward
 //
@@ -55,9 +69,12 @@
 // # Dr. MAS option
 //
 // With Config.DrMAS, advantages are not normalised per group but per agent
-// (Dr. MAS, arXiv 2602.08847, "agent-wise advantage normalization"): A =
-// (R − μ_k)/(σ_k + 1e-6) with μ_k, σ_k the mean and unbiased std of all of
-// agent k's alternative rewards this step (r − μ_k under MeanCentered).
+// and task, as Dr. MAS's code does it (arXiv 2602.08847, "agent-wise
+// advantage normalization"; verl's compute_grpo_outcome_advantage with
+// group_by_agent_id keys samples by (prompt uid, agent)): A = (R − μ)/(σ +
+// 1e-6) with μ, σ the mean and unbiased std of all of agent k's alternative
+// rewards on the same backbone (the task), every node pooled (R − μ under
+// MeanCentered).
 //
 // # Actors
 //
@@ -157,7 +174,7 @@ type Config struct {
 	MaxTurns  int                // rounds after which an episode is cut off
 	TopK      int                // groups kept by marginal-benefit selection; 0 = all
 	Advantage grpo.AdvantageMode // GRPO or Dr. GRPO advantages
-	DrMAS     bool               // normalise per agent instead of per group
+	DrMAS     bool               // Dr. MAS: normalise per (backbone, agent), every node pooled, instead of per group
 	Reward    RewardConfig
 	UseMemory bool
 	Memory    MemoryConfig

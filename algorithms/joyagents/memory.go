@@ -58,8 +58,8 @@ type MemoryConfig struct {
 	Alpha, Beta  float64   // score weights of reward difference and time decay (1, 1)
 	Tau          float64   // decay time constant in training steps
 	SimThreshold float64   // similarity at or above which two texts are "similar"
-	SkipSim      float64   // similarity at or above which a remembered answer is reused without sampling
-	SkipScore    float64   // ... if its entry scores at least this
+	SkipEdits    int       // a remembered answer is reused without sampling when its situation is within this many character edits of the agent's (a near-duplicate) ...
+	SkipScore    float64   // ... and its entry scores at least this
 	HintMax      int       // maximum bytes of retrieved answer added to a prompt
 	NoHint       bool      // never add retrieved answers to prompts
 	NoReuse      bool      // never answer from memory without sampling
@@ -68,13 +68,19 @@ type MemoryConfig struct {
 // DefaultMemoryConfig: 64 entries, the pooled rule with 2.5% tails (the
 // share of a normal distribution beyond 1.96σ, so the paper's intent at
 // group sizes where its per-group rule cannot fire), z = 1.96 for the
-// group rule, α = β = 1, τ = 50 steps, similarity 0.85, reuse of an
-// answer whose situation is at least 0.9 similar (a near-duplicate: in
-// Plan-Path the same position with a different tool suggestion or last
-// move) and scores ≥ 1, hints of at most 16 bytes.
+// group rule, α = β = 1, τ = 50 steps, similarity 0.85, reuse of an answer
+// whose situation is within 2 character edits (a near-duplicate) and whose
+// entry scores ≥ 1, hints of at most 16 bytes.
+//
+// Why edits and not the trigram similarity: on Plan-Path the similarity of
+// a planner observation to the same position with another tool suggestion
+// (the same decision) is as low as 0.875 (6×6) and that to the neighbouring
+// cell (another decision) as high as 0.882, so no similarity threshold
+// tells them apart; in edits they are 1 (the suggestion's letter) against at
+// least 3 (the agent's coordinate and its cell in the grid).
 func DefaultMemoryConfig() MemoryConfig {
 	return MemoryConfig{Capacity: 64, Threshold: ThresholdPooled, Tail: 0.025, Z: 1.96, Alpha: 1, Beta: 1, Tau: 50,
-		SimThreshold: 0.85, SkipSim: 0.9, SkipScore: 1, HintMax: 16}
+		SimThreshold: 0.85, SkipEdits: 2, SkipScore: 1, HintMax: 16}
 }
 
 // HintPrefix starts the text a hint appends to a prompt.
@@ -411,9 +417,9 @@ func (m *Memory) retrieve(situation string, n int, now int64) []Hit {
 	return hits
 }
 
-// Skip returns the remembered answer when the most similar entry's
-// situation is at least SkipSim similar (a near-duplicate) and the entry
-// scores at least SkipScore: the agent answers from memory instead of
+// Skip returns the remembered answer when an entry's situation is a
+// near-duplicate of situation (within SkipEdits character edits) and the
+// entry scores at least SkipScore: the agent answers from memory instead of
 // sampling (the "repetitive reasoning" memory removes).
 func (m *Memory) Skip(situation string, now int64) (string, bool) {
 	_, answer, skip := m.Advise(situation, now)
@@ -441,13 +447,70 @@ func (m *Memory) hint(hits []Hit) string {
 }
 
 // Advise is Skip and, when it does not skip, Hint, from one retrieval:
-// the remembered answer and true, or the hint and false.
+// the remembered answer and true, or the hint and false. Among the similar
+// entries (most similar first), the first near-duplicate that scores at
+// least SkipScore is reused.
 func (m *Memory) Advise(situation string, now int64) (hint, answer string, skip bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	hits := m.retrieve(situation, 1, now)
-	if len(hits) == 1 && !m.cfg.NoReuse && hits[0].Sim >= m.cfg.SkipSim && hits[0].Score >= m.cfg.SkipScore {
-		return "", hits[0].Answer, true
+	hits := m.retrieve(situation, m.cfg.Capacity, now)
+	if !m.cfg.NoReuse {
+		for _, h := range hits {
+			if h.Score >= m.cfg.SkipScore && WithinEdits(h.Situation, situation, m.cfg.SkipEdits) {
+				return "", h.Answer, true
+			}
+		}
 	}
 	return m.hint(hits), "", false
+}
+
+// WithinEdits reports whether a and b are at most k character edits
+// (insertions, deletions, substitutions of a byte) apart: the Levenshtein
+// distance, computed only in the band |i − j| ≤ k, so in O(k·len).
+func WithinEdits(a, b string, k int) bool {
+	if k < 0 {
+		return false
+	}
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	if len(b)-len(a) > k {
+		return false
+	}
+	if a == b {
+		return true
+	}
+	const far = 1 << 30
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = far
+		if j <= k {
+			prev[j] = j
+		}
+	}
+	for i := 1; i <= len(a); i++ {
+		lo, hi := max(1, i-k), min(len(b), i+k)
+		for j := range cur {
+			cur[j] = far
+		}
+		if i <= k {
+			cur[0] = i
+		}
+		best := cur[0]
+		for j := lo; j <= hi; j++ {
+			d := prev[j-1]
+			if a[i-1] != b[j-1] {
+				d++
+			}
+			d = min(d, prev[j]+1, cur[j-1]+1)
+			cur[j] = d
+			best = min(best, d)
+		}
+		if best > k {
+			return false
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)] <= k
 }
