@@ -40,10 +40,14 @@
 // the unbiased std the largest z-score in a group of G is (G−1)/√G: 2.04 at
 // G = 6), so the default rule (ThresholdPooled) keeps its intent, the 2.5%
 // tails, on the distribution of the agent's memory rewards pooled over the
-// whole step: an answer at or above the pooled 97.5% quantile that beats
-// its group's mean is inserted, one at or below the 2.5% quantile that falls
-// short of it removes similar entries (ThresholdGroupZ is the paper's rule).
-// Entry score = α·(reward − μ_group) + β·exp(−age/τ), α = β = 1.
+// groups of one evolution: an answer at or above the pooled 97.5% quantile
+// that beats its group's mean is inserted, one at or below the 2.5% quantile
+// that falls short of it removes similar entries (ThresholdGroupZ is the
+// paper's rule). Entry score = α·(reward − μ_group) + β·exp(−age/τ),
+// α = β = 1. The memory evolves after every node position during sampling,
+// with that position's groups of all backbones, so that the rest of the step
+// can use it (MemoryConfig.PerStep: once per step, in the update); the
+// feedback of memory answers is applied in the update.
 //
 // The memory is read whenever an agent acts, in training (NodeSampler) and
 // in evaluation (WithMemory): a situation within SkipEdits character edits
@@ -271,6 +275,30 @@ type NodeSampler struct {
 	Bank   MemoryBank
 	Now    int64 // the training step, for memory decay
 	Counts Counts
+	// Evolved sums the memory evolution done during sampling (every
+	// node position's groups, unless Config.Memory.PerStep), and Sizes
+	// are the memory sizes after the last one.
+	Evolved GroupUpdate
+	Sizes   map[string]int
+}
+
+// evolveOnline applies one node position's groups to the memory during
+// sampling (see MemoryConfig.PerStep).
+func (s *NodeSampler) evolveOnline(ctx context.Context, roles []string, groups []*Group) error {
+	b := s.bank()
+	if b == nil || s.Config.Memory.PerStep || len(groups) == 0 {
+		return nil
+	}
+	req := EvolveRequest{Now: s.Now, Roles: slices.Clone(roles), Groups: groupRecords(groups)}
+	res, err := b.Evolve(ctx, req)
+	if err != nil {
+		return fmt.Errorf("memory evolution during sampling: %w", err)
+	}
+	s.Evolved.Inserted += res.Update.Inserted
+	s.Evolved.Replaced += res.Update.Replaced
+	s.Evolved.Removed += res.Update.Removed
+	s.Sizes = res.Sizes
+	return nil
 }
 
 func (s *NodeSampler) bank() MemoryBank {
@@ -482,6 +510,9 @@ func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.E
 			trs[e].Groups = append(trs[e].Groups, g)
 			trs[e].Outcome.add(back[k].Step)
 			states[e] = back[k].State
+		}
+		if err := s.evolveOnline(ctx, roles, groups); err != nil {
+			return nil, err
 		}
 	}
 	for e, tr := range trs {
@@ -844,6 +875,9 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	}
 	if req.Memory != nil {
 		st.Memory = res.Memory.Update
+		st.Memory.Inserted += smp.Evolved.Inserted
+		st.Memory.Replaced += smp.Evolved.Replaced
+		st.Memory.Removed += smp.Evolved.Removed
 		for r, n := range res.Memory.Sizes {
 			st.MemorySize[r] = n
 		}
@@ -870,18 +904,29 @@ func (t *Trainer) updateLocal(ctx context.Context, bank MemoryBank, req UpdateRe
 	return res, nil
 }
 
-// evolveRequest is a step's memory evolution: every group's answers with
-// their memory rewards (accuracy + format), then the memory reward of
-// every trajectory that used a memory answer, backbones and branches in
-// order.
-func evolveRequest(cfg Config, step int64, roles []string, groups []*Group, outcomes []Outcome) *EvolveRequest {
-	req := &EvolveRequest{Now: step, Roles: slices.Clone(roles)}
+// groupRecords are groups as memory sees them: answers with their memory
+// rewards (accuracy + format).
+func groupRecords(groups []*Group) []GroupRecord {
+	out := make([]GroupRecord, 0, len(groups))
 	for _, g := range groups {
 		rec := GroupRecord{Role: g.Role, Situation: g.Situation, Answers: make([]string, len(g.Alts)), Rewards: make([]float64, len(g.Alts))}
 		for j, a := range g.Alts {
 			rec.Answers[j], rec.Rewards[j] = a.Completion.Text, a.Reward.Memory()
 		}
-		req.Groups = append(req.Groups, rec)
+		out = append(out, rec)
+	}
+	return out
+}
+
+// evolveRequest is a step's memory evolution at the update: with
+// MemoryConfig.PerStep every group's answers with their memory rewards
+// (otherwise the groups were applied during sampling), then the memory
+// reward of every trajectory that used a memory answer, backbones and
+// branches in order.
+func evolveRequest(cfg Config, step int64, roles []string, groups []*Group, outcomes []Outcome) *EvolveRequest {
+	req := &EvolveRequest{Now: step, Roles: slices.Clone(roles)}
+	if cfg.Memory.PerStep {
+		req.Groups = groupRecords(groups)
 	}
 	for _, o := range outcomes {
 		got := cfg.Reward.Of(o).Memory()

@@ -24,7 +24,8 @@ type Threshold int
 
 const (
 	// ThresholdPooled (the default) compares each answer with the
-	// distribution of its agent's memory rewards over the whole step: an
+	// distribution of its agent's memory rewards over the groups of one
+	// evolution (a node position's, or with PerStep the step's): an
 	// answer at or above that distribution's (1−Tail) quantile that beats
 	// its own group's mean is inserted; one at or below the Tail quantile
 	// that falls short of its group's mean removes similar entries.
@@ -53,7 +54,7 @@ func (t Threshold) String() string {
 type MemoryConfig struct {
 	Capacity     int       // entries per agent; the lowest-scoring entry is evicted
 	Threshold    Threshold // insert/remove rule
-	Tail         float64   // ThresholdPooled: tail share of the step's pooled rewards (0.025)
+	Tail         float64   // ThresholdPooled: tail share of the pooled rewards (0.025)
 	Z            float64   // ThresholdGroupZ: outlier threshold in group stds (1.96)
 	Alpha, Beta  float64   // score weights of reward difference and time decay (1, 1)
 	Tau          float64   // decay time constant in training steps
@@ -63,6 +64,14 @@ type MemoryConfig struct {
 	HintMax      int       // maximum bytes of retrieved answer added to a prompt
 	NoHint       bool      // never add retrieved answers to prompts
 	NoReuse      bool      // never answer from memory without sampling
+	// PerStep evolves the memory once per training step, after sampling
+	// (the update graph's memory node), instead of after every node
+	// position during sampling. Per position (the default), a step's later
+	// nodes and branch completions can already reuse what its earlier
+	// groups found: on tasks that do not repeat across steps (Plan-Path
+	// draws fresh grids every step) that is the only place where a
+	// situation recurs.
+	PerStep bool
 }
 
 // DefaultMemoryConfig: 64 entries, the pooled rule with 2.5% tails (the

@@ -363,6 +363,7 @@ func cells(s settings, size int) []cell {
 		{"joyagents-nohint", "memory without hints (reuse only)", func(o *recipe.Options) { o.JoyNoHint = true }},
 		{"joyagents-noreuse", "memory without reuse (hints only)", func(o *recipe.Options) { o.JoyNoReuse = true }},
 		{"joyagents-groupz", "the paper's per-group μ ± 1.96σ memory rule", func(o *recipe.Options) { o.JoyThreshold = "group-z" }},
+		{"joyagents-perstep", "memory evolved once per step (not during sampling)", func(o *recipe.Options) { o.JoyMemoryPerStep = true }},
 		{"joyagents-drmas", "Dr. MAS advantages (per backbone and agent)", func(o *recipe.Options) { o.DrMAS = true }},
 	} {
 		cs = append(cs, cell{Name: a.name, Desc: "JoyAgents-R1, " + a.desc, InitFrom: "joyagents", Versus: "joyagents",
@@ -578,7 +579,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 			o.WarmEpisodes, max(0, o.WarmEpisodes-1), 100*o.WarmNoise, o.WarmLR, o.WarmEpochs)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages; PPO as verl runs it for PettingLLMs: mini-batches of 16 samples (one AdamW step each, lr %.0e), 1 epoch, clip ε = 0.2, token-mean loss, behaviour log-probs from the sampling policy; the per-role updates run as one compiled actor graph.\n", o.Envs, o.K, o.LR)
 		fmt.Fprintf(&b, "- Single agent + GRPO: the planner alone (`envs.Config.Single`), the same turn-wise grouped GRPO.\n")
-		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, top-5 groups by reward variance, memory evolved with pooled 2.5%% tails and read when an agent acts (the best similar entry's answer as a hint, a near-duplicate's answer reused without sampling), at training and at evaluation; half the steps of AT-GRPO, since each samples more.\n")
+		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, top-5 groups by reward variance, memory evolved after every node position with pooled 2.5%% tails and read when an agent acts (the best similar entry's answer as a hint, a near-duplicate's answer reused without sampling), at training and at evaluation; half the steps of AT-GRPO, since each samples more. Test grids are new grids, so at evaluation the memory can only answer a situation within 2 edits of one it saw in training, which on fresh Plan-Path grids hardly happens: the share of test actions answered from memory is shown beside the JoyAgents-R1 rows.\n")
 		fmt.Fprintf(&b, "- Evaluation: test range n as given, validation range %d grids; turn budget the environment's.\n", o.EvalEpisodes)
 	}
 	if data, err := os.ReadFile(notesFile); err == nil && !tinyRun {

@@ -65,6 +65,7 @@ func Main(prog, doc string, o Options) {
 		fs.BoolVar(reuse, "reuse", *reuse, "memory: answer a near-duplicate situation from memory without sampling")
 		fs.StringVar(&o.JoyThreshold, "memory-threshold", o.JoyThreshold, "memory insert/remove rule: pooled (2.5% tails of the step's rewards) or group-z (mean ± 1.96 std in each group)")
 		fs.BoolVar(&o.JoyEvalNoMemory, "eval-no-memory", o.JoyEvalNoMemory, "evaluate without reading the memory")
+		fs.BoolVar(&o.JoyMemoryPerStep, "memory-per-step", o.JoyMemoryPerStep, "evolve the memory once per step (default: after every node position, so the step's later nodes can reuse it)")
 		fs.Float64Var(&o.WarmHints, "warm-hints", o.WarmHints, "share of warm-start examples shown with a memory hint")
 	} else {
 		fs.StringVar(&o.Filter, "filter", o.Filter, "PettingLLMs group filter: none, mean (drop the lowest-mean groups), std, dapo (drop equal-reward groups) or uid")

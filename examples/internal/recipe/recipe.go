@@ -94,6 +94,9 @@ type Options struct {
 	JoyThreshold string
 	// JoyEvalNoMemory evaluates JoyAgents policies without their memory.
 	JoyEvalNoMemory bool
+	// JoyMemoryPerStep evolves the memory once per step, in the update,
+	// instead of after every node position during sampling.
+	JoyMemoryPerStep bool
 
 	// EnvActors > 0 hosts the training environments in that many
 	// environment host actors (envs.Pool) instead of stepping them in the
@@ -581,7 +584,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		case o.JoyTopK < 0:
 			jc.TopK = 0 // all groups
 		}
-		jc.Memory.NoHint, jc.Memory.NoReuse = o.JoyNoHint, o.JoyNoReuse
+		jc.Memory.NoHint, jc.Memory.NoReuse, jc.Memory.PerStep = o.JoyNoHint, o.JoyNoReuse, o.JoyMemoryPerStep
 		jc.Memory.HintMax = maxNew - 1
 		switch o.JoyThreshold {
 		case "", "pooled":
