@@ -4,7 +4,7 @@
 GO ?= go
 IMAGE ?= troupe:dev
 
-.PHONY: build test image test-docker compose-up compose-down
+.PHONY: build test image test-docker compose-up compose-down testdata-llama
 
 # Compile everything, and the CLI into bin/troupe.
 build:
@@ -14,6 +14,12 @@ build:
 # The README's test command.
 test:
 	$(GO) test ./...
+
+# Regenerate the Llama/Qwen reference models and outputs that
+# algorithms/policy's tests compare against (plain PyTorch, Debian's
+# python3-torch; the outputs are committed so tests need no PyTorch).
+testdata-llama:
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen.py
 
 # The node image, FROM scratch, with the binary and the libraries ldd lists.
 image:

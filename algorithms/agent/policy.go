@@ -25,9 +25,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"troupe/actors"
@@ -35,8 +37,10 @@ import (
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
+	"troupe/algorithms/policy/hf"
+	"troupe/algorithms/policy/tokenizer"
 	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/cuda"
 )
 
 // TypeName is the actor type name the policy actor is registered under.
@@ -60,8 +64,26 @@ type Config struct {
 	// Name is the policy name ("shared" or a role); it selects the actor's
 	// buffer in UpdateFrom and is written into checkpoints.
 	Name string
-	// Model is the GPT shape; Vocab 0 means the tokenizer's size.
+	// Model is the shape of a from-scratch model (Vocab 0 means the
+	// character tokenizer's size); ignored with ModelDir or Checkpoint.
 	Model policy.Config
+	// Arch is the architecture of a from-scratch model: "gpt" (default,
+	// GPT-2 style) or "llama" (the Llama family: RMSNorm, RoPE, GQA with
+	// KVHeads key/value heads, SwiGLU; see LlamaConfig).
+	Arch string
+	// KVHeads is a from-scratch Llama's key/value heads (0: Model.Heads).
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory
+	// (config.json, safetensors, tokenizer.json; Llama, Qwen2, Qwen3,
+	// Mistral, SmolLM): the policy loads it with its own tokenizer, and
+	// Checkpoint, if also set, is a directory of trained weights for it.
+	ModelDir string
+	// NoChat turns off rendering prompts through the tokenizer's chat
+	// template (a user turn and the assistant's generation prompt), which a
+	// ModelDir policy does when the model has a template.
+	NoChat bool
+	// System is an optional system message for chat prompts.
+	System string
 	// Seed initialises the weights.
 	Seed uint64
 	// Alphabet of the character tokenizer; "" means envs.Alphabet().
@@ -93,17 +115,24 @@ type Config struct {
 	// Checkpoint, if set, loads the model (shape and weights) from this
 	// safetensors file instead of initialising it; Model is then ignored.
 	Checkpoint string
+	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
+	// With auto the actor computes on the GPU it was placed on (CUDA on a
+	// real GPU, the CPU metered against a simulated one) and on the CPU
+	// when it was given none. Scripts fill it from TROUPE_BACKEND.
+	Backend string
 }
 
 // Policy is the policy actor: a GPT with its tokenizer and optimiser.
 // It is not safe for concurrent use; the actor runtime serialises calls.
 type Policy struct {
 	cfg   Config
-	model *policy.Model
-	tok   *policy.CharTokenizer
-	alpha string
-	gen   int64 // tokens generated, for throughput reports
-	train int64 // tokens trained on
+	model policy.LM
+	tok   codec
+	alpha string // the character tokenizer's alphabet ("" for a pretrained model)
+	src   string // a pretrained model's directory: its tokenizer files go into saved checkpoints
+	where string // the backend and why, e.g. "cuda:0 (NVIDIA A100, sm_80)"
+	gen   int64  // tokens generated, for throughput reports
+	train int64  // tokens trained on
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).
@@ -143,71 +172,140 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
 	}
-	// On a GPU the actor was placed on, the backend's busy time drives the
-	// GPU's simulated utilization (see gpu.BindActorBackend).
-	var be gpu.Backend = cpu.New()
+	// The backend follows the placement: CUDA on a real GPU, the CPU metered
+	// against a simulated one (its busy time drives the GPU's simulated
+	// utilization), the CPU otherwise. A GPU that cannot be used is an
+	// error, never a silent fallback.
+	var pl cuda.Placement
 	if info, ok := actors.Self(ctx); ok {
-		name := info.Name
-		if name == "" {
-			name = info.ID
+		pl = cuda.Placement{Node: info.Node, Actor: info.Name, GPUs: info.GPUs, UUIDs: info.GPUUUIDs, Simulated: info.SimulatedGPUs}
+		if pl.Actor == "" {
+			pl.Actor = info.ID
 		}
-		be = gpu.BindActorBackend(be, info.Node, info.GPUs, name)
 	}
-	var (
-		m    *policy.Model
-		meta map[string]string
-		err  error
-	)
-	if cfg.Checkpoint != "" {
-		m, meta, err = policy.LoadFile(cfg.Checkpoint, be)
+	be, where, err := cuda.ForPlacement(pl, cfg.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy %q: compute backend: %w", ErrConfig, cfg.Name, err)
+	}
+	p := &Policy{cfg: cfg, where: where}
+	if err := p.build(be); err != nil {
+		return nil, err
+	}
+	p.model.SetOptimizer(cfg.Optim)
+	return p, nil
+}
+
+// build makes the model and its codec: from a pretrained Hugging Face
+// directory, from a checkpoint, or from scratch.
+func (p *Policy) build(be gpu.Backend) error {
+	cfg := &p.cfg
+	switch {
+	case cfg.ModelDir != "":
+		tok, err := tokenizer.Load(cfg.ModelDir)
 		if err != nil {
-			return nil, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, cfg.Checkpoint, err)
+			return fmt.Errorf("%w: %s: %w", ErrCheckpoint, cfg.ModelDir, err)
+		}
+		dir := cfg.ModelDir
+		if cfg.Checkpoint != "" {
+			dir = cfg.Checkpoint // trained weights, the same tokenizer
+		}
+		m, _, err := policy.LoadCheckpoint(dir, be)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+		if m.VocabSize() < tok.Vocab() {
+			m.Free()
+			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, dir, m.VocabSize(), tok.Vocab())
+		}
+		c, err := newHFCodec(tok, !cfg.NoChat, cfg.System)
+		if err != nil {
+			m.Free()
+			return fmt.Errorf("%s: %w", cfg.ModelDir, err)
+		}
+		p.model, p.tok, p.src = m, c, cfg.ModelDir
+		return nil
+	case cfg.Checkpoint != "":
+		m, meta, err := policy.LoadCheckpoint(cfg.Checkpoint, be)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 		}
 		if a, ok := meta["alphabet"]; ok {
 			cfg.Alphabet = a
 		}
-		cfg.Model = m.Config()
+		tok, err := policy.NewCharTokenizer(cfg.Alphabet)
+		if err != nil {
+			m.Free()
+			return fmt.Errorf("%w: %s: tokenizer: %w", ErrCheckpoint, cfg.Checkpoint, err)
+		}
+		if m.VocabSize() < tok.Vocab() {
+			m.Free()
+			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.VocabSize(), tok.Vocab())
+		}
+		if g, ok := m.(*policy.Model); ok {
+			cfg.Model = g.Config()
+		}
+		p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
+		return nil
 	}
 	tok, err := policy.NewCharTokenizer(cfg.Alphabet)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
+		return fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
 	}
-	if m == nil {
-		if cfg.Model.Vocab == 0 {
-			cfg.Model.Vocab = tok.Vocab()
-		}
-		if cfg.Model.Vocab < tok.Vocab() {
-			return nil, fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
-		}
+	if cfg.Model.Vocab == 0 {
+		cfg.Model.Vocab = tok.Vocab()
+	}
+	if cfg.Model.Vocab < tok.Vocab() {
+		return fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
+	}
+	var m policy.LM
+	switch cfg.Arch {
+	case "", "gpt":
 		m, err = policy.New(be, cfg.Model, cfg.Seed)
-		if err != nil {
-			return nil, fmt.Errorf("%w: model: %w", ErrConfig, err)
+	case "llama":
+		var hc hf.Config
+		if hc, err = LlamaConfig(cfg.Model, cfg.KVHeads); err == nil {
+			m, err = policy.NewLlama(be, hc, cfg.Seed)
 		}
-	} else if m.Config().Vocab < tok.Vocab() {
-		return nil, fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.Config().Vocab, tok.Vocab())
+	default:
+		err = fmt.Errorf("arch %q: want gpt or llama", cfg.Arch)
 	}
-	m.Optim = cfg.Optim
-	return &Policy{cfg: cfg, model: m, tok: tok, alpha: cfg.Alphabet}, nil
+	if err != nil {
+		return fmt.Errorf("%w: model: %w", ErrConfig, err)
+	}
+	p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
+	return nil
+}
+
+// LlamaConfig is the Hugging Face config of a from-scratch Llama of the
+// given shape: Width hidden size, Heads query heads of Width/Heads channels,
+// kvHeads key/value heads (0: Heads), an MLP of about 8/3 Width (a multiple
+// of 8, as Llama sizes it), RoPE base 10000, tied embeddings and Context
+// positions.
+func LlamaConfig(shape policy.Config, kvHeads int) (hf.Config, error) {
+	c, err := hf.NewConfig(hf.Llama)
+	if err != nil {
+		return c, err
+	}
+	if shape.Heads < 1 || shape.Width%shape.Heads != 0 {
+		return c, fmt.Errorf("width %d not divisible by heads %d", shape.Width, shape.Heads)
+	}
+	if kvHeads == 0 {
+		kvHeads = shape.Heads
+	}
+	c.VocabSize, c.HiddenSize, c.NumHiddenLayers = shape.Vocab, shape.Width, shape.Layers
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = shape.Heads, kvHeads, shape.Width/shape.Heads
+	c.IntermediateSize = (8*shape.Width/3 + 7) / 8 * 8
+	c.MaxPositionEmbeddings, c.RopeTheta, c.RMSNormEps, c.TieWordEmbeddings = shape.Context, 10000, 1e-5, true
+	return c, c.Validate()
 }
 
 // Model returns the policy's model (for in-process use, e.g. tests).
-func (p *Policy) Model() *policy.Model { return p.model }
+func (p *Policy) Model() policy.LM { return p.model }
 
-// promptTokens renders a prompt as BOS + text + SEP, keeping the tail of an
-// over-long text so that the completion still fits the context.
-func (p *Policy) promptTokens(text string) []int32 {
-	ids := p.tok.Encode(text)
-	room := p.model.Config().Context - p.cfg.MaxNewTokens - 2
-	if room < 1 {
-		room = 1
-	}
-	if len(ids) > room {
-		ids = ids[len(ids)-room:]
-	}
-	out := make([]int32, 0, len(ids)+2)
-	out = append(out, p.tok.BOS())
-	out = append(out, ids...)
-	return append(out, p.tok.SEP())
+// promptTokens renders a prompt with room left in the context for the
+// completion.
+func (p *Policy) promptTokens(text string) ([]int32, error) {
+	return p.tok.Prompt(text, p.model.ContextLen()-p.cfg.MaxNewTokens)
 }
 
 // SampleRequest asks for K completions of every prompt.
@@ -239,7 +337,10 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 	}
 	prompts := make([][]int32, 0, n)
 	for _, t := range req.Prompts {
-		pt := p.promptTokens(t)
+		pt, err := p.promptTokens(t)
+		if err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
 		for j := 0; j < req.K; j++ {
 			prompts = append(prompts, pt)
 		}
@@ -255,7 +356,7 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		MaxNewTokens: p.cfg.MaxNewTokens,
 		Temperature:  temp,
 		Seed:         uint64(req.Seed),
-		Stop:         []int32{p.tok.EOS()},
+		Stop:         p.tok.Stop(),
 		VocabLimit:   p.tok.Vocab(),
 	})
 	if err != nil {
@@ -340,9 +441,12 @@ func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32
 func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, []int, error) {
 	seqs := make([][]int32, len(prompts))
 	offs := make([]int, len(prompts))
-	V := p.model.Config().Vocab
+	V, T := p.model.VocabSize(), p.model.ContextLen()
 	for i, pr := range prompts {
-		s := p.promptTokens(pr)
+		s, err := p.promptTokens(pr)
+		if err != nil {
+			return nil, nil, err
+		}
 		offs[i] = len(s) - 1
 		for _, id := range comps[i].Tokens {
 			if id < 0 || id >= V {
@@ -350,8 +454,8 @@ func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, 
 			}
 			s = append(s, int32(id))
 		}
-		if len(s) > p.model.Config().Context+1 {
-			return nil, nil, fmt.Errorf("%w: completion %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		if len(s) > T+1 {
+			return nil, nil, fmt.Errorf("%w: completion %d: %d tokens exceed context %d", ErrInput, i, len(s), T)
 		}
 		seqs[i] = s
 	}
@@ -415,12 +519,14 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	seqs := make([][]int32, len(req.Examples))
 	ws := make([][]float32, len(req.Examples))
 	for i, ex := range req.Examples {
-		s := p.promptTokens(ex.Prompt)
+		s, err := p.promptTokens(ex.Prompt)
+		if err != nil {
+			return st, fmt.Errorf("sft example %d: %w", i, err)
+		}
 		start := len(s)
-		s = append(s, p.tok.Encode(ex.Answer)...)
-		s = append(s, p.tok.EOS())
-		if len(s) > p.model.Config().Context+1 {
-			return st, fmt.Errorf("%w: sft example %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		s = append(s, p.tok.Answer(ex.Answer)...)
+		if T := p.model.ContextLen(); len(s) > T+1 {
+			return st, fmt.Errorf("%w: sft example %d: %d tokens exceed context %d", ErrInput, i, len(s), T)
 		}
 		w := make([]float32, len(s)-1)
 		for t := start - 1; t < len(w); t++ {
@@ -428,11 +534,13 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 		}
 		seqs[i], ws[i] = s, w
 	}
-	saved := p.model.Optim.LR
+	saved := p.model.Optimizer()
 	if req.LR > 0 {
-		p.model.Optim.LR = req.LR
+		o := saved
+		o.LR = req.LR
+		p.model.SetOptimizer(o)
 	}
-	defer func() { p.model.Optim.LR = saved }()
+	defer p.model.SetOptimizer(saved)
 	r := rand.New(rand.NewPCG(req.Seed, 7))
 	order := make([]int, len(seqs))
 	for i := range order {
@@ -473,23 +581,66 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 type SaveRequest struct {
 	Path string
 	Meta map[string]string
+	// Suffix adds the model's own suffix to Path: ".safetensors" for a GPT,
+	// none for a Llama's directory.
+	Suffix bool
 }
 
-// Save writes a safetensors checkpoint (atomically) with the tokenizer
-// alphabet, policy name and optimiser step count in its metadata, and
-// returns the path.
+// Save writes a checkpoint (atomically) with the tokenizer alphabet,
+// policy name and optimiser step count in its metadata, and returns the
+// path: a GPT's safetensors file, or a Llama's Hugging Face model directory
+// (which, for a pretrained model, also gets the tokenizer files, so that it
+// opens in transformers and in `troupe generate` as it is).
 func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
 	if req.Path == "" {
 		return "", fmt.Errorf("%w: save without a path", ErrInput)
 	}
-	meta := map[string]string{"alphabet": p.alpha, "policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
+	if _, gpt := p.model.(*policy.Model); gpt && req.Suffix {
+		req.Path += ".safetensors"
+	}
+	meta := map[string]string{"policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
+	if p.alpha != "" {
+		meta["alphabet"] = p.alpha
+	}
 	for k, v := range req.Meta {
 		meta[k] = v
 	}
-	if err := p.model.SaveFile(req.Path, meta); err != nil {
+	if err := p.model.SaveCheckpoint(req.Path, meta); err != nil {
 		return "", fmt.Errorf("save %s: %w", req.Path, err)
 	}
+	if p.src != "" {
+		if err := copyTokenizerFiles(p.src, req.Path); err != nil {
+			return "", fmt.Errorf("save %s: %w", req.Path, err)
+		}
+	}
 	return req.Path, nil
+}
+
+// tokenizerFiles are what a Hugging Face model directory holds besides the
+// weights and config.json.
+var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+	"generation_config.json", "chat_template.jinja", "chat_template.json"}
+
+// copyTokenizerFiles copies the tokenizer files of model directory src
+// into dst (those that exist).
+func copyTokenizerFiles(src, dst string) error {
+	for _, name := range tokenizerFiles {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		tmp := filepath.Join(dst, "."+name+".tmp")
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Load replaces the weights with those of a checkpoint of the same shape.
@@ -497,19 +648,21 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 	if _, err := os.Stat(path); err != nil {
 		return WeightStats{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	m, meta, err := policy.LoadFile(path, p.model.Backend())
+	m, meta, err := policy.LoadCheckpoint(path, p.model.Backend())
 	if err != nil {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	defer m.Free()
-	if m.Config() != p.model.Config() {
-		return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, m.Config(), p.model.Config())
+	if g, ok := m.(*policy.Model); ok {
+		if cur, ok := p.model.(*policy.Model); ok && g.Config() != cur.Config() {
+			return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, g.Config(), cur.Config())
+		}
 	}
 	if a, ok := meta["alphabet"]; ok && a != p.alpha {
 		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
 	}
 	if err := p.model.CopyWeightsFrom(m); err != nil {
-		return WeightStats{}, fmt.Errorf("load %s: %w", path, err)
+		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	return p.Weights(ctx, struct{}{})
 }
@@ -522,19 +675,36 @@ type WeightStats struct {
 	Steps     int     // optimiser steps taken
 	GenTokens int64   // tokens generated so far
 	TrainTok  int64   // tokens run through training forward/backward passes
-	Model     policy.Config
+	Model     policy.Config // a GPT's shape (zero for other families)
+	Family    string        // "gpt", or the Hugging Face model_type ("llama", "qwen2", ...)
+	Context   int           // the model's context length
+	// Backend is the compute backend the actor runs and why, e.g.
+	// "cuda:0 (NVIDIA H100, sm_90)" or "cpu metered as simulated GPU 3".
+	Backend string
 }
 
-// Weights reports the parameter count, norm and counters.
+// normLimit bounds the models whose weight norm Weights computes: it copies
+// the weights to the host, which a pretrained model's size does not allow.
+const normLimit = 16 << 20
+
+// Weights reports the parameter count, norm (0 above normLimit parameters)
+// and counters.
 func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
-	w, err := p.model.Weights()
-	if err != nil {
-		return WeightStats{}, fmt.Errorf("weights: %w", err)
+	ws := WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Steps: p.model.Steps(),
+		GenTokens: p.gen, TrainTok: p.train, Family: p.model.Family(), Context: p.model.ContextLen(), Backend: p.where}
+	if g, ok := p.model.(*policy.Model); ok {
+		ws.Model = g.Config()
 	}
-	var ss float64
-	for _, x := range w {
-		ss += float64(x) * float64(x)
+	if ws.Params <= normLimit {
+		w, err := p.model.Weights()
+		if err != nil {
+			return WeightStats{}, fmt.Errorf("weights: %w", err)
+		}
+		var ss float64
+		for _, x := range w {
+			ss += float64(x) * float64(x)
+		}
+		ws.Norm = math.Sqrt(ss)
 	}
-	return WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Norm: math.Sqrt(ss), Steps: p.model.Steps(),
-		GenTokens: p.gen, TrainTok: p.train, Model: p.model.Config()}, nil
+	return ws, nil
 }

@@ -35,6 +35,12 @@ type TeamConfig struct {
 	// RoleOptions are added to SpawnOptions for the policy of one name
 	// ("shared" or a role), e.g. a different resource or GPU count per role.
 	RoleOptions map[string][]actors.Option
+	// Named names every policy actor NamePrefix+policy name (e.g.
+	// "planner"), so that the dashboard, troupe gpus and GetActor show and
+	// find it by role; names are unique within a job, so teams spawned side
+	// by side in one job need distinct prefixes.
+	Named      bool
+	NamePrefix string
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -77,6 +83,9 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
 		pc.Checkpoint = cfg.Checkpoints[name]
 		opts := append(slices.Clip(cfg.SpawnOptions), cfg.RoleOptions[name]...)
+		if cfg.Named {
+			opts = append(opts, actors.Name(cfg.NamePrefix+name))
+		}
 		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
 		if err != nil {
 			t.Kill(context.Background())
@@ -166,21 +175,38 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 	return out, errors.Join(errs...)
 }
 
-// Save writes every policy's checkpoint as dir/<prefix><name>.safetensors
-// and returns the paths by policy name.
+// Save writes every policy's checkpoint as dir/<prefix><name> plus the
+// model's own suffix (".safetensors" for a GPT, none for a Llama's Hugging
+// Face directory) and returns the paths by policy name.
 func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return out, fmt.Errorf("save: %w", err)
 	}
 	for _, name := range t.Names {
-		p := filepath.Join(dir, prefix+name+".safetensors")
-		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, SaveRequest{Path: p, Meta: meta}).Get(ctx); err != nil {
+		req := SaveRequest{Path: filepath.Join(dir, prefix+name), Meta: meta, Suffix: true}
+		p, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, req).Get(ctx)
+		if err != nil {
 			return out, fmt.Errorf("save %s: %w", name, err)
 		}
 		out[name] = p
 	}
 	return out, nil
+}
+
+// CheckpointPath is where Save put the checkpoint of policy name under the
+// path prefix (dir/<prefix>): the GPT's .safetensors file if there is one,
+// else the Hugging Face directory.
+func CheckpointPath(prefix, name string) string {
+	if p := prefix + name + ".safetensors"; fileExists(p) {
+		return p
+	}
+	return prefix + name
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Weights reports every policy's WeightStats.

@@ -91,11 +91,16 @@ func main() {
 	out := flag.String("out", "runs/results", "directory for every cell's metrics, plots and checkpoints")
 	doc := flag.String("doc", "docs/results.md", "markdown file to write")
 	seed := flag.Int64("seed", 0, "seed of every cell (0: 1)")
+	layers := flag.Int("layers", 0, "transformer layers of every policy (0: 2, the main job's)")
+	width := flag.Int("width", 0, "model width of every policy (0: 64, the main job's)")
+	lr := flag.Float64("lr", 0, "RL learning rate (0: 3e-4)")
 	testN := flag.Int("test-episodes", 0, "test-range episodes per cell and decoding (0: 1000, or 16 with --tiny)")
 	flag.StringVar(&plotsDir, "plots", plotsDir, "directory that receives a copy of every cell's plot (linked from the markdown)")
 	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
 	jobs := flag.Int("jobs", 1, "cells trained at the same time (a cell starting from another's warm start waits for it); wall times then overlap")
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
+	gpusPer := flag.Float64("gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := flag.String("backend", envOr("TROUPE_BACKEND", "auto"), "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	flag.Parse()
 	if *tiny {
 		s = tinySettings()
@@ -108,6 +113,15 @@ func main() {
 	}
 	if *testN > 0 {
 		s.TestEpisodes = *testN
+	}
+	if *layers > 0 {
+		s.Layers = *layers
+	}
+	if *width > 0 {
+		s.Width = *width
+	}
+	if *lr > 0 {
+		s.LR = float32(*lr)
 	}
 	notesFile = *notes
 	if *from != "" {
@@ -124,6 +138,9 @@ func main() {
 	var all []cell
 	for _, size := range sizes {
 		all = append(all, cells(s, size)...)
+	}
+	for i := range all {
+		all[i].Opt.GPUsPerPolicy, all[i].Opt.Backend = *gpusPer, *backend
 	}
 	want := map[string]bool{}
 	for _, c := range strings.Split(*cellsFlag, ",") {
@@ -208,12 +225,13 @@ func main() {
 			mu.Lock()
 			ran := done[from]
 			mu.Unlock()
-			if m, _ := filepath.Glob(prefix + "*.safetensors"); ran || len(m) > 0 {
+			if m, _ := filepath.Glob(prefix + "*"); ran || len(m) > 0 {
 				o.Init = prefix
 			}
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
 		wg.Add(1)
+		o.ActorPrefix = c.ID + "/"
 		go func(c cell, o recipe.Options) {
 			defer wg.Done()
 			defer func() { <-sem }()
@@ -617,4 +635,12 @@ func contexts(outs []outcome) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// envOr is the environment variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

@@ -34,7 +34,7 @@ func TestWriteAndRewrite(t *testing.T) {
 		"| single agent, untrained¹ | **30.0% ± 1.0** | 25.0% ± 1.0 | 25.0% | 5 |",
 		"| single agent + GRPO | **50.0% ± 1.0** | 45.0% ± 1.0 | 50.0% | 11 |",
 		"| atgrpo-perrole-drmas vs atgrpo-perrole | +1.0 ± 1.4 points | no effect measurable here",
-		"| joyagents-drmas vs joyagents | +8.0 ± 1.4 points | an effect",
+		"| joyagents-drmas vs joyagents | +9.0 ± 1.4 points | an effect",
 		"107k", "JoyAgents-R1, top-1 group per step",
 	} {
 		if !strings.Contains(string(md), want) {

@@ -324,6 +324,7 @@ func (w *workerSet) start(a *scheduler.Actor) {
 		return
 	}
 	info := actors.ActorInfo{ID: string(id), Name: a.Spec.Name, Node: n.cfg.NodeID, GPUs: scheduler.GPUIndices(a.GPUs), Restarts: inc}
+	info.GPUUUIDs, info.SimulatedGPUs = n.gpuIdentity(info.GPUs)
 	if g := a.Spec.Request.Group; g != "" {
 		info.PlacementGroup, info.Bundle = string(g), a.Bundle
 	}
@@ -586,4 +587,25 @@ func (w *workerSet) stopAll() {
 		go func() { defer wg.Done(); p.Stop(2 * time.Second) }()
 	}
 	wg.Wait()
+}
+
+// gpuIdentity returns the NVML UUIDs of the node's GPUs with the given
+// indices (nil if any is unknown) and whether the node's GPUs are simulated.
+func (n *Node) gpuIdentity(idx []int) ([]string, bool) {
+	if len(idx) == 0 {
+		return nil, false
+	}
+	sim := n.cfg.Labels["troupe.gpus"] == "simulated"
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		for _, g := range n.cfg.GPUs {
+			if g.Index == x {
+				out[i] = g.UUID
+			}
+		}
+		if out[i] == "" {
+			return nil, sim
+		}
+	}
+	return out, sim
 }

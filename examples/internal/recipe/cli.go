@@ -36,13 +36,16 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.Layers, "layers", o.Layers, "transformer layers")
 	fs.IntVar(&o.Width, "width", o.Width, "model width")
 	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
+	fs.StringVar(&o.Arch, "arch", o.Arch, "from-scratch architecture: gpt (GPT-2 style) or llama (RMSNorm, RoPE, GQA, SwiGLU)")
+	fs.IntVar(&o.KVHeads, "kv-heads", o.KVHeads, "key/value heads of a from-scratch llama (0: --heads)")
+	fs.StringVar(&o.ModelDir, "model", o.ModelDir, "pretrained Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral, SmolLM) every policy starts from, instead of a from-scratch model")
 	lr := fs.Float64("lr", f64(o.LR), "RL learning rate")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "PPO epochs: passes over each step's batch")
 	fs.IntVar(&o.MiniBatch, "minibatch", o.MiniBatch, "PPO mini-batch in samples, one optimiser step each (0: 16, verl's ppo_mini_batch_size in PettingLLMs; -1: the whole batch in one step)")
 	fs.BoolVar(&o.Shuffle, "shuffle", o.Shuffle, "shuffle each batch before splitting it into mini-batches (verl: off)")
 	fs.StringVar(&o.Aggregation, "agg", o.Aggregation, "loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm (Dr. GRPO)")
 	fs.BoolVar(&o.DrMAS, "drmas", o.DrMAS, "Dr. MAS: normalise advantages per (environment instance, agent) instead of per group")
-	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
+	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors (GPT) or directories PREFIX<policy> (Llama) instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
 	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
 	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
 	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")
@@ -71,6 +74,12 @@ func Main(prog, doc string, o Options) {
 		fs.StringVar(&o.Filter, "filter", o.Filter, "PettingLLMs group filter: none, mean (drop the lowest-mean groups), std, dapo (drop equal-reward groups) or uid")
 		fs.Float64Var(&o.FilterRatio, "filter-ratio", o.FilterRatio, "share of groups the filter drops (mean, std; uid: of each group's samples)")
 	}
+	fs.Float64Var(&o.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := os.Getenv("TROUPE_BACKEND")
+	if backend == "" {
+		backend = "auto"
+	}
+	fs.StringVar(&o.Backend, "backend", backend, "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))

@@ -29,6 +29,7 @@ import (
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
 	"troupe/examples/internal/plot"
+	"troupe/runtime"
 )
 
 // ValidationSeed is the first seed of the validation range: episodes
@@ -56,6 +57,14 @@ type Options struct {
 	Single    bool // single-agent baseline (EnvConfig.Single)
 
 	Layers, Heads, Width int
+	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
+	// (KVHeads key/value heads; 0: Heads).
+	Arch    string
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	// policy starts from (with its tokenizer and chat template) instead of
+	// a from-scratch model.
+	ModelDir string
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -104,7 +113,8 @@ type Options struct {
 	EnvActors int
 
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// Init+<name>+".safetensors" (e.g. "runs/x/warm-") and the warm start
+	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
+	// Llama) (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
 	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
@@ -127,6 +137,16 @@ type Options struct {
 	TestEpisodes  int
 	TestSeedStart int64
 	CkptEvery     int // steps between checkpoints (0: end only)
+
+	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
+	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
+	GPUsPerPolicy float64
+	// Backend is the policies' compute backend: "auto" (follow the
+	// placement), "cpu" or "cuda" (agent.Config.Backend).
+	Backend string
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
 
 	OutDir   string
 	Progress io.Writer `json:"-"` // progress bar (nil: none)
@@ -359,8 +379,19 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Shuffle:      o.Shuffle,
 		MaxNewTokens: maxNew,
 		Temperature:  o.SampleTemp,
+		Backend:      o.Backend,
+		Arch:         o.Arch,
+		KVHeads:      o.KVHeads,
+		ModelDir:     o.ModelDir,
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc}
+	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
+	if err != nil {
+		return res, err
+	}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
+	if gpus > 0 {
+		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
+	}
 	if o.Init != "" {
 		tc.Checkpoints = map[string]string{}
 		names := []string{rl.SharedName}
@@ -368,7 +399,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			names = roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = o.Init + n + ".safetensors"
+			tc.Checkpoints[n] = agent.CheckpointPath(o.Init, n)
 		}
 		o.WarmEpisodes = 0
 	}
@@ -384,12 +415,19 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	res.Policies = len(ws)
 	for _, w := range ws {
 		res.Params = w.Params
-		if w.Model.Context < ctxLen {
+		if w.Context < ctxLen {
 			return res, fmt.Errorf("%s: policy %s has context %d, this run needs %d (%s %dx%d observations%s)",
-				o.Init, w.Name, w.Model.Context, ctxLen, o.Env, ecfg.Width, ecfg.Height, map[bool]string{true: " and memory hints"}[hintRoom > 0])
+				o.Init, w.Name, w.Context, ctxLen, o.Env, ecfg.Width, ecfg.Height, map[bool]string{true: " and memory hints"}[hintRoom > 0])
 		}
 	}
-	logf("%s: %d policy actor(s) %v, %d params each (L%d C%d ctx %d), roles %v", o.Name, len(ws), team.Names, res.Params, o.Layers, o.Width, ctxLen, roles)
+	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, ctxLen)
+	if w := ws[team.Names[0]]; o.ModelDir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	} else if w.Family != "gpt" {
+		shape = w.Family + " " + shape
+	}
+	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
+	logf("%s", placements(ctx, team, ws))
 	mbDesc := fmt.Sprint(o.MiniBatch)
 	switch o.MiniBatch {
 	case 0:
@@ -836,4 +874,47 @@ func Replot(dir, title string) error {
 		}
 	}
 	return writePlot(filepath.Join(dir, "curves.png"), title, hist, evals)
+}
+
+// policyGPUs resolves Options.GPUsPerPolicy: a negative value means one GPU
+// per policy when the cluster has any GPU and none otherwise, so a script
+// run against a GPU cluster places its policies on GPUs with no flag.
+func policyGPUs(ctx context.Context, rt actors.Runtime, want float64) (float64, error) {
+	if want >= 0 {
+		return want, nil
+	}
+	sr, ok := rt.(interface {
+		Status(context.Context) (runtime.Status, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	st, err := sr.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cluster status (to choose --gpus-per-policy): %w", err)
+	}
+	for _, n := range st.Nodes {
+		if n.State != "dead" && n.Total.GPUs > 0 {
+			return 1, nil
+		}
+	}
+	return 0, nil
+}
+
+// placements is one line saying where each policy computes, e.g.
+// "placement: planner cpu metered as simulated GPU 0 on node n1 GPU [0]; ...".
+func placements(ctx context.Context, team *agent.Team, ws map[string]agent.WeightStats) string {
+	where, _ := team.Placements(ctx)
+	var parts []string
+	for _, name := range team.Names {
+		p := name + " " + ws[name].Backend
+		if info, ok := where[name]; ok && info.Node != "" {
+			p += " on node " + info.Node
+			if len(info.GPUs) > 0 {
+				p += fmt.Sprintf(" GPU %v", info.GPUs)
+			}
+		}
+		parts = append(parts, p)
+	}
+	return "placement: " + strings.Join(parts, "; ")
 }

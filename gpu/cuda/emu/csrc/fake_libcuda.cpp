@@ -80,6 +80,13 @@ int cuDeviceGetName(char* name, int len, int dev) {
     name[len - 1] = 0;
     return OK;
 }
+// The emulated device's UUID: the 16 bytes "troupe-emulator!", which NVML
+// would print as GPU-74726f75-7065-2d65-6d75-6c61746f7221.
+int cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
+    if (dev != 0) return INVALID_VALUE;
+    std::memcpy(uuid, "troupe-emulator!", 16);
+    return OK;
+}
 int cuDeviceGetAttribute(int* v, int attr, int dev) {
     if (dev != 0) return INVALID_VALUE;
     if (attr == 75) *v = 8;       // compute capability major
