@@ -100,9 +100,9 @@ type Config struct {
 	// ppo_mini_batch_size). 0 means DefaultMiniBatch (16); WholeBatch (−1)
 	// is one step per epoch on the whole batch.
 	MiniBatch int
-	// Shuffle permutes the batch (seeded by the optimiser's step count) before it is
-	// split in every epoch; false keeps the buffer's order, as verl's
-	// default (actor shuffle: False).
+	// Shuffle permutes the batch (seeded by the optimiser's step count)
+	// before it is split in every epoch; false keeps the buffer's order,
+	// as verl's default (actor shuffle: False).
 	Shuffle bool
 	// MicroBatch caps the sequences per forward/backward pass (gradients
 	// are accumulated, the result is the same). 0 means 64.
