@@ -6,7 +6,6 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -125,8 +124,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	if err != nil {
 		l.mu.Unlock()
 		if errors.Is(err, scheduler.ErrInfeasible) {
-			_, reason, _ := strings.Cut(err.Error(), scheduler.ErrInfeasible.Error()+": ")
-			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, reason)
+			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, infeasibleReason(err))
 		}
 		return nil, fmt.Errorf("spawn %s: %w", label, err)
 	}

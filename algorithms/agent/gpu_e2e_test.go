@@ -54,16 +54,27 @@ func gpuCluster(t *testing.T) (runtime.Runtime, string) {
 // TestPolicyActorOnPlacedGPU: a policy actor spawned with actors.GPUs(1)
 // computes on the CUDA backend of the GPU it was placed on (not the CPU),
 // and its sampling, scoring and training step agree with the same policy on
-// the CPU within gpu/cuda/README.md's tolerance (1e-4).
+// the CPU within gpu/cuda/README.md's tolerance (1e-4), for the GPT and for
+// the Llama family (GQA with one key/value head).
 func TestPolicyActorOnPlacedGPU(t *testing.T) {
-	ctx := context.Background()
 	rt, mode := gpuCluster(t)
+	for _, arch := range []string{"gpt", "llama"} {
+		t.Run(arch, func(t *testing.T) { checkPolicyOnPlacedGPU(t, rt, mode, arch) })
+	}
+}
+
+func checkPolicyOnPlacedGPU(t *testing.T, rt runtime.Runtime, mode, arch string) {
+	ctx := context.Background()
 	cfg := tinyConfig()
-	cfg.Backend = mode
-	h, err := actors.Spawn[Policy](ctx, rt, TypeName, cfg, actors.GPUs(1), actors.Name("planner"))
+	cfg.Backend, cfg.Arch = mode, arch
+	if arch == "llama" {
+		cfg.KVHeads = 1
+	}
+	h, err := actors.Spawn[Policy](ctx, rt, TypeName, cfg, actors.GPUs(1), actors.Name("planner-"+arch))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer actors.Kill(ctx, h) // frees the node's one GPU for the next subtest
 	ws, err := actors.Call(ctx, h, (*Policy).Weights, struct{}{}).Get(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +88,7 @@ func TestPolicyActorOnPlacedGPU(t *testing.T) {
 		t.Fatalf("placement %+v, %v: want one GPU", where, err)
 	}
 
-	cpuCfg := tinyConfig()
+	cpuCfg := cfg
 	cpuCfg.Backend = "cpu"
 	ref := newTiny(t, cpuCfg)
 

@@ -36,9 +36,9 @@ import (
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
-	"troupe/algorithms/rl"
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/tokenizer"
+	"troupe/algorithms/rl"
 	"troupe/gpu"
 	"troupe/gpu/cuda"
 )
@@ -115,6 +115,17 @@ type Config struct {
 	// Checkpoint, if set, loads the model (shape and weights) from this
 	// safetensors file instead of initialising it; Model is then ignored.
 	Checkpoint string
+	// LoRA, if LoRA.Rank > 0, trains LoRA adapters on a frozen base
+	// instead of all weights (the Llama family: a ModelDir or Arch
+	// "llama"). Each adapter is initialised as PEFT does from Seed and its
+	// name, so an adapter of a role starts the same in any actor.
+	LoRA policy.LoRAConfig
+	// Adapters names the actor's adapters, one per role it serves (one
+	// actor, one adapter per role); requests name the one to use. Empty
+	// with LoRA set means one adapter called Name.
+	Adapters []string
+	// BaseBF16 keeps a LoRA base's matrices in BF16 (half the memory).
+	BaseBF16 bool
 	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
 	// With auto the actor computes on the GPU it was placed on (CUDA on a
 	// real GPU, the CPU metered against a simulated one) and on the CPU
@@ -191,6 +202,10 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := p.build(be); err != nil {
 		return nil, err
 	}
+	if err := p.addAdapters(); err != nil {
+		p.model.Free()
+		return nil, err
+	}
 	p.model.SetOptimizer(cfg.Optim)
 	return p, nil
 }
@@ -206,10 +221,15 @@ func (p *Policy) build(be gpu.Backend) error {
 			return fmt.Errorf("%w: %s: %w", ErrCheckpoint, cfg.ModelDir, err)
 		}
 		dir := cfg.ModelDir
-		if cfg.Checkpoint != "" {
+		if cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint) {
 			dir = cfg.Checkpoint // trained weights, the same tokenizer
 		}
-		m, _, err := policy.LoadCheckpoint(dir, be)
+		var m policy.LM
+		if cfg.BaseBF16 && cfg.LoRA.Rank > 0 { // straight into BF16: no float32 copy of the base
+			m, err = policy.LoadLlamaBF16(dir, be)
+		} else {
+			m, _, err = policy.LoadCheckpoint(dir, be)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 		}
@@ -224,7 +244,7 @@ func (p *Policy) build(be gpu.Backend) error {
 		}
 		p.model, p.tok, p.src = m, c, cfg.ModelDir
 		return nil
-	case cfg.Checkpoint != "":
+	case cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint): // an adapter goes on the base below
 		m, meta, err := policy.LoadCheckpoint(cfg.Checkpoint, be)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
@@ -323,6 +343,9 @@ type SampleRequest struct {
 	// NoLogProbs skips the scoring pass: the completions carry no
 	// log-probs (evaluation, which needs only the text).
 	NoLogProbs bool
+	// Adapter names the LoRA adapter (the role) to sample with; "" is the
+	// actor's first.
+	Adapter string
 }
 
 // Sample implements rl.Sampler as an actor method: K completions per prompt
@@ -330,6 +353,9 @@ type SampleRequest struct {
 func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completion, error) {
 	if req.K < 1 {
 		return nil, fmt.Errorf("%w: sample k = %d", ErrInput, req.K)
+	}
+	if err := p.use(req.Adapter); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
 	}
 	n := len(req.Prompts) * req.K
 	if n == 0 {
@@ -414,12 +440,16 @@ func (p *Policy) logProbsChunked(seqs [][]int32) ([][]float32, error) {
 type LogProbsRequest struct {
 	Prompts     []string
 	Completions []rl.Completion
+	Adapter     string // the LoRA adapter to score with; "" the actor's first
 }
 
 // LogProbs implements rl.Scorer as an actor method.
 func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32, error) {
 	if len(req.Prompts) != len(req.Completions) {
 		return nil, fmt.Errorf("%w: %d prompts for %d completions", ErrInput, len(req.Prompts), len(req.Completions))
+	}
+	if err := p.use(req.Adapter); err != nil {
+		return nil, fmt.Errorf("log-probs: %w", err)
 	}
 	seqs, offs, err := p.sequences(req.Prompts, req.Completions)
 	if err != nil {
@@ -464,9 +494,12 @@ func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, 
 
 // Update implements rl.Learner as an actor method: PPO on the clipped GRPO
 // loss of batch (grpo.Loss → d loss/d logp → backprop), Epochs passes of
-// one AdamW step per mini-batch of MiniBatch samples (see ppoUpdate).
+// one AdamW step per mini-batch of MiniBatch samples (see update, ppo.go).
 func (p *Policy) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
-	return p.ppoUpdate(ctx, batch)
+	if err := p.use(""); err != nil {
+		return rl.UpdateStats{}, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+	}
+	return p.update(ctx, batch)
 }
 
 // UpdateFrom is Update on buffers[Name]: the form a compiled graph's
@@ -496,6 +529,7 @@ type SFTRequest struct {
 	BatchSize int     // examples per optimiser step (≥ 1)
 	LR        float32 // learning rate during SFT; 0 keeps the optimiser's
 	Seed      uint64  // shuffling seed
+	Adapter   string  // the LoRA adapter to train; "" the actor's first
 }
 
 // SFTStats reports a warm start.
@@ -515,6 +549,9 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	}
 	if len(req.Examples) == 0 {
 		return st, fmt.Errorf("%w: sft without examples", ErrInput)
+	}
+	if err := p.use(req.Adapter); err != nil {
+		return st, fmt.Errorf("sft: %w", err)
 	}
 	seqs := make([][]int32, len(req.Examples))
 	ws := make([][]float32, len(req.Examples))
@@ -584,6 +621,9 @@ type SaveRequest struct {
 	// Suffix adds the model's own suffix to Path: ".safetensors" for a GPT,
 	// none for a Llama's directory.
 	Suffix bool
+	// Adapter names the LoRA adapter to save ("" the actor's first): a
+	// LoRA policy saves its adapter in PEFT's layout, not the base.
+	Adapter string
 }
 
 // Save writes a checkpoint (atomically) with the tokenizer alphabet,
@@ -597,6 +637,9 @@ func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
 	}
 	if _, gpt := p.model.(*policy.Model); gpt && req.Suffix {
 		req.Path += ".safetensors"
+	}
+	if p.lora() != nil {
+		return p.saveAdapter(req)
 	}
 	meta := map[string]string{"policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
 	if p.alpha != "" {
@@ -648,6 +691,12 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 	if _, err := os.Stat(path); err != nil {
 		return WeightStats{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
+	if p.lora() != nil {
+		if err := p.loadAdapter(path, ""); err != nil {
+			return WeightStats{}, err
+		}
+		return p.Weights(ctx, struct{}{})
+	}
 	m, meta, err := policy.LoadCheckpoint(path, p.model.Backend())
 	if err != nil {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
@@ -671,10 +720,10 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 type WeightStats struct {
 	Name      string
 	Params    int
-	Norm      float64 // L2 norm of all parameters
-	Steps     int     // optimiser steps taken
-	GenTokens int64   // tokens generated so far
-	TrainTok  int64   // tokens run through training forward/backward passes
+	Norm      float64       // L2 norm of all parameters
+	Steps     int           // optimiser steps taken
+	GenTokens int64         // tokens generated so far
+	TrainTok  int64         // tokens run through training forward/backward passes
 	Model     policy.Config // a GPT's shape (zero for other families)
 	Family    string        // "gpt", or the Hugging Face model_type ("llama", "qwen2", ...)
 	Context   int           // the model's context length
@@ -689,7 +738,11 @@ const normLimit = 16 << 20
 
 // Weights reports the parameter count, norm (0 above normLimit parameters)
 // and counters.
+// A LoRA policy reports its first adapter's (see AdapterWeights).
 func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
+	if p.lora() != nil {
+		return p.AdapterWeights(ctx, "")
+	}
 	ws := WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Steps: p.model.Steps(),
 		GenTokens: p.gen, TrainTok: p.train, Family: p.model.Family(), Context: p.model.ContextLen(), Backend: p.where}
 	if g, ok := p.model.(*policy.Model); ok {

@@ -20,7 +20,7 @@ const DefaultMiniBatch = 16
 // the clip never acts).
 const WholeBatch = -1
 
-// ppoUpdate is Update as verl's actor runs it (dp_actor.update_policy):
+// update is Update (of the adapter in use) as verl's actor runs it (dp_actor.update_policy):
 // for each of Epochs passes, the batch is split in order (or, with Shuffle,
 // after a seeded permutation) into mini-batches of MiniBatch samples, and
 // every mini-batch is one AdamW step on the clipped GRPO loss aggregated over
@@ -30,7 +30,7 @@ const WholeBatch = -1
 // is scored by weights that have already moved: there the ratio leaves 1 and
 // the clip acts. Statistics are token-weighted over every step; GradNorm is
 // the mean pre-clip gradient norm.
-func (p *Policy) ppoUpdate(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
+func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
 	var st rl.UpdateStats
 	var keep []rl.Sample
 	for _, s := range batch {

@@ -31,6 +31,13 @@ type GenerateOptions struct {
 	// VocabLimit, if > 0, samples only ids below it (a model whose Vocab is
 	// padded beyond its tokenizer's).
 	VocabLimit int
+	// Adapters, optional, names each prompt's LoRA adapter (see
+	// Batch.Adapters); a GPT takes none.
+	Adapters []string
+
+	// rowSeeds[b], when set, replaces b in row b's random stream (Seed, b):
+	// the Llama reorders rows by adapter and keeps each row's stream.
+	rowSeeds []int
 }
 
 // sampler picks next tokens from logits.
@@ -278,6 +285,9 @@ func (m *Model) checkPrompts(prompts [][]int32, opt GenerateOptions) error {
 	}
 	if opt.MaxNewTokens < 0 {
 		return fmt.Errorf("%w: MaxNewTokens=%d", ErrBatch, opt.MaxNewTokens)
+	}
+	if err := noAdapters(opt.Adapters); err != nil {
+		return err
 	}
 	for b, p := range prompts {
 		if len(p) == 0 || len(p) > m.cfg.Context {

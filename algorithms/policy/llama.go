@@ -202,8 +202,10 @@ type Llama struct {
 	be    gpu.DecoderBackend
 	Optim Optim
 	// DecodeTransposed keeps a transposed copy of the matmul weights for
-	// generation on backends with gpu.MatmulTransposer (faster matrix-
-	// vector products for the price of a second copy of the weights).
+	// generation on backends with gpu.MatmulTransposer: a second copy of
+	// the weights for about 30% less CPU per token at batch 1 (SmolLM2-135M
+	// shape; no gain at batch 32). Off by default, so a model costs one
+	// copy of its weights.
 	DecodeTransposed bool
 
 	sizes    [numKinds]int
@@ -220,6 +222,10 @@ type Llama struct {
 
 	a    *lacts
 	rope *ropeTables
+
+	lr *loraState // adapters (lora.go); the base is frozen while it has any
+	la *loraActs
+	bf *bf16Base // the base's matrices in BF16 (llama_bf16.go), or nil
 
 	wver int
 	tw   *ltransposed
@@ -281,6 +287,12 @@ func (v *llayerViews) kind(k int) *gpu.Buffer {
 
 // newLlamaEmpty allocates zero weights and their views.
 func newLlamaEmpty(be gpu.Backend, arch llamaArch, cfg hf.Config) (*Llama, error) {
+	return newLlamaEmptyAs(be, arch, cfg, false)
+}
+
+// newLlamaEmptyAs is newLlamaEmpty with the base's matrices in BF16 when
+// bf16 is set.
+func newLlamaEmptyAs(be gpu.Backend, arch llamaArch, cfg hf.Config, bf16 bool) (*Llama, error) {
 	if err := arch.validate(); err != nil {
 		return nil, err
 	}
@@ -288,18 +300,31 @@ func newLlamaEmpty(be gpu.Backend, arch llamaArch, cfg hf.Config) (*Llama, error
 	if !ok {
 		return nil, fmt.Errorf("%w: backend %s lacks the Llama family's kernels (gpu.DecoderBackend: RMSNorm, RoPE, GQA attention, SwiGLU)", ErrConfig, be.Name())
 	}
-	m := &Llama{arch: arch, cfg: cfg, be: dbe, DecodeTransposed: true, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
+	m := &Llama{arch: arch, cfg: cfg, be: dbe, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
+	if bf16 {
+		m.bf = &bf16Base{cur: -1}
+	}
 	var err error
 	if m.params, m.pv, err = m.allocParams("weights"); err != nil {
 		return nil, err
+	}
+	if bf16 {
+		if err := m.allocBF16(); err != nil {
+			m.Free()
+			return nil, err
+		}
 	}
 	return m, nil
 }
 
 func (m *Llama) allocParams(what string) (gpu.Buffer, lviews, error) {
-	buf, err := m.be.Alloc(m.nparams)
+	n := 0
+	for k := range m.sizes {
+		n += m.devSize(k)
+	}
+	buf, err := m.be.Alloc(n)
 	if err != nil {
-		return nil, lviews{}, fmt.Errorf("policy: allocate %s (%d floats): %w", what, m.nparams, err)
+		return nil, lviews{}, fmt.Errorf("policy: allocate %s (%d floats): %w", what, n, err)
 	}
 	v, err := m.makeViews(buf)
 	if err != nil {
@@ -320,15 +345,15 @@ func (m *Llama) makeViews(buf gpu.Buffer) (lviews, error) {
 		return x
 	}
 	off := 0
-	for k, n := range m.sizes {
-		if n > 0 {
+	for k := range m.sizes {
+		if n := m.devSize(k); n > 0 {
 			v.all[k] = view(buf, off, n)
+			off += n
 		}
-		off += n
 	}
 	v.layers = make([]llayerViews, m.arch.L)
 	for k, kd := range m.kinds {
-		if !kd.layered || m.sizes[k] == 0 {
+		if !kd.layered || m.devSize(k) == 0 {
 			continue
 		}
 		per := m.sizes[k] / m.arch.L
@@ -421,6 +446,12 @@ func (m *Llama) TrainFLOPsPerToken(T int) int { return 3 * m.ForwardFLOPsPerToke
 // tensor kind stacked over layers, in the order of the k* constants.
 func (m *Llama) Weights() ([]float32, error) {
 	w := make([]float32, m.nparams)
+	if m.bf != nil {
+		if err := m.weightsBF16(w); err != nil {
+			return nil, fmt.Errorf("policy: download weights: %w", err)
+		}
+		return w, nil
+	}
 	m.be.Download(w, m.params)
 	if err := m.be.Sync(); err != nil {
 		return nil, fmt.Errorf("policy: download weights: %w", err)
@@ -434,8 +465,14 @@ func (m *Llama) SetWeights(w []float32) error {
 	if len(w) != m.nparams {
 		return fmt.Errorf("policy: SetWeights: %d values for %d parameters: %w", len(w), m.nparams, ErrBatch)
 	}
-	m.be.Upload(m.params, w)
 	m.wver++
+	if m.bf != nil {
+		if err := m.setWeightsBF16(w); err != nil {
+			return fmt.Errorf("policy: upload weights: %w", err)
+		}
+		return nil
+	}
+	m.be.Upload(m.params, w)
 	if err := m.be.Sync(); err != nil {
 		return fmt.Errorf("policy: upload weights: %w", err)
 	}
@@ -460,7 +497,8 @@ func (a *llamaArch) same(b *llamaArch) bool {
 }
 
 // CopyWeightsFrom copies src's weights into m; src must be a *Llama of the
-// same shape. Across backends it goes through host memory.
+// same shape. Across backends it goes through host memory. It copies the
+// base only: adapters stay as they are (Clone copies them too).
 func (m *Llama) CopyWeightsFrom(src LM) error {
 	s, ok := src.(*Llama)
 	if !ok {
@@ -469,7 +507,7 @@ func (m *Llama) CopyWeightsFrom(src LM) error {
 	if !s.arch.same(&m.arch) {
 		return fmt.Errorf("policy: CopyWeightsFrom: %s shape %s differs from %s: %w", s.arch.family, s.arch.describe(), m.arch.describe(), ErrConfig)
 	}
-	if gpu.Backend(s.be) == gpu.Backend(m.be) {
+	if gpu.Backend(s.be) == gpu.Backend(m.be) && s.bf == nil && m.bf == nil {
 		m.be.Copy(m.params, s.params, m.nparams)
 		m.wver++
 		return m.be.Sync()
@@ -491,12 +529,16 @@ func (m *Llama) Clone(be gpu.Backend) (*Llama, error) {
 	if be == nil {
 		be = m.be
 	}
-	c, err := newLlamaEmpty(be, m.arch, m.cfg)
+	c, err := newLlamaEmptyAs(be, m.arch, m.cfg, m.bf != nil)
 	if err != nil {
 		return nil, err
 	}
 	c.Optim, c.DecodeTransposed = m.Optim, m.DecodeTransposed
 	if err := c.CopyWeightsFrom(m); err != nil {
+		c.Free()
+		return nil, err
+	}
+	if err := m.cloneAdaptersTo(c); err != nil {
 		c.Free()
 		return nil, err
 	}
@@ -516,7 +558,15 @@ func (m *Llama) Free() {
 	}
 	m.params, m.grads, m.mom, m.vel = nil, nil, nil, nil
 	m.freeActs()
+	m.freeLoraActs()
 	m.freeTransposed()
+	m.freeBF16()
+	if m.lr != nil {
+		for _, ad := range m.lr.order {
+			ad.free()
+		}
+		m.lr = nil
+	}
 	if m.rope != nil {
 		m.be.Free(m.rope.cos)
 		m.be.Free(m.rope.sin)

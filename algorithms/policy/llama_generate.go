@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"troupe/gpu"
 )
@@ -53,6 +54,9 @@ type ldecode struct {
 	pos     gpu.IntBuffer
 	all     []any
 
+	rows []*Adapter // each row's adapter (nil: none), rows ordered by adapter
+	la   *loraActs  // the adapters' scratch for B rows
+
 	hostLogits       []float32
 	hostTok, hostPos []int32
 }
@@ -92,6 +96,10 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 	d.gate, d.up, d.act, d.logits = f(B*I), f(B*I), f(B*I), f(B*V)
 	d.tok, d.pos = fi(B), fi(B)
 	d.hostLogits, d.hostTok, d.hostPos = make([]float32, B*V), make([]int32, B), make([]int32, B)
+	if err == nil && m.hasAdapters() {
+		mask, maxR, maxOut := m.loraNeeds()
+		d.la, err = m.newLoraActs(B, false, mask, maxR, maxOut)
+	}
 	if err != nil {
 		m.freeDecode(d)
 		return nil, fmt.Errorf("policy: allocate KV cache for %d rows of %d positions: %w", B, maxT, err)
@@ -102,6 +110,11 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 func (m *Llama) freeDecode(d *ldecode) {
 	for _, b := range d.all {
 		if b != nil {
+			m.be.Free(b)
+		}
+	}
+	if d.la != nil {
+		for _, b := range d.la.all {
 			m.be.Free(b)
 		}
 	}
@@ -128,7 +141,7 @@ func (m *Llama) freeTransposed() {
 // backend lacks the extension or DecodeTransposed is off.
 func (m *Llama) ensureTransposed() (*ltransposed, error) {
 	tb, ok := m.be.(gpu.MatmulTransposer)
-	if !ok || !m.DecodeTransposed {
+	if !ok || !m.DecodeTransposed || m.bf != nil { // BF16: no float32 copy of the weights
 		m.freeTransposed()
 		return nil, nil
 	}
@@ -187,7 +200,7 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	be, p, ar := m.be, &m.pv, &m.arch
 	B := d.B
-	C, V, I, NH, KVH, HD := ar.C, ar.V, ar.I, ar.NH, ar.KVH, ar.HD
+	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD := NH*HD, KVH*HD
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	mm := func(out, inp, w, wT, bias gpu.Buffer, C, OC int) {
@@ -200,10 +213,12 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	rope := m.rope
 	be.UploadInt(d.tok, d.hostTok)
 	be.UploadInt(d.pos, d.hostPos)
-	be.EmbedForward(d.x, d.tok, p.all[kEmbed], B, C, V)
+	m.embedForward(d.x, d.tok, d.hostTok, B)
+	m.setGroups(d.rows, 1)
+	lf := func(l, t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
 	var tq, tk, tv, to, tg, tu, td, th gpu.Buffer
 	for l := range p.layers {
-		lp := &p.layers[l]
+		lp := m.layerWeights(l)
 		if tw != nil {
 			t := &tw.layers[l]
 			tq, tk, tv, to, tg, tu, td = t.q, t.k, t.v, t.o, t.gate, t.up, t.down
@@ -211,24 +226,33 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 		be.RMSNormForward(d.ln, d.r, d.x, lp.attnNorm, B, C, ar.eps)
 		if ar.qkNorm {
 			mm(d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
+			lf(l, tQ, d.qr, d.ln)
 			mm(d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
+			lf(l, tK, d.kr, d.ln)
 			be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
 			be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
 		} else {
 			mm(d.q, d.ln, lp.q, tq, lp.qb, C, QD)
+			lf(l, tQ, d.q, d.ln)
 			mm(d.k, d.ln, lp.k, tk, lp.kb, C, KD)
+			lf(l, tK, d.k, d.ln)
 		}
 		mm(d.v, d.ln, lp.v, tv, lp.vb, C, KD)
+		lf(l, tV, d.v, d.ln)
 		be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
 		be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
 		be.GQAttentionDecode(d.o, d.cache[l], d.q, d.k, d.v, d.pos, B, d.maxT, NH, KVH, HD, scale)
 		mm(d.tmp, d.o, lp.o, to, lp.ob, QD, C)
+		lf(l, tO, d.tmp, d.o)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 		be.RMSNormForward(d.ln, d.r, d.x, lp.mlpNorm, B, C, ar.eps)
 		mm(d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
+		lf(l, tGate, d.gate, d.ln)
 		mm(d.up, d.ln, lp.up, tu, lp.upb, C, I)
+		lf(l, tUp, d.up, d.ln)
 		be.SwiGLUForward(d.act, d.gate, d.up, B*I)
 		mm(d.tmp, d.act, lp.down, td, lp.downb, I, C)
+		lf(l, tDown, d.tmp, d.act)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 	}
 	if tw != nil {
@@ -245,7 +269,7 @@ func (m *Llama) decodeHead(d *ldecode, headT gpu.Buffer) error {
 	if headT != nil {
 		be.(gpu.MatmulTransposer).MatmulForwardT(d.logits, d.ln, headT, nil, B, ar.C, ar.V)
 	} else {
-		be.MatmulForward(d.logits, d.ln, m.pv.head, nil, B, ar.C, ar.V)
+		m.headMatmul(d.logits, d.ln, B)
 	}
 	be.Download(d.hostLogits, d.logits)
 	if err := be.Sync(); err != nil {
@@ -290,6 +314,11 @@ func (m *Llama) prefill(d *ldecode, prompts [][]int32) error {
 			}
 		}
 		m.uploadTokens(in, pos)
+		var ads []*Adapter
+		if d.rows != nil {
+			ads = d.rows[b0:b1]
+		}
+		m.setGroups(ads, T)
 		x := m.forwardLayers(B, T, func(l int, k, v gpu.Buffer) {
 			for b, p := range rows {
 				for t := range p {
@@ -323,6 +352,14 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 		return nil, err
 	}
 	B := len(prompts)
+	ads, slot, err := m.planRows(opt.Adapters, B)
+	if err != nil {
+		return nil, err
+	}
+	if slot != nil { // rows ordered by adapter; seeds and results follow the rows
+		out, err := m.Generate(toSlots(prompts, slot), slotOptions(opt, slot))
+		return fromSlots(out, slot), err
+	}
 	rows := newRows(prompts, opt, ctx)
 	maxT := 0
 	for _, p := range prompts {
@@ -343,6 +380,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 		return nil, err
 	}
 	defer m.freeDecode(d)
+	d.rows = ads
 	tw, err := m.ensureTransposed()
 	if err != nil {
 		return nil, err
@@ -357,8 +395,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err := m.decodeHead(d, headT); err != nil {
 		return nil, err
 	}
-	s := &sampler{opt: opt, fast: true}
-	s.rngs = newSampler(opt, B).rngs
+	s := m.newLlamaSampler(opt, B)
 	for {
 		active := false
 		for b := range rows {
@@ -393,9 +430,16 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 		return nil, err
 	}
 	B := len(prompts)
+	ads, slot, err := m.planRows(opt.Adapters, B)
+	if err != nil {
+		return nil, err
+	}
+	if slot != nil {
+		out, err := m.generateNoCache(toSlots(prompts, slot), slotOptions(opt, slot))
+		return fromSlots(out, slot), err
+	}
 	rows := newRows(prompts, opt, ctx)
-	s := &sampler{opt: opt, fast: true}
-	s.rngs = newSampler(opt, B).rngs
+	s := m.newLlamaSampler(opt, B)
 	logits := make([]float32, V)
 	for {
 		T, active := 0, false
@@ -422,6 +466,7 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 			}
 		}
 		m.uploadTokens(in, pos)
+		m.setGroups(ads, T)
 		m.forward(B, T)
 		lg := view(m.be, a.logits, 0, V)
 		for b := range rows {
@@ -429,7 +474,7 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 			if r.done {
 				continue
 			}
-			m.be.MatmulForward(lg, view(m.be, a.lnf, (b*T+len(r.seq)-1)*C, C), m.pv.head, nil, 1, C, V)
+			m.headMatmul(lg, view(m.be, a.lnf, (b*T+len(r.seq)-1)*C, C), 1)
 			m.be.Download(logits, lg)
 			if err := m.be.Sync(); err != nil {
 				return nil, err
@@ -438,4 +483,57 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 		}
 	}
 	return completions(rows), nil
+}
+
+// newLlamaSampler is the Llama's sampler for B rows: row b draws from
+// (Seed, opt.rowSeeds[b]) when a reordering for adapters set them, else
+// from (Seed, b).
+func (m *Llama) newLlamaSampler(opt GenerateOptions, B int) *sampler {
+	s := &sampler{opt: opt, fast: true}
+	s.rngs = newSampler(opt, B).rngs
+	if opt.rowSeeds != nil {
+		for b := range s.rngs {
+			s.rngs[b] = rand.New(rand.NewPCG(opt.Seed, uint64(opt.rowSeeds[b])))
+		}
+	}
+	return s
+}
+
+// slotOptions are opt for rows moved to slots: each slot keeps its row's
+// adapter and random stream.
+func slotOptions(opt GenerateOptions, slot []int) GenerateOptions {
+	rs := make([]int, len(slot))
+	for b, s := range slot {
+		rs[s] = b
+		if opt.rowSeeds != nil {
+			rs[s] = opt.rowSeeds[b]
+		}
+	}
+	opt.rowSeeds = rs
+	opt.Adapters = toSlots(opt.Adapters, slot)
+	return opt
+}
+
+// toSlots returns x with x[b] moved to slot[b].
+func toSlots[T any](x []T, slot []int) []T {
+	if x == nil {
+		return nil
+	}
+	out := make([]T, len(x))
+	for b, s := range slot {
+		out[s] = x[b]
+	}
+	return out
+}
+
+// fromSlots undoes toSlots.
+func fromSlots[T any](x []T, slot []int) []T {
+	if x == nil {
+		return nil
+	}
+	out := make([]T, len(x))
+	for b, s := range slot {
+		out[b] = x[s]
+	}
+	return out
 }

@@ -80,19 +80,24 @@ func LoadLlama(dir string, be gpu.Backend) (*Llama, error) {
 }
 
 func loadLlama(dir string, be gpu.Backend) (*Llama, map[string]string, error) {
-	cfg, err := hf.LoadConfig(dir)
+	return loadLlamaAs(dir, be, false)
+}
+
+// LoadLlamaBF16 is LoadLlama into a frozen base whose matrices are BF16
+// (see SetBaseDType), read tensor by tensor: loading holds the BF16 base
+// and one float32 tensor, never a float32 copy of the model.
+func LoadLlamaBF16(dir string, be gpu.Backend) (*Llama, error) {
+	m, _, err := loadLlamaAs(dir, be, true)
+	return m, err
+}
+
+func loadLlamaAs(dir string, be gpu.Backend, bf16 bool) (*Llama, map[string]string, error) {
+	cfg, ck, err := hf.OpenModel(dir) // config, weights and their tensor list checked
 	if err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
-	ck, err := hf.Open(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("policy: %w", err) // it names the directory or file
 	}
 	defer ck.Close()
-	if err := hf.CheckTensors(cfg, ck).Err(); err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
-	m, err := newLlamaEmpty(be, archFromHF(cfg), cfg)
+	m, err := newLlamaEmptyAs(be, archFromHF(cfg), cfg, bf16)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
 	}
@@ -124,6 +129,16 @@ func (m *Llama) readWeights(ck *hf.Checkpoint) error {
 		}
 		for l := 0; l < layers; l++ {
 			name := m.arch.tensorName(kd, l)
+			if m.bf != nil && isBF16Kind(k) { // rounded into the BF16 base
+				if cap(stage) < per {
+					stage = make([]float32, per)
+				}
+				if err := ck.ReadF32(name, kd.shape, stage[:per]); err != nil {
+					return err
+				}
+				toBF16(m.bf.mats[k][l*per:(l+1)*per], stage[:per])
+				continue
+			}
 			var dst []float32
 			if host != nil {
 				dst = host[off : off+per]

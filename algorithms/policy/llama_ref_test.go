@@ -91,7 +91,7 @@ func (m *Llama) logitsOf(t *testing.T, batch Batch) ([]float32, int) {
 	out := make([]float32, B*T*V)
 	lg := view(m.be, m.a.logits, 0, V)
 	for r := 0; r < B*T; r++ {
-		m.be.MatmulForward(lg, view(m.be, m.a.lnf, r*C, C), m.pv.head, nil, 1, C, V)
+		m.headMatmul(lg, view(m.be, m.a.lnf, r*C, C), 1)
 		m.be.Download(out[r*V:(r+1)*V], lg)
 	}
 	if err := m.be.Sync(); err != nil {

@@ -41,6 +41,8 @@ type lacts struct {
 	hostIn, hostTg, hostPos []int32
 	hostW, hostOut          []float32
 	all                     []any
+
+	slot []int // slot[b]: where the last load put batch row b (nil: at b)
 }
 
 // lbackViews are views of the backward scratch at exactly N rows (Zero
@@ -77,8 +79,16 @@ func (m *Llama) freeActs() {
 
 // ensureActs makes sure activations for B×T tokens exist; train asks for a
 // separate set per layer (kept for the backward), otherwise all layers
-// share one (a forward-only pass needs only the current layer's).
+// share one (a forward-only pass needs only the current layer's). The
+// adapters' activations, if any, are sized alike.
 func (m *Llama) ensureActs(B, T int, train bool) error {
+	if err := m.ensureBaseActs(B, T, train); err != nil {
+		return err
+	}
+	return m.ensureLoraActs(B*T, train)
+}
+
+func (m *Llama) ensureBaseActs(B, T int, train bool) error {
 	BT, att := B*T, B*m.arch.NH*T*T
 	if a := m.a; a != nil && a.capBT >= BT && a.capAtt >= att && (a.train || !train) {
 		return nil
@@ -147,9 +157,18 @@ func (m *Llama) ensureActs(B, T int, train bool) error {
 	return nil
 }
 
-// ensureBackward allocates gradients and the backward scratch.
+// ensureBackward allocates gradients and the backward scratch. A frozen
+// base gets no gradient buffers: its views stay nil, which the ops take as
+// "skip this gradient".
 func (m *Llama) ensureBackward() error {
-	if m.grads == nil {
+	if m.frozen() {
+		if m.gv.layers == nil {
+			m.gv = lviews{layers: make([]llayerViews, m.arch.L)}
+		}
+		if err := m.ensureAdapterGrads(); err != nil {
+			return err
+		}
+	} else if m.grads == nil {
 		var err error
 		if m.grads, m.gv, err = m.allocParams("gradients"); err != nil {
 			return err
@@ -214,8 +233,13 @@ func checkBatch(batch Batch, ctx, vocab int) (int, int, error) {
 
 // load validates a batch and uploads inputs, positions, targets and
 // per-prediction weights (padding gets weight 0). It returns B and T.
+// Rows are stored in slots ordered by adapter (a.slot, see planRows).
 func (m *Llama) load(batch Batch, train bool) (int, int, error) {
 	B, T, err := checkBatch(batch, m.arch.ctx, m.arch.V)
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, slot, err := m.planRows(batch.Adapters, B)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -229,21 +253,26 @@ func (m *Llama) load(batch Batch, train bool) (int, int, error) {
 	N := B * T
 	in, tg, w, pos := a.hostIn[:N], a.hostTg[:N], a.hostW[:N], a.hostPos[:N]
 	for b, seq := range batch.Tokens {
-		n := len(seq) - 1
-		copy(in[b*T:], seq[:n])
-		copy(tg[b*T:], seq[1:])
+		n, s := len(seq)-1, b
+		if slot != nil {
+			s = slot[b]
+		}
+		copy(in[s*T:], seq[:n])
+		copy(tg[s*T:], seq[1:])
 		for t := 0; t < T; t++ {
-			pos[b*T+t] = int32(t)
+			pos[s*T+t] = int32(t)
 			switch {
 			case t >= n:
-				in[b*T+t], tg[b*T+t], w[b*T+t] = 0, 0, 0
+				in[s*T+t], tg[s*T+t], w[s*T+t] = 0, 0, 0
 			case batch.Weights != nil:
-				w[b*T+t] = batch.Weights[b][t]
+				w[s*T+t] = batch.Weights[b][t]
 			default:
-				w[b*T+t] = 1
+				w[s*T+t] = 1
 			}
 		}
 	}
+	a.slot = slot
+	m.setGroups(rows, T)
 	m.uploadTokens(in, pos)
 	for c, r0 := 0, 0; r0 < N; c, r0 = c+1, r0+a.R {
 		m.be.UploadInt(a.targets[c], tg[r0:min(N, r0+a.R)])
@@ -273,26 +302,31 @@ func view(be gpu.Backend, b gpu.Buffer, off, n int) gpu.Buffer {
 // called after each layer's k and v are final (RoPE applied), to fill a KV
 // cache.
 func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buffer {
-	be, a, p, ar := m.be, m.a, &m.pv, &m.arch
-	C, V, I, NH, KVH, HD := ar.C, ar.V, ar.I, ar.NH, ar.KVH, ar.HD
+	be, a, ar := m.be, m.a, &m.arch
+	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD, N := NH*HD, KVH*HD, B*T
 	rope := m.rope // ensureRope(T) was called by the caller
 	scale := float32(1 / math.Sqrt(float64(HD)))
-	be.EmbedForward(a.x0, a.inputs, p.all[kEmbed], N, C, V)
+	m.embedForward(a.x0, a.inputs, a.hostIn[:N], N)
 	x := a.x0
 	for l := range a.layers {
-		la, lp := &a.layers[l], &p.layers[l]
+		la, lp := &a.layers[l], m.layerWeights(l)
 		be.RMSNormForward(la.ln1, la.r1, x, lp.attnNorm, N, C, ar.eps)
 		if ar.qkNorm {
 			be.MatmulForward(la.qr, la.ln1, lp.q, lp.qb, N, C, QD)
+			m.loraForward(m.la, l, tQ, la.qr, la.ln1)
 			be.MatmulForward(la.kr, la.ln1, lp.k, lp.kb, N, C, KD)
+			m.loraForward(m.la, l, tK, la.kr, la.ln1)
 			be.RMSNormForward(la.q, la.rq, la.qr, lp.qNorm, N*NH, HD, ar.eps)
 			be.RMSNormForward(la.k, la.rk, la.kr, lp.kNorm, N*KVH, HD, ar.eps)
 		} else {
 			be.MatmulForward(la.q, la.ln1, lp.q, lp.qb, N, C, QD)
+			m.loraForward(m.la, l, tQ, la.q, la.ln1)
 			be.MatmulForward(la.k, la.ln1, lp.k, lp.kb, N, C, KD)
+			m.loraForward(m.la, l, tK, la.k, la.ln1)
 		}
 		be.MatmulForward(la.v, la.ln1, lp.v, lp.vb, N, C, KD)
+		m.loraForward(m.la, l, tV, la.v, la.ln1)
 		be.RopeForward(la.q, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
 		be.RopeForward(la.k, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
 		if kv != nil {
@@ -300,12 +334,16 @@ func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buf
 		}
 		be.GQAttentionForward(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
 		be.MatmulForward(la.res2, la.o, lp.o, lp.ob, N, QD, C)
+		m.loraForward(m.la, l, tO, la.res2, la.o)
 		be.ResidualForward(la.res2, la.res2, x, N*C)
 		be.RMSNormForward(la.ln2, la.r2, la.res2, lp.mlpNorm, N, C, ar.eps)
 		be.MatmulForward(la.gate, la.ln2, lp.gate, lp.gateb, N, C, I)
+		m.loraForward(m.la, l, tGate, la.gate, la.ln2)
 		be.MatmulForward(la.up, la.ln2, lp.up, lp.upb, N, C, I)
+		m.loraForward(m.la, l, tUp, la.up, la.ln2)
 		be.SwiGLUForward(la.act, la.gate, la.up, N*I)
 		be.MatmulForward(la.res3, la.act, lp.down, lp.downb, N, I, C)
+		m.loraForward(m.la, l, tDown, la.res3, la.act)
 		be.ResidualForward(la.res3, la.res3, la.res2, N*C)
 		x = la.res3
 	}
@@ -339,7 +377,7 @@ const (
 func (m *Llama) headChunk(c, r0, n, head int) {
 	be, a, C, V := m.be, m.a, m.arch.C, m.arch.V
 	lg := view(be, a.logits, 0, n*V)
-	be.MatmulForward(lg, view(be, a.lnf, r0*C, n*C), m.pv.head, nil, n, C, V)
+	m.headMatmul(lg, view(be, a.lnf, r0*C, n*C), n)
 	out := view(be, a.losses, r0, n)
 	if head == headCE {
 		be.CrossEntropyForward(out, lg, lg, a.targets[c], n, V)
@@ -381,7 +419,7 @@ func (m *Llama) headBackward(N, head int) {
 		} else {
 			be.LogProbBackward(dlg, lg, dl, a.targets[c], n, V)
 		}
-		be.MatmulBackward(view(be, a.bv.dl, r0*C, n*C), m.gv.head, nil, dlg, view(be, a.lnf, r0*C, n*C), m.pv.head, n, C, V)
+		m.headMatmulBackward(view(be, a.bv.dl, r0*C, n*C), dlg, view(be, a.lnf, r0*C, n*C), n)
 	}
 }
 
@@ -413,7 +451,7 @@ func (m *Llama) backward(B, T, head int) {
 	// dres is the residual stream's gradient: each block's output
 	// projections add to the stream, so their output gradient is dres.
 	for l := len(a.layers) - 1; l >= 0; l-- {
-		la, lp, lg := &a.layers[l], &p.layers[l], &g.layers[l]
+		la, lp, lg := &a.layers[l], m.layerWeights(l), &g.layers[l]
 		x := a.x0
 		if l > 0 {
 			x = a.layers[l-1].res3
@@ -421,16 +459,20 @@ func (m *Llama) backward(B, T, head int) {
 		// MLP
 		be.Zero(d.dI1)
 		be.MatmulBackward(d.dI1, lg.down, lg.downb, d.dres, la.act, lp.down, N, I, C)
+		m.loraBackward(l, tDown, d.dI1, d.dres, la.act)
 		be.Zero(d.dI2)
 		be.Zero(d.dI3)
 		be.SwiGLUBackward(d.dI2, d.dI3, d.dI1, la.gate, la.up, N*I)
 		be.Zero(d.dl)
 		be.MatmulBackward(d.dl, lg.gate, lg.gateb, d.dI2, la.ln2, lp.gate, N, C, I)
+		m.loraBackward(l, tGate, d.dl, d.dI2, la.ln2)
 		be.MatmulBackward(d.dl, lg.up, lg.upb, d.dI3, la.ln2, lp.up, N, C, I)
+		m.loraBackward(l, tUp, d.dl, d.dI3, la.ln2)
 		be.RMSNormBackward(d.dres, lg.mlpNorm, d.dl, la.res2, lp.mlpNorm, la.r2, N, C)
 		// attention
 		be.Zero(d.dO)
 		be.MatmulBackward(d.dO, lg.o, lg.ob, d.dres, la.o, lp.o, N, QD, C)
+		m.loraBackward(l, tO, d.dO, d.dres, la.o)
 		be.Zero(d.dq)
 		be.Zero(d.dk)
 		be.Zero(d.dv)
@@ -447,15 +489,24 @@ func (m *Llama) backward(B, T, head int) {
 		}
 		be.Zero(d.dl)
 		be.MatmulBackward(d.dl, lg.q, lg.qb, dq, la.ln1, lp.q, N, C, QD)
+		m.loraBackward(l, tQ, d.dl, dq, la.ln1)
 		be.MatmulBackward(d.dl, lg.k, lg.kb, dk, la.ln1, lp.k, N, C, KD)
+		m.loraBackward(l, tK, d.dl, dk, la.ln1)
 		be.MatmulBackward(d.dl, lg.v, lg.vb, d.dv, la.ln1, lp.v, N, C, KD)
+		m.loraBackward(l, tV, d.dl, d.dv, la.ln1)
 		be.RMSNormBackward(d.dres, lg.attnNorm, d.dl, x, lp.attnNorm, la.r1, N, C)
 	}
-	be.EmbedBackward(g.all[kEmbed], d.dres, a.inputs, N, C, V)
+	if g.all[kEmbed] != nil { // nil: a frozen base
+		be.EmbedBackward(g.all[kEmbed], d.dres, a.inputs, N, C, V)
+	}
 }
 
-// ZeroGrad clears the accumulated gradients.
+// ZeroGrad clears the accumulated gradients (the adapters' while the base
+// is frozen).
 func (m *Llama) ZeroGrad() error {
+	if m.frozen() {
+		return m.zeroAdapterGrads()
+	}
 	if m.grads == nil {
 		var err error
 		if m.grads, m.gv, err = m.allocParams("gradients"); err != nil {
@@ -525,8 +576,13 @@ func (m *Llama) AccumulateCE(batch Batch, scale float32) (float64, float64, erro
 
 // Step applies one AdamW update with the accumulated gradients (weight
 // decay on matrices and embeddings only), clipping their global norm to
-// Optim.ClipNorm, and returns the norm before clipping.
+// Optim.ClipNorm, and returns the norm before clipping. While the model
+// holds adapters it updates only those that received gradients since
+// ZeroGrad, each clipped by its own norm (see stepAdapters).
 func (m *Llama) Step() (float64, error) {
+	if m.frozen() {
+		return m.stepAdapters()
+	}
 	if m.grads == nil {
 		return 0, fmt.Errorf("policy: Step before any backward: %w", ErrBatch)
 	}
@@ -621,7 +677,8 @@ func (m *Llama) logProbs(batch Batch, B, T int) ([][]float32, error) {
 	}
 	res := make([][]float32, B)
 	for b, seq := range batch.Tokens {
-		res[b] = append([]float32(nil), out[b*T:b*T+len(seq)-1]...)
+		s := m.slotOf(b)
+		res[b] = append([]float32(nil), out[s*T:s*T+len(seq)-1]...)
 	}
 	return res, nil
 }
@@ -657,7 +714,7 @@ func (m *Llama) AccumulateLogProbFunc(batch Batch, objective func(logp [][]float
 		if len(grads[b]) != len(seq)-1 {
 			return fmt.Errorf("%w: sequence %d has %d gradients for %d log-probs", ErrBatch, b, len(grads[b]), len(seq)-1)
 		}
-		copy(d[b*T:], grads[b])
+		copy(d[m.slotOf(b)*T:], grads[b])
 	}
 	m.be.Upload(a.dlosses, d)
 	m.backward(B, T, headLogProb)
@@ -696,4 +753,12 @@ func (m *Llama) StepFromLogProbGrads(batch Batch, grads [][]float32) (StepStats,
 	}
 	st.GradNorm, err = m.Step()
 	return st, err
+}
+
+// slotOf is where the last load put batch row b.
+func (m *Llama) slotOf(b int) int {
+	if m.a.slot != nil {
+		return m.a.slot[b]
+	}
+	return b
 }

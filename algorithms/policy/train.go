@@ -19,6 +19,11 @@ type Batch struct {
 	// len(Weights[b]) == len(Tokens[b])-1. SFT sets 1 on completion tokens
 	// and 0 on the prompt. nil means every prediction has weight 1.
 	Weights [][]float32
+	// Adapters, optional, names the LoRA adapter of each row on a Llama
+	// that holds adapters: "" the active adapter, NoAdapter the bare base.
+	// Rows of different adapters share the base's matmuls. A GPT takes
+	// none.
+	Adapters []string
 }
 
 // StepStats reports one optimizer step.
@@ -154,6 +159,9 @@ func (m *Model) load(batch Batch) (int, int, error) {
 	B := len(batch.Tokens)
 	if B == 0 {
 		return 0, 0, fmt.Errorf("%w: no sequences", ErrBatch)
+	}
+	if err := noAdapters(batch.Adapters); err != nil {
+		return 0, 0, err
 	}
 	if batch.Weights != nil && len(batch.Weights) != B {
 		return 0, 0, fmt.Errorf("%w: %d weight rows for %d sequences", ErrBatch, len(batch.Weights), B)

@@ -265,10 +265,13 @@ func TestGPUsClusterGolden(t *testing.T) {
 		Error: "node worker-2 at 10.0.0.3:7370: context deadline exceeded"})
 	golden(t, "cluster.txt", []byte(renderClusterGPUs(view)))
 	var b bytes.Buffer
-	if err := writeJSON(&b, view); err != nil {
+	if err := writeJSON(&b, jsonGPUView(view)); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "cluster.json", b.Bytes())
+	if strings.Contains(b.String(), "null") {
+		t.Errorf("--json prints null for a node without GPUs:\n%s", b.String())
+	}
 }
 
 // An explicit --simulate-gpus shows this machine even with TROUPE_ADDRESS

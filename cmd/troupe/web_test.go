@@ -51,7 +51,7 @@ func TestWebServesLocalDashboardAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := newWeb(ctx, "box", agent, nil)
+	w, err := newWeb(ctx, "box", agent, nil, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestWebShowsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.ServeGPUs(agent.sampler, agent.inv.Profile())
-	w, err := newWeb(ctx, n.ID(), agent, n)
+	w, err := newWeb(ctx, n.ID(), agent, n, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestClusterDashboardInChromium(t *testing.T) {
 	c := startGPUCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := newWeb(ctx, c.head.ID(), c.headA, c.head)
+	w, err := newWeb(ctx, c.head.ID(), c.headA, c.head, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestWorkerMetricsNameActors(t *testing.T) {
 	c := startGPUCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := newWeb(ctx, c.worker.ID(), c.workerA, c.worker)
+	w, err := newWeb(ctx, c.worker.ID(), c.workerA, c.worker, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

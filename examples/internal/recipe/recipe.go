@@ -2,7 +2,7 @@
 // spawn a team of policy actors on the embedded cluster, warm-start them on
 // expert transcripts, train with AT-GRPO (or JoyAgents-R1), evaluate on fixed
 // held-out seeds with independent rollouts, and write metrics (JSONL),
-// a learning-curve plot (PNG) and checkpoints. The scripts are thin flag
+// learning curves (PNG and SVG) and checkpoints. The scripts are thin flag
 // wrappers around Run so that the results table can run the same recipes.
 package recipe
 
@@ -28,7 +28,7 @@ import (
 	"troupe/algorithms/joyagents"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
-	"troupe/examples/internal/plot"
+	"troupe/internal/curves"
 	"troupe/runtime"
 )
 
@@ -672,7 +672,6 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	bar := NewBar(progress, o.Steps)
 	t0 := time.Now()
 	tokens0 := totalTokens(ctx, team)
-	var hist []StepRecord
 	for s := 1; s <= o.Steps; s++ {
 		ts := time.Now()
 		r, err := stepFn(ctx)
@@ -683,7 +682,6 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		el := time.Since(t0).Seconds()
 		r.TokensPerS = float64(totalTokens(ctx, team)-tokens0) / el
 		record(r)
-		hist = append(hist, r)
 		bar.Update(s, fmt.Sprintf("reward %+.3f  success %3.0f%%  clip %.3f  kl %.4f  gn %.2f  zero-adv %2.0f%%  %6.0f tok/s",
 			r.Reward, 100*r.Success, r.ClipFrac, r.ApproxKL, r.GradNorm, 100*r.ZeroAdv, r.TokensPerS))
 		if o.EvalEvery > 0 && s%o.EvalEvery == 0 && s < o.Steps {
@@ -744,10 +742,10 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 			files = append(files, res.Checkpoints[n])
 		}
 		logf("checkpoints: %s", strings.Join(files, " "))
-		if err := writePlot(filepath.Join(o.OutDir, "curves.png"), o.Name, hist, res.Evals); err != nil {
+		if err := Replot(o.OutDir, o.Name); err != nil {
 			return res, err
 		}
-		logf("metrics: %s, plot: %s", filepath.Join(o.OutDir, "metrics.jsonl"), filepath.Join(o.OutDir, "curves.png"))
+		logf("metrics: %s, plots: %s", filepath.Join(o.OutDir, "metrics.jsonl"), filepath.Join(o.OutDir, "curves.{png,svg}"))
 	}
 	res.Wall = time.Since(start)
 	res.CPU = cpuTime() - cpu0
@@ -831,49 +829,14 @@ func totalTokens(ctx context.Context, t *agent.Team) int64 {
 	return n
 }
 
-func writePlot(path, title string, hist []StepRecord, evals []Point) error {
-	var train, rew, ev []plot.XY
-	for _, h := range hist {
-		train = append(train, plot.XY{X: float64(h.Step), Y: h.Success})
-		rew = append(rew, plot.XY{X: float64(h.Step), Y: h.Reward})
-	}
-	for _, e := range evals {
-		ev = append(ev, plot.XY{X: float64(e.Step), Y: e.Success})
-	}
-	ch := plot.Chart{
-		Title:  title,
-		XLabel: "RL step",
-		Series: []plot.Series{
-			{Name: "held-out success", Points: ev, Marker: true},
-			{Name: "train success (tree)", Points: train},
-			{Name: "mean branch reward", Points: rew},
-		},
-	}
-	return ch.WritePNG(path, 720, 420)
-}
-
-// Replot redraws dir/curves.png from dir/metrics.jsonl (e.g. after the plot
-// style changed), titled title.
+// Replot draws dir/curves.png and dir/curves.svg from dir/metrics.jsonl,
+// titled title (troupe plot does the same for any runs).
 func Replot(dir, title string) error {
-	data, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	run, err := curves.ReadRun(dir)
 	if err != nil {
 		return fmt.Errorf("replot: %w", err)
 	}
-	var hist []StepRecord
-	var evals []Point
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var r StepRecord
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return fmt.Errorf("replot %s: %w", dir, err)
-		}
-		switch r.Kind {
-		case "step":
-			hist = append(hist, r)
-		case "eval":
-			evals = append(evals, Point{Step: r.Step, Success: r.Success, Reward: r.TeamReturn, Invalid: r.Invalid})
-		}
-	}
-	return writePlot(filepath.Join(dir, "curves.png"), title, hist, evals)
+	return curves.Draw(filepath.Join(dir, "curves"), []*curves.Run{run}, curves.Options{Title: title})
 }
 
 // policyGPUs resolves Options.GPUsPerPolicy: a negative value means one GPU
@@ -894,7 +857,7 @@ func policyGPUs(ctx context.Context, rt actors.Runtime, want float64) (float64, 
 		return 0, fmt.Errorf("cluster status (to choose --gpus-per-policy): %w", err)
 	}
 	for _, n := range st.Nodes {
-		if n.State != "dead" && n.Total.GPUs > 0 {
+		if n.State != "dead" && n.State != "drained" && n.Total.GPUs > 0 {
 			return 1, nil
 		}
 	}

@@ -184,10 +184,12 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def forward(c, P, tokens):
+def forward(c, P, tokens, lora=None):
     """tokens: LongTensor [B, T]. P: name -> float64 tensor. Returns logits
     [B, T, V] (float64). Causal, so right padding does not touch the real
-    positions."""
+    positions. lora, optional (gen_lora.py): projection name (e.g.
+    "model.layers.0.self_attn.q_proj") -> (A [r, in], B [out, r], scaling),
+    adding scaling * (x @ A.T) @ B.T to that projection's output."""
     B, T = tokens.shape
     H, KV, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     eps = c["rms_norm_eps"]
@@ -197,7 +199,12 @@ def forward(c, P, tokens):
 
     def lin(x, name, bias):
         y = x @ P[name + ".weight"].T
-        return y + P[name + ".bias"] if bias else y
+        if bias:
+            y = y + P[name + ".bias"]
+        if lora and name in lora:
+            A, Bm, s = lora[name]
+            y = y + s * ((x @ A.T) @ Bm.T)
+        return y
 
     inv = torch.tensor(rope_inv_freq(c), dtype=torch.float64)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
@@ -233,13 +240,13 @@ def forward(c, P, tokens):
     return x @ head.T
 
 
-def greedy(c, P, prompt):
+def greedy(c, P, prompt, lora=None):
     """MAX_NEW argmax tokens by full recomputation, and the smallest top-2
     logit gap met on the way."""
     seq = list(prompt)
     gap = float("inf")
     for _ in range(MAX_NEW):
-        logits = forward(c, P, torch.tensor([seq]))[0, -1]
+        logits = forward(c, P, torch.tensor([seq]), lora)[0, -1]
         top = torch.topk(logits, 2).values
         gap = min(gap, float(top[0] - top[1]))
         seq.append(int(logits.argmax()))
