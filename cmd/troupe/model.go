@@ -82,7 +82,7 @@ type ModelInfo struct {
 	StoredDTypes      []string `json:"stored_dtypes"`
 	StoredBytes       int64    `json:"stored_bytes"`
 	Files             int      `json:"files"`
-	InferenceBytes    int64    `json:"inference_bytes"`      // fp32 weights, as troupe computes
+	InferenceBytes    int64    `json:"inference_bytes"` // fp32 weights, as troupe computes
 	KVBytesPerToken   int64    `json:"kv_cache_bytes_per_token"`
 	FullTrainingBytes int64    `json:"full_finetune_bytes"` // weights, gradients and AdamW moments, before activations
 	TokenizerVocab    int      `json:"tokenizer_vocab,omitempty"`

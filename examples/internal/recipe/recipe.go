@@ -65,6 +65,13 @@ type Options struct {
 	// policy starts from (with its tokenizer and chat template) instead of
 	// a from-scratch model.
 	ModelDir string
+	// LoRARank > 0 trains LoRA adapters of that rank (alpha 2·rank, every
+	// projection of a block) on a frozen base of the Llama family, one
+	// per policy; SharedBase puts every role's adapter in one actor on
+	// one base (per-role policies only); BaseBF16 keeps the base in BF16.
+	LoRARank   int
+	SharedBase bool
+	BaseBF16   bool
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -383,12 +390,17 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		Arch:         o.Arch,
 		KVHeads:      o.KVHeads,
 		ModelDir:     o.ModelDir,
+		BaseBF16:     o.BaseBF16,
+	}
+	if o.LoRARank > 0 {
+		pc.LoRA = policy.DefaultLoRA()
+		pc.LoRA.Rank, pc.LoRA.Alpha, pc.LoRA.BaseModel = o.LoRARank, float64(2*o.LoRARank), o.ModelDir
 	}
 	gpus, err := policyGPUs(ctx, rt, o.GPUsPerPolicy)
 	if err != nil {
 		return res, err
 	}
-	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix}
+	tc := agent.TeamConfig{Roles: roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.SharedBase}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
 	}
