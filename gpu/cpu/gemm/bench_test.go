@@ -95,8 +95,8 @@ func BenchmarkReference(b *testing.B) {
 // BenchmarkPureGo is the blocked driver with the pure-Go micro-kernel (the
 // fallback when AVX2/FMA is missing).
 func BenchmarkPureGo(b *testing.B) {
-	old := useAsm
-	useAsm = false
-	defer func() { useAsm = old }()
+	old := ISA()
+	SetISA("go")
+	defer SetISA(old)
 	b.Run("t1/512x512x512/NN", func(b *testing.B) { benchOne(b, benchShape{"", false, false, 512, 512, 512}, 1, Sgemm) })
 }

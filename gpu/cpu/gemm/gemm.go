@@ -78,14 +78,19 @@ func Check(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, 
 }
 
 func checkMat(name string, x []float32, rows, cols, ld int) error {
+	return checkLen(name, len(x), rows, cols, ld)
+}
+
+// checkLen checks a strided rows×cols matrix stored in n elements.
+func checkLen(name string, n, rows, cols, ld int) error {
 	if ld < max(cols, 1) {
 		return fmt.Errorf("%w: ld%s=%d smaller than %d columns", ErrBadArgs, name, ld, cols)
 	}
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	if need := (rows-1)*ld + cols; len(x) < need {
-		return fmt.Errorf("%w: %s has %d elements, needs %d (%d×%d, ld=%d)", ErrBadArgs, name, len(x), need, rows, cols, ld)
+	if need := (rows-1)*ld + cols; n < need {
+		return fmt.Errorf("%w: %s has %d elements, needs %d (%d×%d, ld=%d)", ErrBadArgs, name, n, need, rows, cols, ld)
 	}
 	return nil
 }
