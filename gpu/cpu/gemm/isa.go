@@ -32,14 +32,18 @@ const (
 )
 
 // sizeBlocking derives kc, mc and nc from the cache sizes (BLIS's
-// analytical model, simplified): the kc×nr micro-panel of packed B is
-// reused by every row tile of the block, so it gets half of L1d (the other
-// half streams A and C); the mc×kc block of A is reused by every column
-// panel, so it gets half of L2 (capped: A read in place with a power-of-two
-// row stride maps its rows onto few L2 sets); the kc×nc block of packed B
-// gets a quarter of L3, which other cores share.
+// analytical model, simplified). kc: the kc×nr micro-panel of packed B is
+// reused by every row tile of the block; kc is set so that a 32-column
+// panel fills L1d (half of it for the 16-wide AVX2 tile; the AVX-512
+// tile's panel streams from L2 at a fraction of L2's bandwidth, and
+// BenchmarkBlocking measured kc=256 5-15% faster than a panel in half of
+// L1 on a 32 KiB L1d, from fewer passes over C). mc: the mc×kc block of A
+// is reused by every column panel, so it gets half of L2 (capped at 16
+// tiles: A read in place with a power-of-two row stride maps its rows
+// onto few L2 sets). nc: the kc×nc block of packed B gets a quarter of L3,
+// which other cores share.
 func (kn *kernel) sizeBlocking(c Caches) {
-	kn.kc = clamp(c.L1D/2/(4*kn.nr)/8*8, 64, 512)
+	kn.kc = clamp(c.L1D/(4*32)/8*8, 128, 512)
 	kn.mc = clamp(c.L2/2/(4*kn.kc), kn.mr, 16*kn.mr) / kn.mr * kn.mr
 	kn.nc = clamp(c.L3/4/(4*kn.kc), 8*kn.nr, 4096) / kn.nr * kn.nr
 }

@@ -87,3 +87,29 @@ func BenchmarkForkJoin(b *testing.B) {
 		j.fork()
 	}
 }
+
+// BenchmarkBlocking tries kc and mc around the cache-derived values of the
+// default kernel on a few family shapes (one goroutine), to check the
+// sizing rule in sizeBlocking.
+func BenchmarkBlocking(b *testing.B) {
+	kn := curKernel()
+	shapes := []benchShape{{"cube512/NN", false, false, 512, 512, 512}}
+	for _, s := range familyShapes() {
+		switch s.name {
+		case "smol135m/up/fwd", "smol135m/lmhead/fwd", "qwen05b/down/dW", "qwen05b/up/dX":
+			shapes = append(shapes, s)
+		}
+	}
+	for _, kc := range []int{128, 256, 384, 512} {
+		for _, mc := range []int{96, 192, 384} {
+			for _, s := range shapes {
+				b.Run(fmt.Sprintf("%s/kc%d/mc%d/%s", kn.isa, kc, mc, s.name), func(b *testing.B) {
+					okc, omc := kn.kc, kn.mc
+					kn.kc, kn.mc = kc, mc/kn.mr*kn.mr
+					defer func() { kn.kc, kn.mc = okc, omc }()
+					benchOne(b, s, 1, Sgemm)
+				})
+			}
+		}
+	}
+}
