@@ -230,9 +230,9 @@ func growU32(buf []uint32, n int) []uint32 {
 	return buf[:n]
 }
 
-// The VDPBF16PS kernel's tile and blocking: kcq pairs of k per block (a B
-// micro-panel of kcq×32 words in half of L1d), as the float32 AVX-512
-// kernel's kc; mc and nc as that kernel's.
+// The VDPBF16PS kernel's tile and blocking: kcq pairs of k per block, half
+// the float32 kernel's kc (the same bytes of B per block); mc and nc as
+// that kernel's.
 const (
 	bfMR = 12
 	bfNR = 32
@@ -241,7 +241,7 @@ const (
 var bfBlocking = func() (b struct{ kcq, mc, nc int }) {
 	kn := &kernel{mr: bfMR, nr: bfNR}
 	kn.sizeBlocking(caches)
-	b.kcq, b.mc, b.nc = kn.kc, kn.mc, kn.nc
+	b.kcq, b.mc, b.nc = kn.kc/2, kn.mc, kn.nc
 	return b
 }()
 
@@ -315,11 +315,15 @@ func dpGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []
 // with zeros.
 func dpBlock(ws *bfWorkspace, transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	bl := bfBlocking
+	// Equal k blocks of at most 2*kcq elements, a multiple of 16 (the
+	// assembly packs B 8 words at a time), as kcFor.
+	blocks := (k + 2*bl.kcq - 1) / (2 * bl.kcq)
+	kcb := min((k+blocks-1)/blocks+15, 2*bl.kcq) / 16 * 16
 	for jc := 0; jc < n; jc += bl.nc {
 		nc := min(bl.nc, n-jc)
 		ncPad := (nc + bfNR - 1) / bfNR * bfNR
-		for pc := 0; pc < k; pc += 2 * bl.kcq {
-			kc := min(2*bl.kcq, k-pc)
+		for pc := 0; pc < k; pc += kcb {
+			kc := min(kcb, k-pc)
 			kq := (kc + 1) / 2
 			betaEff := beta
 			if pc > 0 {

@@ -256,12 +256,13 @@ func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha fl
 	mr, nr := kn.mr, kn.nr
 	aDirect := !transA || !packTransA
 	bDirect := !transB && (m <= directMaxM || !packNN)
+	kcb := kn.kcFor(k)
 	for jc := 0; jc < n; jc += kn.nc {
 		nc := min(kn.nc, n-jc)
 		ncPad := (nc + nr - 1) / nr * nr
 		ncFull := nc / nr * nr
-		for pc := 0; pc < k; pc += kn.kc {
-			kc := min(kn.kc, k-pc)
+		for pc := 0; pc < k; pc += kcb {
+			kc := min(kcb, k-pc)
 			betaEff := beta
 			if pc > 0 {
 				betaEff = 1 // later k blocks accumulate into the partial sums

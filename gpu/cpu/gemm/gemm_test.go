@@ -141,6 +141,8 @@ func testLargerShapes(t *testing.T) {
 			for _, tb := range []bool{false, true} {
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+				// Several k blocks (kcFor splits 1100 into three).
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 37, n: 45, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// More than one nc block (n > 2048), small m (direct B path
 				// for NN) and larger m (packed B).
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})

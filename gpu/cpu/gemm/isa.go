@@ -32,20 +32,33 @@ const (
 )
 
 // sizeBlocking derives kc, mc and nc from the cache sizes (BLIS's
-// analytical model, simplified). kc: the kc×nr micro-panel of packed B is
-// reused by every row tile of the block; kc is set so that a 32-column
-// panel fills L1d (half of it for the 16-wide AVX2 tile; the AVX-512
-// tile's panel streams from L2 at a fraction of L2's bandwidth, and
-// BenchmarkBlocking measured kc=256 5-15% faster than a panel in half of
-// L1 on a 32 KiB L1d, from fewer passes over C). mc: the mc×kc block of A
-// is reused by every column panel, so it gets half of L2 (capped at 16
-// tiles: A read in place with a power-of-two row stride maps its rows
-// onto few L2 sets). nc: the kc×nc block of packed B gets a quarter of L3,
-// which other cores share.
+// analytical model, simplified, with the constants measured by
+// BenchmarkBlocking on Zen 4).
+//
+// kc bounds the k blocks; block splits k into equal blocks of at most kc,
+// because every k block reads and writes all of C's block once (for the
+// family's 512×49152 lm-head products C is 100 MB, far out of cache), so
+// fewer, even blocks beat a cache-exact size with a small remainder. The
+// kc×nr micro-panel of packed B is reused by every row tile; at L1d/64
+// elements (512 on a 32 KiB L1d) it fills L1 for the 16-wide AVX2 tile and
+// streams from L2 for the 32-wide AVX-512 tile, at a small fraction of
+// L2's bandwidth: kc from 256 to 512 measured within noise of each other,
+// and 5-15% faster than 128.
+//
+// mc: the mc×kc block of A is reused by every column panel, so it gets
+// half of L2 (capped at 16 tiles: A read in place with a power-of-two row
+// stride maps its rows onto few L2 sets). nc: the kc×nc block of packed B
+// gets a quarter of L3, which other cores share.
 func (kn *kernel) sizeBlocking(c Caches) {
-	kn.kc = clamp(c.L1D/(4*32)/8*8, 128, 512)
+	kn.kc = clamp(c.L1D/64/8*8, 128, 768)
 	kn.mc = clamp(c.L2/2/(4*kn.kc), kn.mr, 16*kn.mr) / kn.mr * kn.mr
 	kn.nc = clamp(c.L3/4/(4*kn.kc), 8*kn.nr, 4096) / kn.nr * kn.nr
+}
+
+// kcFor splits k into equal blocks of at most kn.kc (rounded up to 8).
+func (kn *kernel) kcFor(k int) int {
+	blocks := (k + kn.kc - 1) / kn.kc
+	return min((k+blocks-1)/blocks+7, kn.kc) / 8 * 8
 }
 
 func clamp(x, lo, hi int) int { return min(max(x, lo), hi) }

@@ -92,7 +92,12 @@ func BenchmarkForkJoin(b *testing.B) {
 // default kernel on a few family shapes (one goroutine), to check the
 // sizing rule in sizeBlocking.
 func BenchmarkBlocking(b *testing.B) {
-	kn := curKernel()
+	for _, kn := range kernelsAvail[:len(kernelsAvail)-1] {
+		benchBlocking(b, kn)
+	}
+}
+
+func benchBlocking(b *testing.B, kn *kernel) {
 	shapes := []benchShape{{"cube512/NN", false, false, 512, 512, 512}}
 	for _, s := range familyShapes() {
 		switch s.name {
@@ -106,7 +111,9 @@ func BenchmarkBlocking(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/kc%d/mc%d/%s", kn.isa, kc, mc, s.name), func(b *testing.B) {
 					okc, omc := kn.kc, kn.mc
 					kn.kc, kn.mc = kc, mc/kn.mr*kn.mr
-					defer func() { kn.kc, kn.mc = okc, omc }()
+					oisa := ISA()
+					SetISA(kn.isa)
+					defer func() { kn.kc, kn.mc = okc, omc; SetISA(oisa) }()
 					benchOne(b, s, 1, Sgemm)
 				})
 			}

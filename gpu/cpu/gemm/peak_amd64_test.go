@@ -34,18 +34,14 @@ func BenchmarkPeak(b *testing.B) {
 					b.Skipf("CPU lacks %s", p.isa)
 				}
 				const iters = 1 << 16
-				c0 := processCPU()
-				for b.Loop() {
+				timeLoop(b, float64(iters)*p.flops*float64(th), func() {
 					var wg sync.WaitGroup
 					for t := 1; t < th; t++ {
 						wg.Go(func() { p.run(iters) })
 					}
 					p.run(iters)
 					wg.Wait()
-				}
-				flops := float64(iters) * p.flops * float64(th) * float64(b.N)
-				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				b.ReportMetric(flops/(processCPU()-c0).Seconds()/1e9, "GFLOP/s-core")
+				})
 			})
 		}
 	}
