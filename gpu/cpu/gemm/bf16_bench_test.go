@@ -128,3 +128,20 @@ func BenchmarkStreamCopy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKernelBF16 is the VDPBF16PS micro-kernel alone on cache-resident
+// packed panels (flops count two per multiply-add, as for float32).
+func BenchmarkKernelBF16(b *testing.B) {
+	if !hasBF16 {
+		b.Skip("CPU lacks AVX512_BF16")
+	}
+	const kq, tiles = 256, 16
+	ap := make([]uint32, bfMR*kq*tiles)
+	bp := make([]uint32, bfNR*kq)
+	c := make([]float32, bfMR*bfNR)
+	timeLoop(b, 2*2*float64(bfMR*bfNR*kq*tiles), func() {
+		for i := 0; i < tiles; i++ {
+			kernelBF16Asm(1, kq, ap[i*bfMR*kq:], kq, 1, 0, bp, bfNR, c, bfNR, 1, 1)
+		}
+	})
+}
