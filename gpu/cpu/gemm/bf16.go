@@ -139,26 +139,26 @@ func GemmBF16[T BF16Operand](transA, transB bool, m, n, k int, alpha float32, a 
 
 // gemvRowBF16 computes row i of C for the few-rows transB case.
 func gemvRowBF16(transA bool, i, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, crow []float32) {
-	x := aF
-	var buf []float32
-	if aH != nil || transA {
-		buf = make([]float32, k)
-		for p := range buf {
-			if transA {
-				if aH != nil {
-					buf[p] = math.Float32frombits(uint32(aH[p*lda+i]) << 16)
-				} else {
-					buf[p] = aF[p*lda+i]
-				}
-			} else {
-				buf[p] = math.Float32frombits(uint32(aH[i*lda+p]) << 16)
-			}
+	if aH == nil && !transA {
+		GemvBF16(n, k, alpha, b, ldb, aF[i*lda:i*lda+k], beta, crow)
+		return
+	}
+	// Gather row i of op(A) as float32.
+	ws := bfPool.Get().(*bfWorkspace)
+	x := grow(ws.af, k)
+	for p := range x {
+		switch {
+		case aH == nil:
+			x[p] = aF[p*lda+i]
+		case transA:
+			x[p] = math.Float32frombits(uint32(aH[p*lda+i]) << 16)
+		default:
+			x[p] = math.Float32frombits(uint32(aH[i*lda+p]) << 16)
 		}
-		x = buf
-	} else {
-		x = aF[i*lda : i*lda+k]
 	}
 	GemvBF16(n, k, alpha, b, ldb, x, beta, crow)
+	ws.af = x
+	bfPool.Put(ws)
 }
 
 // bf16Path forces GemmBF16's path in tests: "" (automatic), "dp" or
