@@ -433,7 +433,11 @@ func packBbf(dst []uint32, transB bool, b []uint16, ldb, p0, j0, kc, nc int) {
 			}
 			continue
 		}
-		for q := 0; q < kq; q++ {
+		done := 0
+		if cols == bfNR {
+			done = packBNbfAsm(d, b[p0*ldb+j0+r:], ldb, kc/2)
+		}
+		for q := done; q < kq; q++ {
 			lo := b[(p0+2*q)*ldb+j0+r : (p0+2*q)*ldb+j0+r+cols]
 			dd := d[q*bfNR : (q+1)*bfNR]
 			if 2*q+1 < kc {

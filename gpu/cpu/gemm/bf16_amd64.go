@@ -67,3 +67,19 @@ func gemvBF16x4Asm(k int, w []uint16, ldw int, x []float32, dots *[4]float32) in
 	gemvBF16x4(k16, &w[0], ldw, &x[0], dots)
 	return k16 * 16
 }
+
+//go:noescape
+func packBNbf(kq int, src *uint16, ld int, dst *uint32)
+
+// packBNbfAsm packs a full 32-column panel of a row-major BF16 B (row
+// stride ldb) for the kq pairs of rows 2q, 2q+1 (see packBbf) and returns
+// how many pairs it did.
+func packBNbfAsm(d []uint32, src []uint16, ldb, kq int) int {
+	if !hasAVX2 || kq == 0 {
+		return 0
+	}
+	_ = src[(2*kq-1)*ldb+bfNR-1]
+	_ = d[kq*bfNR-1]
+	packBNbf(kq, &src[0], ldb, &d[0])
+	return kq
+}

@@ -23,3 +23,5 @@ func gemvBF16x4Asm(k int, w []uint16, ldw int, x []float32, dots *[4]float32) in
 func kernelBF16Asm(tiles, kq int, a []uint32, ars, aps, anext int, b []uint32, bps int, c []float32, ldc int, alpha, beta float32) {
 	panic("gemm: BF16 kernel not built") // unreachable: hasBF16 is false
 }
+
+func packBNbfAsm(d []uint32, src []uint16, ldb, kq int) int { return 0 }

@@ -245,3 +245,40 @@ panel12:
 // packBT16 on 32-bit words holding BF16 pairs (ld and pitch in words).
 TEXT ·packBT16w(SB), NOSPLIT, $0-40
 	JMP ·packBT16(SB)
+
+// Interleave 16 columns of two BF16 rows (lo in Y0-style register a, hi in
+// b) into 16 words lo|hi<<16 in column order, stored at off(DI).
+#define PAIR16(a, b, off) \
+	VPUNPCKLWD b, a, Y4;           \
+	VPUNPCKHWD b, a, Y5;           \
+	VPERM2I128 $0x20, Y5, Y4, Y6;  \
+	VPERM2I128 $0x31, Y5, Y4, Y7;  \
+	VMOVDQU    Y6, off(DI);        \
+	VMOVDQU    Y7, off+32(DI)
+
+// func packBNbf(kq int, src *uint16, ld int, dst *uint32)
+//
+// dst[q*32+j] = src[2q*ld+j] | src[(2q+1)*ld+j]<<16 for j < 32, q < kq:
+// packs a 32-column BF16 B panel from a row-major B, pairing rows 2q and
+// 2q+1 (VPUNPCK*WD interleave within 128-bit lanes; VPERM2I128 restores
+// the column order).
+TEXT ·packBNbf(SB), NOSPLIT, $0-32
+	MOVQ kq+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), R8
+	SHLQ $1, R8
+	MOVQ dst+24(FP), DI
+
+pairs:
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VMOVDQU (SI)(R8*1), Y2
+	VMOVDQU 32(SI)(R8*1), Y3
+	PAIR16(Y0, Y2, 0)
+	PAIR16(Y1, Y3, 64)
+	LEAQ    (SI)(R8*2), SI
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     pairs
+	VZEROUPPER
+	RET
