@@ -4,16 +4,27 @@
 GO ?= go
 IMAGE ?= troupe:dev
 
-.PHONY: build test image test-docker compose-up compose-down
+.PHONY: build release test image test-docker test-prometheus compose-up compose-down testdata-llama
 
 # Compile everything, and the CLI into bin/troupe.
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/troupe ./cmd/troupe
 
+# The CLI with its version and VCS revision stamped (troupe version).
+release:
+	scripts/release.sh
+
 # The README's test command.
 test:
 	$(GO) test ./...
+
+# Regenerate the Llama/Qwen reference models and outputs that
+# algorithms/policy's tests compare against, LoRA adapters included (plain PyTorch, Debian's
+# python3-torch; the outputs are committed so tests need no PyTorch).
+testdata-llama:
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen.py
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen_lora.py
 
 # The node image, FROM scratch, with the binary and the libraries ldd lists.
 image:
@@ -24,6 +35,11 @@ image:
 # otherwise). .ci/run runs the same when `docker info` answers.
 test-docker:
 	$(GO) test -tags docker -count=1 -v -timeout 12m ./deploy/...
+
+# Debian's Prometheus scraping a test cluster; the dashboards' queries
+# (skips with a message when prometheus is not installed).
+test-prometheus:
+	$(GO) test -tags prometheus -count=1 -v ./deploy/
 
 # A five-node cluster on this machine (set a token in deploy/cluster.env first).
 compose-up: image

@@ -8,6 +8,7 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // InstanceHooks let a runtime follow an instance's life. Each may be nil.
@@ -22,6 +23,10 @@ type InstanceHooks struct {
 	// Result, when set, maps a method's encoded result before the reply: a
 	// runtime keeps a large result and replies a reference to it.
 	Result func(data []byte) []byte
+	// Called, when set, is told of every method run: how long the method
+	// took (decoding its argument and encoding its result included) and
+	// its error (a crash counts as one). Runtimes count calls with it.
+	Called func(method string, d time.Duration, err error)
 }
 
 // Instance hosts one live actor inside a process: it runs the constructor,
@@ -230,7 +235,18 @@ func (in *Instance) run(obj reflect.Value, inv *Invocation) {
 			return
 		}
 	}
+	var t0 time.Time
+	if in.hooks.Called != nil {
+		t0 = time.Now()
+	}
 	out, err, crash := in.invoke(ctx, obj, mi, data)
+	if in.hooks.Called != nil {
+		cerr := err
+		if crash != nil {
+			cerr = crash
+		}
+		in.hooks.Called(mi.name, time.Since(t0), cerr)
+	}
 	if crash != nil {
 		in.crashed(inv, mi, crash)
 		return

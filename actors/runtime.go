@@ -57,12 +57,19 @@ type ObjectRef interface {
 
 // ActorInfo describes the actor a method or constructor runs in; see Self.
 type ActorInfo struct {
-	ID       string
-	Name     string
-	Type     string
-	Node     string
-	GPUs     []int // indices of the GPUs assigned to the actor on its node
-	Restarts int   // how many times it has been restarted
+	ID   string
+	Name string
+	Type string
+	Node string
+	GPUs []int // indices of the GPUs assigned to the actor on its node
+	// GPUUUIDs are the NVML UUIDs of GPUs, in the same order (empty when
+	// the node did not report them), so that the actor can find the same
+	// devices through CUDA, whose device order may differ from NVML's.
+	GPUUUIDs []string `msgpack:"gpu_uuids,omitempty"`
+	// SimulatedGPUs marks GPUs of a simulated profile: there is no device to
+	// compute on, and the actor's backend is metered against them instead.
+	SimulatedGPUs bool `msgpack:"sim_gpus,omitempty"`
+	Restarts      int  // how many times it has been restarted
 	// PlacementGroup is the ID of the placement group the actor runs in
 	// ("" when none), and Bundle the index of its bundle there: GPUs are
 	// then devices the bundle reserved on Node.

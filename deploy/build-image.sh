@@ -20,7 +20,9 @@ trap 'rm -rf "$ctx"' EXIT
 if [ -n "${TROUPE_BINARY:-}" ]; then
 	cp "$TROUPE_BINARY" "$ctx/troupe"
 else
-	CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -o "$ctx/troupe" ./cmd/troupe
+	version=${TROUPE_VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo devel)}
+	revision=$(git rev-parse HEAD 2>/dev/null || true)
+	CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -ldflags "-X main.version=$version -X main.revision=$revision" -o "$ctx/troupe" ./cmd/troupe
 fi
 
 mkdir -p "$ctx/rootfs"

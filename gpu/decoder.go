@@ -5,8 +5,8 @@ package gpu
 // rotate_half convention), grouped-query causal attention with a head size
 // independent of the model width, SwiGLU and a position-free embedding.
 // They extend Backend rather than widen it so that a backend without them
-// (gpu/cuda until it has the kernels) fails a decoder model's construction
-// with a clear error instead of at the first kernel.
+// fails a decoder model's construction with a clear error instead of at the
+// first kernel. gpu/cpu and gpu/cuda implement them.
 //
 // Shapes follow backend.go's conventions, plus:
 //

@@ -7,7 +7,7 @@ import "time"
 // Free) to c's memory. now is the clock (time.Now if nil; tests inject
 // one). Bind a backend this way to the GPU its actor was placed on so that
 // a simulated GPU's utilization follows the actor's work (see BusyMeter).
-// The result implements MatmulTransposer when b does.
+// The result implements MatmulTransposer and DecoderBackend when b does.
 //
 // Like every Backend it is not safe for concurrent use. The cost is two
 // clock reads per op, negligible next to a kernel.
@@ -16,8 +16,15 @@ func Metered(b Backend, c *BusyCounter, now func() time.Time) Backend {
 		now = time.Now
 	}
 	m := &metered{b: b, c: c, now: now, sizes: map[any]int64{}}
-	if t, ok := b.(MatmulTransposer); ok {
+	t, isT := b.(MatmulTransposer)
+	d, isD := b.(DecoderBackend)
+	switch {
+	case isT && isD:
+		return &meteredTD{&meteredT{metered: m, t: t}, &meteredDec{m: m, d: d}}
+	case isT:
 		return &meteredT{metered: m, t: t}
+	case isD:
+		return &meteredD{m, &meteredDec{m: m, d: d}}
 	}
 	return m
 }
@@ -210,9 +217,84 @@ func (m *meteredT) MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int) 
 	m.t.MatmulForwardT(out, inp, weightT, bias, N, C, OC)
 }
 
+// meteredD is metered over a backend with the decoder ops; meteredTD has
+// the transposed-weight matmul too.
+type (
+	meteredD struct {
+		*metered
+		*meteredDec
+	}
+	meteredTD struct {
+		*meteredT
+		*meteredDec
+	}
+)
+
+// meteredDec times the ops DecoderBackend adds to Backend.
+type meteredDec struct {
+	m *metered
+	d DecoderBackend
+}
+
+func (o *meteredDec) EmbedForward(out Buffer, inp IntBuffer, wte Buffer, N, C, V int) {
+	defer o.m.done(o.m.now())
+	o.d.EmbedForward(out, inp, wte, N, C, V)
+}
+
+func (o *meteredDec) EmbedBackward(dwte, dout Buffer, inp IntBuffer, N, C, V int) {
+	defer o.m.done(o.m.now())
+	o.d.EmbedBackward(dwte, dout, inp, N, C, V)
+}
+
+func (o *meteredDec) RMSNormForward(out, rstd, inp, weight Buffer, N, C int, eps float32) {
+	defer o.m.done(o.m.now())
+	o.d.RMSNormForward(out, rstd, inp, weight, N, C, eps)
+}
+
+func (o *meteredDec) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, N, C int) {
+	defer o.m.done(o.m.now())
+	o.d.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C)
+}
+
+func (o *meteredDec) RopeForward(x Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
+	defer o.m.done(o.m.now())
+	o.d.RopeForward(x, pos, cos, sin, N, H, HD, maxPos)
+}
+
+func (o *meteredDec) RopeBackward(dx Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
+	defer o.m.done(o.m.now())
+	o.d.RopeBackward(dx, pos, cos, sin, N, H, HD, maxPos)
+}
+
+func (o *meteredDec) GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.d.GQAttentionForward(out, att, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (o *meteredDec) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.d.GQAttentionBackward(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, HD, scale)
+}
+
+func (o *meteredDec) GQAttentionDecode(out, cache, q, k, v Buffer, pos IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.d.GQAttentionDecode(out, cache, q, k, v, pos, B, maxT, NH, KVH, HD, scale)
+}
+
+func (o *meteredDec) SwiGLUForward(out, gate, up Buffer, N int) {
+	defer o.m.done(o.m.now())
+	o.d.SwiGLUForward(out, gate, up, N)
+}
+
+func (o *meteredDec) SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int) {
+	defer o.m.done(o.m.now())
+	o.d.SwiGLUBackward(dgate, dup, dout, gate, up, N)
+}
+
 // BindActorBackend returns b metered to the GPU an actor was placed on:
 // the first of gpus on node, counted in this process's meter under actor.
-// With no GPU it returns b unchanged. Actor constructors call it with
+// With no GPU it returns b unchanged. The result keeps b's optional
+// extensions (MatmulTransposer, DecoderBackend), as Metered does. Actor constructors call it with
 // their actors.Self information.
 func BindActorBackend(b Backend, node string, gpus []int, actor string) Backend {
 	if len(gpus) == 0 {

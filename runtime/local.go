@@ -6,7 +6,6 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -125,8 +124,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	if err != nil {
 		l.mu.Unlock()
 		if errors.Is(err, scheduler.ErrInfeasible) {
-			_, reason, _ := strings.Cut(err.Error(), scheduler.ErrInfeasible.Error()+": ")
-			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, reason)
+			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, infeasibleReason(err))
 		}
 		return nil, fmt.Errorf("spawn %s: %w", label, err)
 	}
@@ -162,7 +160,8 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 		return nil, fmt.Errorf("spawn %s: %w", label, &actors.ActorDiedError{Actor: label, Cause: cause})
 	}
 	gpus := scheduler.GPUIndices(a.GPUs)
-	info := actors.ActorInfo{ID: string(id), Name: spec.Name, Node: string(a.Node), GPUs: gpus}
+	info := actors.ActorInfo{ID: string(id), Name: spec.Name, Node: string(a.Node), GPUs: gpus,
+		GPUUUIDs: gpuUUIDs(l.inv.Devices(), gpus), SimulatedGPUs: len(gpus) > 0 && l.inv.Simulated()}
 	if g := a.Spec.Request.Group; g != "" {
 		info.PlacementGroup, info.Bundle = string(g), a.Bundle
 	}
@@ -360,4 +359,24 @@ func (a *localActor) Invoke(inv *actors.Invocation) { a.inst.Invoke(inv) }
 func (a *localActor) Kill(ctx context.Context, reason string) error {
 	a.inst.Kill(reason)
 	return nil
+}
+
+// gpuUUIDs returns the UUIDs of the devices with the given indices (nil if
+// any is unknown).
+func gpuUUIDs(devs []gpu.DeviceInfo, idx []int) []string {
+	if len(idx) == 0 {
+		return nil
+	}
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		for _, d := range devs {
+			if d.Index == x {
+				out[i] = d.UUID
+			}
+		}
+		if out[i] == "" {
+			return nil
+		}
+	}
+	return out
 }

@@ -165,7 +165,7 @@ func TestInfeasibleFailsAtOnce(t *testing.T) {
 	}{
 		{actors.CPUs(3), "short of CPU (needs 3, has 2)"},
 		{actors.Memory(2 << 30), "short of memory (needs 2GiB, has 1GiB)"},
-		{actors.GPUs(1), "short of GPUs (needs 1 free GPU, has 0)"},
+		{actors.GPUs(1), "short of GPUs (needs 1 GPU, has 0)"},
 		{actors.Resources(map[string]float64{"tpu": 2}), "short of tpu (needs 2, has 1)"},
 	} {
 		_, err := spawnProbe(ctx, rt, c.opt)

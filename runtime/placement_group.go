@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"troupe/actors"
@@ -258,7 +259,17 @@ func specRequest(spec actors.Spec) scheduler.Request {
 // keeping the reason.
 func infeasible(err error) error {
 	if errors.Is(err, scheduler.ErrInfeasible) {
-		return fmt.Errorf("%w: %v", actors.ErrInfeasible, err)
+		return fmt.Errorf("%w: %s", actors.ErrInfeasible, infeasibleReason(err))
 	}
 	return err
+}
+
+// infeasibleReason is the scheduler's explanation of an infeasible request
+// without the words before it ("create actor x: infeasible: "), so the
+// message says "infeasible" once, through actors.ErrInfeasible.
+func infeasibleReason(err error) string {
+	if _, reason, ok := strings.Cut(err.Error(), scheduler.ErrInfeasible.Error()+": "); ok {
+		return reason
+	}
+	return err.Error()
 }

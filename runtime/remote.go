@@ -137,7 +137,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 		e := o.createErr
 		switch {
 		case errors.Is(e, scheduler.ErrInfeasible):
-			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrInfeasible, e)
+			return nil, fmt.Errorf("spawn %s: %w: %s", spec.Type, actors.ErrInfeasible, infeasibleReason(e))
 		case errors.Is(e, scheduler.ErrConflict) && spec.Name != "":
 			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrDuplicate, e)
 		}

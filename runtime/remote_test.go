@@ -72,7 +72,10 @@ func TestRemoteDriver(t *testing.T) {
 	if _, err := rt.GetActor(ctx, "nobody"); !errors.Is(err, actors.ErrNotFound) {
 		t.Errorf("get unknown: %v, want ErrNotFound", err)
 	}
-	if _, err := rt.SpawnActor(ctx, actors.Spec{Type: "Counter", Resources: actors.ResourceSet{CPUs: 64}}); !errors.Is(err, actors.ErrInfeasible) {
+	_, err = rt.SpawnActor(ctx, actors.Spec{Type: "Counter", Resources: actors.ResourceSet{CPUs: 64}})
+	if !errors.Is(err, actors.ErrInfeasible) {
 		t.Errorf("spawn too big: %v, want ErrInfeasible", err)
+	} else if n := strings.Count(err.Error(), "infeasible"); n != 1 || !strings.Contains(err.Error(), "closest: ") {
+		t.Errorf("spawn too big: %q: want the closest node and \"infeasible\" once, not %d times", err, n)
 	}
 }

@@ -45,7 +45,7 @@ type NodeStatus struct {
 	ID        string             `json:"id"`
 	Address   string             `json:"address,omitempty"`
 	Role      string             `json:"role"`  // "head", "server", "worker", "embedded"
-	State     string             `json:"state"` // "alive", "dead", "draining"
+	State     string             `json:"state"` // "alive", "suspect", "draining", "dead" (lost) or "drained" (left after troupe stop)
 	Total     actors.ResourceSet `json:"total"`
 	Used      actors.ResourceSet `json:"used"`
 	GPUs      []GPUStatus        `json:"gpus,omitempty"`

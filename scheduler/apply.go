@@ -136,6 +136,7 @@ func (s *State) registerNode(c *RegisterNode) error {
 		return fmt.Errorf("register node %s: %w: it holds allocations and re-registered with different resources or GPUs", c.Node.ID, ErrConflict)
 	}
 	old.Address, old.Labels, old.State, old.UpdatedAt = fresh.Address, fresh.Labels, NodeAlive, c.At
+	old.Cause, old.Drained = "", false
 	s.touch(old)
 	return nil
 }
@@ -177,13 +178,18 @@ func (s *State) updateNodeState(c *UpdateNodeState) error {
 		return fmt.Errorf("update node %s: %w", c.Node, ErrNotFound)
 	}
 	switch c.State {
-	case NodeAlive, NodeSuspect, NodeDraining:
+	case NodeAlive:
+		n.Cause, n.Drained = "", false
+	case NodeSuspect, NodeDraining:
+		n.Cause = c.Cause
 	case NodeDead:
 		if n.State != NodeDead {
 			cause := c.Cause
 			if cause == "" {
 				cause = fmt.Sprintf("node %s died", n.ID)
 			}
+			n.Drained = n.State == NodeDraining
+			n.Cause = cause
 			s.nodeDied(n, cause, c.At)
 		}
 	default:

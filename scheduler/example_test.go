@@ -43,5 +43,5 @@ func Example() {
 	// Output:
 	// decided: node-1 gpus=[0 1 2 3] commit: <nil>
 	// pending: pending: no node has 5 free GPUs; best: node-1 with 4
-	// create actor huge: infeasible: cpu=0 mem=0B gpu=16 exceeds every node's total; closest: node-1, short of GPUs (needs 16 free GPUs, has 8)
+	// create actor huge: infeasible: cpu=0 mem=0B gpu=16 exceeds every node's total; closest: node-1, short of GPUs (needs 16 GPUs, has 8)
 }

@@ -157,6 +157,11 @@ type Node struct {
 	// UpdatedAt is the timestamp (Unix nanoseconds, from the command) of the
 	// last state change.
 	UpdatedAt int64 `msgpack:"at"`
+	// Cause says why the node is draining, suspect or dead ("" when alive).
+	Cause string `msgpack:"cause,omitempty"`
+	// Drained marks a dead node that was draining when it went: it left on
+	// purpose (troupe stop) rather than failing.
+	Drained bool `msgpack:"drained,omitempty"`
 }
 
 // schedulable reports whether n takes new placements.

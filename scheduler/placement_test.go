@@ -246,3 +246,28 @@ func TestFractionsPreferSharedGPUs(t *testing.T) {
 		t.Fatalf("place = %v, %v; want a GPU 0 (exact fit)", pl, err)
 	}
 }
+
+// An infeasible request names the node that comes closest: of nodes short
+// of the same resources, the one short of the least (8 GPUs of 1000, not
+// none), and the message says "infeasible" once.
+func TestInfeasibleNamesClosestNode(t *testing.T) {
+	s := newStateWith(t, SimNode("a-cpu", 16, 64<<30, nil), SimNode("b-gpu", 16, 64<<30, NVSwitchTopology(8, 12)), SimNode("c-gpu2", 16, 64<<30, NVSwitchTopology(2, 12)))
+	spec := ActorSpec{ID: "huge", Request: Request{Resources: Resources{MilliCPU: 1000, GPUs: 1000}}}
+	_, err := Planner{}.CreateActor(s, spec, 1)
+	if !errors.Is(err, ErrInfeasible) {
+		t.Fatalf("1000 GPUs: %v, want ErrInfeasible", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "closest: b-gpu, short of GPUs (needs 1000 GPUs, has 8)") {
+		t.Errorf("message %q does not name b-gpu with its 8 GPUs", msg)
+	}
+	if n := strings.Count(strings.ToLower(msg), "infeasible"); n != 1 {
+		t.Errorf("message %q says infeasible %d times", msg, n)
+	}
+	// Short of CPU and GPUs on every node: the one with more of both.
+	spec.Request.Resources.MilliCPU = 64000
+	_, err = Planner{}.CreateActor(s, spec, 1)
+	if !strings.Contains(err.Error(), "closest: b-gpu") {
+		t.Errorf("64 CPUs and 1000 GPUs: %v, want closest b-gpu", err)
+	}
+}

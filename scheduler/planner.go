@@ -332,6 +332,21 @@ func gpuPhrase(k int, frac float64, minScore int) string {
 	default:
 		s = fmt.Sprintf("%d free GPUs", k)
 	}
+	return s + linkPhrase(k, minScore)
+}
+
+// totalGPUPhrase is gpuPhrase for a node's totals: "8 GPUs on one NVLink
+// island".
+func totalGPUPhrase(k, minScore int) string {
+	s := fmt.Sprintf("%d GPUs", k)
+	if k == 1 {
+		s = "1 GPU"
+	}
+	return s + linkPhrase(k, minScore)
+}
+
+func linkPhrase(k, minScore int) string {
+	s := ""
 	switch {
 	case k > 1 && minScore >= ScoreNVLink:
 		s += " on one NVLink island"
@@ -401,6 +416,35 @@ func totalMissCount(n *Node, ti *topoInfo, req Request) int {
 	return c
 }
 
+// totalGap measures how far n's totals fall short of req: the sum, over
+// the resources it lacks, of the share missing (0 when it has enough, 1
+// when it has none). It orders nodes short of equally many kinds.
+func totalGap(n *Node, req Request) float64 {
+	gap := func(need, have float64) float64 {
+		if need <= 0 || need <= have {
+			return 0
+		}
+		return (need - max(have, 0)) / need
+	}
+	r := req.Resources
+	g := gap(float64(r.MilliCPU), float64(n.Total.MilliCPU)) + gap(float64(r.MemoryBytes), float64(n.Total.MemoryBytes))
+	keys := make([]string, 0, len(r.Custom))
+	for k := range r.Custom {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // a fixed order: the sum is the same on every run
+	for _, k := range keys {
+		g += gap(r.Custom[k], n.Total.Custom[k])
+	}
+	switch k := r.wholeGPUs(); {
+	case k > 0:
+		g += gap(float64(k), float64(len(n.GPUs)))
+	case r.fractionalGPU() && len(n.GPUs) == 0:
+		g++
+	}
+	return g
+}
+
 // freeMissCount counts what of req n lacks now, and returns its GPU
 // capacity for the request (see gpuCapacity).
 func freeMissCount(n *Node, req Request) (int, int) {
@@ -442,7 +486,7 @@ func totalShortfall(n *Node, req Request) []string {
 		miss = append(miss, "GPUs (needs a fraction of one, has none)")
 	case r.wholeGPUs() > 0:
 		if c := maxClique(n, all, req.MinLinkScore); c < r.wholeGPUs() {
-			miss = append(miss, fmt.Sprintf("GPUs (needs %s, has %d)", gpuPhrase(r.wholeGPUs(), 0, req.MinLinkScore), c))
+			miss = append(miss, fmt.Sprintf("GPUs (needs %s, has %d)", totalGPUPhrase(r.wholeGPUs(), req.MinLinkScore), c))
 		}
 	}
 	return miss
@@ -475,15 +519,17 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 	// Compare nodes by counts first and format text only for the two nodes
 	// named in the message: this path scans every node.
 	var best, closest *Node
-	bestMiss, bestCap, closestMiss := 0, -1, 0
+	bestMiss, bestCap, closestMiss, closestGap := 0, -1, 0, 0.0
 	feasible := false
 	for i, n0 := range s.idx.order {
 		if n0.State == NodeDead {
 			continue
 		}
 		if tm := totalMissCount(n0, s.idx.topo[i], req); tm > 0 {
-			if closest == nil || tm < closestMiss {
-				closest, closestMiss = n0, tm
+			// The closest node lacks the fewest kinds of resource, and of
+			// those the least of them (8 GPUs of 1000 beat none).
+			if closest == nil || tm < closestMiss || (tm == closestMiss && totalGap(n0, req) < closestGap) {
+				closest, closestMiss, closestGap = n0, tm, totalGap(n0, req)
 			}
 			continue
 		}

@@ -219,7 +219,7 @@ func TestRandomRequestsNeverOvercommit(t *testing.T) {
 
 func encodeNodeFree(t testing.TB, n *Node) []byte {
 	c := n.clone()
-	c.State, c.UpdatedAt = NodeAlive, 0
+	c.State, c.UpdatedAt, c.Cause, c.Drained = NodeAlive, 0, "", false
 	s := NewState()
 	s.d.Nodes[c.ID] = c
 	return snapshotBytes(t, s)

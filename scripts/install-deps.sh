@@ -37,3 +37,25 @@ fi
 
 # Go modules (go.sum pins them).
 go mod download
+
+# go-nvml's cgo code calls NVML functions that newer headers mark
+# deprecated, so compiling it the first time prints about 30 warnings
+# before anything else. Add -Wno-deprecated-declarations to CGO_CFLAGS in
+# the Go environment of the user running this (through sudo: that user,
+# not root), keeping what is there; `go env -u CGO_CFLAGS` undoes it.
+want=-Wno-deprecated-declarations
+goenv() {
+  if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ] && command -v sudo >/dev/null; then
+    sudo -u "$SUDO_USER" -H env "PATH=$PATH" go env "$@"
+  else
+    go env "$@"
+  fi
+}
+cur=$(goenv CGO_CFLAGS)
+case " $cur " in
+  *" $want "*) ;;
+  *)
+    goenv -w "CGO_CFLAGS=${cur:+$cur }$want"
+    echo "install-deps: go env -w CGO_CFLAGS=\"${cur:+$cur }$want\" (quiets go-nvml's cgo warnings; go env -u CGO_CFLAGS undoes it)"
+    ;;
+esac

@@ -189,7 +189,7 @@ func TestSaveLoad(t *testing.T) {
 	}
 	cfg.Checkpoint = path
 	c := newTiny(t, cfg)
-	if wc, _ := c.Weights(ctx, struct{}{}); wc.Norm != wa.Norm || wc.Model != a.Model().Config() {
+	if wc, _ := c.Weights(ctx, struct{}{}); wc.Norm != wa.Norm || wc.Model != a.Model().(*policy.Model).Config() {
 		t.Fatalf("constructed from checkpoint: %+v", wc)
 	}
 	other := tinyConfig()

@@ -17,6 +17,13 @@ type Client struct {
 	// this client's Sample calls (e.g. a low-temperature evaluation client
 	// next to the training client of the same actor).
 	Temperature float32
+	// Greedy decodes by argmax (evaluation as the paper runs it).
+	Greedy bool
+	// NoLogProbs skips the scoring pass (evaluation needs only the text).
+	NoLogProbs bool
+	// Adapter, if set, names the actor's LoRA adapter (the role) every call
+	// of this client uses: one actor with one adapter per role.
+	Adapter string
 }
 
 var (
@@ -29,7 +36,8 @@ func NewClient(h actors.Handle[Policy]) *Client { return &Client{H: h} }
 
 // Sample implements rl.Sampler.
 func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature}).Get(ctx)
+	out, err := actors.Call(ctx, c.H, (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
+		Greedy: c.Greedy, NoLogProbs: c.NoLogProbs, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: sample: %w", c.H, err)
 	}
@@ -38,7 +46,7 @@ func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64
 
 // LogProbs implements rl.Scorer.
 func (c *Client) LogProbs(ctx context.Context, prompts []string, completions []rl.Completion) ([][]float32, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).LogProbs, LogProbsRequest{Prompts: prompts, Completions: completions}).Get(ctx)
+	out, err := actors.Call(ctx, c.H, (*Policy).LogProbs, LogProbsRequest{Prompts: prompts, Completions: completions, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: log-probs: %w", c.H, err)
 	}
@@ -47,7 +55,13 @@ func (c *Client) LogProbs(ctx context.Context, prompts []string, completions []r
 
 // Update implements rl.Learner.
 func (c *Client) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).Update, batch).Get(ctx)
+	var out rl.UpdateStats
+	var err error
+	if c.Adapter != "" {
+		out, err = actors.Call(ctx, c.H, (*Policy).UpdateAdapter, AdapterUpdate{Adapter: c.Adapter, Batch: batch}).Get(ctx)
+	} else {
+		out, err = actors.Call(ctx, c.H, (*Policy).Update, batch).Get(ctx)
+	}
 	if err != nil {
 		return out, fmt.Errorf("policy actor %v: update: %w", c.H, err)
 	}

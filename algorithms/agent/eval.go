@@ -16,6 +16,8 @@ import (
 type Local struct {
 	P           *Policy
 	Temperature float32 // > 0 overrides the policy's sampling temperature
+	Greedy      bool    // argmax decoding
+	NoLogProbs  bool    // skip the scoring pass (evaluation)
 }
 
 var (
@@ -25,7 +27,7 @@ var (
 
 // Sample implements rl.Sampler.
 func (l *Local) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	return l.P.Sample(ctx, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: l.Temperature})
+	return l.P.Sample(ctx, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: l.Temperature, Greedy: l.Greedy, NoLogProbs: l.NoLogProbs})
 }
 
 // LogProbs implements rl.Scorer.
@@ -43,9 +45,13 @@ type EvalSpec struct {
 	Env       string      // environment or preset name
 	EnvConfig envs.Config // overrides of the preset
 	// Shared is one checkpoint acting for every role; Roles maps every
-	// role to its checkpoint. Exactly one of the two is set.
+	// role to its checkpoint. Exactly one of the two is set, or neither
+	// with ModelDir (the pretrained model itself acts for every role).
 	Shared string
 	Roles  map[string]string
+	// ModelDir is the pretrained Hugging Face model the checkpoints were
+	// trained from (its tokenizer and chat template), if any.
+	ModelDir string
 	// Episodes are played on seeds SeedStart .. SeedStart+Episodes-1.
 	Episodes  int
 	SeedStart int64
@@ -53,6 +59,9 @@ type EvalSpec struct {
 	MaxTurns int
 	// Temperature of sampling (0: 1, the trained policy's own distribution).
 	Temperature float32
+	// Greedy decodes by argmax instead (temperature 0, as the AT-GRPO paper
+	// evaluates); Temperature is then ignored.
+	Greedy bool
 	// SampleSeed seeds the sampling.
 	SampleSeed int64
 }
@@ -78,8 +87,8 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 	if spec.Episodes < 1 {
 		return res, fmt.Errorf("%w: episodes %d < 1", ErrInput, spec.Episodes)
 	}
-	if (spec.Shared == "") == (len(spec.Roles) == 0) {
-		return res, fmt.Errorf("%w: give either one shared checkpoint or one checkpoint per role", ErrInput)
+	if (spec.Shared != "" && len(spec.Roles) > 0) || (spec.Shared == "" && len(spec.Roles) == 0 && spec.ModelDir == "") {
+		return res, fmt.Errorf("%w: give either one shared checkpoint or one checkpoint per role (or a model directory alone)", ErrInput)
 	}
 	envName, cfg, err := envs.Resolve(spec.Env, spec.EnvConfig)
 	if err != nil {
@@ -100,23 +109,25 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 		return res, err
 	}
 	load := func(name, path string) (*Policy, error) {
-		p, err := NewPolicy(ctx, Config{Name: name, Checkpoint: path, MaxNewTokens: act + 1})
+		p, err := NewPolicy(ctx, Config{Name: name, Checkpoint: path, ModelDir: spec.ModelDir, MaxNewTokens: act + 1})
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
-		if need := obs + act + 3; p.model.Config().Context < need {
+		// A character model needs a context of the observation's length; a
+		// pretrained model's prompt is checked when it is rendered.
+		if need := obs + act + 3; spec.ModelDir == "" && p.model.ContextLen() < need {
 			return nil, fmt.Errorf("%w: %s has context %d but %s %dx%d observations need %d tokens (train on this size)",
-				ErrCheckpoint, path, p.model.Config().Context, envName, cfg.Width, cfg.Height, need)
+				ErrCheckpoint, path, p.model.ContextLen(), envName, cfg.Width, cfg.Height, need)
 		}
 		return p, nil
 	}
 	var pols *rl.Policies
-	if spec.Shared != "" {
+	if spec.Shared != "" || (len(spec.Roles) == 0 && spec.ModelDir != "") {
 		p, err := load(rl.SharedName, spec.Shared)
 		if err != nil {
 			return res, err
 		}
-		pols = rl.Shared(&Local{P: p, Temperature: spec.Temperature})
+		pols = rl.Shared(&Local{P: p, Temperature: spec.Temperature, Greedy: spec.Greedy, NoLogProbs: true})
 		res.Policies[rl.SharedName] = spec.Shared
 	} else {
 		m := map[string]rl.Policy{}
@@ -138,7 +149,7 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 			if err != nil {
 				return res, err
 			}
-			m[role] = &Local{P: p, Temperature: spec.Temperature}
+			m[role] = &Local{P: p, Temperature: spec.Temperature, Greedy: spec.Greedy, NoLogProbs: true}
 			res.Policies[role] = path
 		}
 		pols = rl.PerRole(m)

@@ -46,6 +46,9 @@ func NewJoyGraph(team *Team, mem *joyagents.MemoryClient) (*JoyGraph, error) {
 	if team == nil || len(team.Names) == 0 {
 		return nil, fmt.Errorf("%w: update graph without policies", ErrConfig)
 	}
+	if team.shared {
+		return nil, fmt.Errorf("%w: JoyAgents-R1 needs one policy actor per agent; the team has one shared-base actor (TeamConfig.SharedBase)", ErrConfig)
+	}
 	g, in := actors.NewGraph[joyagents.UpdateRequest]()
 	var outs []*actors.GraphNode[joyagents.UpdatePart]
 	for _, name := range team.Names {

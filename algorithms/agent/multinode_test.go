@@ -36,6 +36,7 @@ func startNode(t *testing.T, id string, role cluster.Role, tok, label string, jo
 		Token: tok, Join: join, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JoinTimeout: 20 * time.Second,
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 4 << 30, GPUs: 2, Custom: scheduler.CustomResources{label: 1}},
 		GPUs:      []scheduler.GPUInfo{{Index: 0, UUID: id + "-gpu0", Model: "simulated"}, {Index: 1, UUID: id + "-gpu1", Model: "simulated"}},
+		Labels:    map[string]string{"troupe.gpus": "simulated"},
 	}
 	n, err := cluster.Start(context.Background(), cfg)
 	if err != nil {

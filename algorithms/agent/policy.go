@@ -25,18 +25,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"troupe/actors"
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
+	"troupe/algorithms/policy/hf"
+	"troupe/algorithms/policy/tokenizer"
 	"troupe/algorithms/rl"
 	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/cuda"
 )
 
 // TypeName is the actor type name the policy actor is registered under.
@@ -60,8 +64,26 @@ type Config struct {
 	// Name is the policy name ("shared" or a role); it selects the actor's
 	// buffer in UpdateFrom and is written into checkpoints.
 	Name string
-	// Model is the GPT shape; Vocab 0 means the tokenizer's size.
+	// Model is the shape of a from-scratch model (Vocab 0 means the
+	// character tokenizer's size); ignored with ModelDir or Checkpoint.
 	Model policy.Config
+	// Arch is the architecture of a from-scratch model: "gpt" (default,
+	// GPT-2 style) or "llama" (the Llama family: RMSNorm, RoPE, GQA with
+	// KVHeads key/value heads, SwiGLU; see LlamaConfig).
+	Arch string
+	// KVHeads is a from-scratch Llama's key/value heads (0: Model.Heads).
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory
+	// (config.json, safetensors, tokenizer.json; Llama, Qwen2, Qwen3,
+	// Mistral, SmolLM): the policy loads it with its own tokenizer, and
+	// Checkpoint, if also set, is a directory of trained weights for it.
+	ModelDir string
+	// NoChat turns off rendering prompts through the tokenizer's chat
+	// template (a user turn and the assistant's generation prompt), which a
+	// ModelDir policy does when the model has a template.
+	NoChat bool
+	// System is an optional system message for chat prompts.
+	System string
 	// Seed initialises the weights.
 	Seed uint64
 	// Alphabet of the character tokenizer; "" means envs.Alphabet().
@@ -70,10 +92,18 @@ type Config struct {
 	Optim policy.Optim
 	// Loss is the GRPO loss; zero means grpo.DefaultConfig().
 	Loss grpo.Config
-	// Epochs is the number of gradient steps per Update on the same batch
-	// (PPO-style reuse; the clip keeps later epochs near the sampling
+	// Epochs is PPO's ppo_epochs: passes over the batch per Update, each
+	// split into mini-batches (the clip keeps later steps near the sampling
 	// policy). 0 means 1.
 	Epochs int
+	// MiniBatch is PPO's mini-batch: samples per optimiser step (verl's
+	// ppo_mini_batch_size). 0 means DefaultMiniBatch (16); WholeBatch (−1)
+	// is one step per epoch on the whole batch.
+	MiniBatch int
+	// Shuffle permutes the batch (seeded by the optimiser's step count)
+	// before it is split in every epoch; false keeps the buffer's order,
+	// as verl's default (actor shuffle: False).
+	Shuffle bool
 	// MicroBatch caps the sequences per forward/backward pass (gradients
 	// are accumulated, the result is the same). 0 means 64.
 	MicroBatch int
@@ -85,17 +115,35 @@ type Config struct {
 	// Checkpoint, if set, loads the model (shape and weights) from this
 	// safetensors file instead of initialising it; Model is then ignored.
 	Checkpoint string
+	// LoRA, if LoRA.Rank > 0, trains LoRA adapters on a frozen base
+	// instead of all weights (the Llama family: a ModelDir or Arch
+	// "llama"). Each adapter is initialised as PEFT does from Seed and its
+	// name, so an adapter of a role starts the same in any actor.
+	LoRA policy.LoRAConfig
+	// Adapters names the actor's adapters, one per role it serves (one
+	// actor, one adapter per role); requests name the one to use. Empty
+	// with LoRA set means one adapter called Name.
+	Adapters []string
+	// BaseBF16 keeps a LoRA base's matrices in BF16 (half the memory).
+	BaseBF16 bool
+	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
+	// With auto the actor computes on the GPU it was placed on (CUDA on a
+	// real GPU, the CPU metered against a simulated one) and on the CPU
+	// when it was given none. Scripts fill it from TROUPE_BACKEND.
+	Backend string
 }
 
 // Policy is the policy actor: a GPT with its tokenizer and optimiser.
 // It is not safe for concurrent use; the actor runtime serialises calls.
 type Policy struct {
 	cfg   Config
-	model *policy.Model
-	tok   *policy.CharTokenizer
-	alpha string
-	gen   int64 // tokens generated, for throughput reports
-	train int64 // tokens trained on
+	model policy.LM
+	tok   codec
+	alpha string // the character tokenizer's alphabet ("" for a pretrained model)
+	src   string // a pretrained model's directory: its tokenizer files go into saved checkpoints
+	where string // the backend and why, e.g. "cuda:0 (NVIDIA A100, sm_80)"
+	gen   int64  // tokens generated, for throughput reports
+	train int64  // tokens trained on
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).
@@ -108,6 +156,9 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	}
 	if cfg.MicroBatch == 0 {
 		cfg.MicroBatch = 64
+	}
+	if cfg.MiniBatch == 0 {
+		cfg.MiniBatch = DefaultMiniBatch
 	}
 	if cfg.MaxNewTokens == 0 {
 		cfg.MaxNewTokens = 8
@@ -124,77 +175,157 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	switch {
 	case cfg.Epochs < 0 || cfg.MicroBatch < 0 || cfg.MaxNewTokens < 0:
 		return nil, fmt.Errorf("%w: negative epochs %d, micro-batch %d or max new tokens %d", ErrConfig, cfg.Epochs, cfg.MicroBatch, cfg.MaxNewTokens)
+	case cfg.MiniBatch < WholeBatch:
+		return nil, fmt.Errorf("%w: mini-batch %d (want > 0, or %d for the whole batch)", ErrConfig, cfg.MiniBatch, WholeBatch)
 	case cfg.Temperature < 0:
 		return nil, fmt.Errorf("%w: temperature %v < 0", ErrConfig, cfg.Temperature)
 	}
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
 	}
-	// On a GPU the actor was placed on, the backend's busy time drives the
-	// GPU's simulated utilization (see gpu.BindActorBackend).
-	var be gpu.Backend = cpu.New()
+	// The backend follows the placement: CUDA on a real GPU, the CPU metered
+	// against a simulated one (its busy time drives the GPU's simulated
+	// utilization), the CPU otherwise. A GPU that cannot be used is an
+	// error, never a silent fallback.
+	var pl cuda.Placement
 	if info, ok := actors.Self(ctx); ok {
-		name := info.Name
-		if name == "" {
-			name = info.ID
+		pl = cuda.Placement{Node: info.Node, Actor: info.Name, GPUs: info.GPUs, UUIDs: info.GPUUUIDs, Simulated: info.SimulatedGPUs}
+		if pl.Actor == "" {
+			pl.Actor = info.ID
 		}
-		be = gpu.BindActorBackend(be, info.Node, info.GPUs, name)
 	}
-	var (
-		m    *policy.Model
-		meta map[string]string
-		err  error
-	)
-	if cfg.Checkpoint != "" {
-		m, meta, err = policy.LoadFile(cfg.Checkpoint, be)
+	be, where, err := cuda.ForPlacement(pl, cfg.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy %q: compute backend: %w", ErrConfig, cfg.Name, err)
+	}
+	p := &Policy{cfg: cfg, where: where}
+	if err := p.build(be); err != nil {
+		return nil, err
+	}
+	if err := p.addAdapters(); err != nil {
+		p.model.Free()
+		return nil, err
+	}
+	p.model.SetOptimizer(cfg.Optim)
+	return p, nil
+}
+
+// build makes the model and its codec: from a pretrained Hugging Face
+// directory, from a checkpoint, or from scratch.
+func (p *Policy) build(be gpu.Backend) error {
+	cfg := &p.cfg
+	switch {
+	case cfg.ModelDir != "":
+		tok, err := tokenizer.Load(cfg.ModelDir)
 		if err != nil {
-			return nil, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, cfg.Checkpoint, err)
+			return fmt.Errorf("%w: %s: %w", ErrCheckpoint, cfg.ModelDir, err)
+		}
+		dir := cfg.ModelDir
+		if cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint) {
+			dir = cfg.Checkpoint // trained weights, the same tokenizer
+		}
+		var m policy.LM
+		if cfg.BaseBF16 && cfg.LoRA.Rank > 0 { // straight into BF16: no float32 copy of the base
+			m, err = policy.LoadLlamaBF16(dir, be)
+		} else {
+			m, _, err = policy.LoadCheckpoint(dir, be)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+		if m.VocabSize() < tok.Vocab() {
+			m.Free()
+			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, dir, m.VocabSize(), tok.Vocab())
+		}
+		c, err := newHFCodec(tok, !cfg.NoChat, cfg.System)
+		if err != nil {
+			m.Free()
+			return fmt.Errorf("%s: %w", cfg.ModelDir, err)
+		}
+		p.model, p.tok, p.src = m, c, cfg.ModelDir
+		return nil
+	case cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint): // an adapter goes on the base below
+		m, meta, err := policy.LoadCheckpoint(cfg.Checkpoint, be)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 		}
 		if a, ok := meta["alphabet"]; ok {
 			cfg.Alphabet = a
 		}
-		cfg.Model = m.Config()
+		tok, err := policy.NewCharTokenizer(cfg.Alphabet)
+		if err != nil {
+			m.Free()
+			return fmt.Errorf("%w: %s: tokenizer: %w", ErrCheckpoint, cfg.Checkpoint, err)
+		}
+		if m.VocabSize() < tok.Vocab() {
+			m.Free()
+			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.VocabSize(), tok.Vocab())
+		}
+		if g, ok := m.(*policy.Model); ok {
+			cfg.Model = g.Config()
+		}
+		p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
+		return nil
 	}
 	tok, err := policy.NewCharTokenizer(cfg.Alphabet)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
+		return fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
 	}
-	if m == nil {
-		if cfg.Model.Vocab == 0 {
-			cfg.Model.Vocab = tok.Vocab()
-		}
-		if cfg.Model.Vocab < tok.Vocab() {
-			return nil, fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
-		}
+	if cfg.Model.Vocab == 0 {
+		cfg.Model.Vocab = tok.Vocab()
+	}
+	if cfg.Model.Vocab < tok.Vocab() {
+		return fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
+	}
+	var m policy.LM
+	switch cfg.Arch {
+	case "", "gpt":
 		m, err = policy.New(be, cfg.Model, cfg.Seed)
-		if err != nil {
-			return nil, fmt.Errorf("%w: model: %w", ErrConfig, err)
+	case "llama":
+		var hc hf.Config
+		if hc, err = LlamaConfig(cfg.Model, cfg.KVHeads); err == nil {
+			m, err = policy.NewLlama(be, hc, cfg.Seed)
 		}
-	} else if m.Config().Vocab < tok.Vocab() {
-		return nil, fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.Config().Vocab, tok.Vocab())
+	default:
+		err = fmt.Errorf("arch %q: want gpt or llama", cfg.Arch)
 	}
-	m.Optim = cfg.Optim
-	return &Policy{cfg: cfg, model: m, tok: tok, alpha: cfg.Alphabet}, nil
+	if err != nil {
+		return fmt.Errorf("%w: model: %w", ErrConfig, err)
+	}
+	p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
+	return nil
+}
+
+// LlamaConfig is the Hugging Face config of a from-scratch Llama of the
+// given shape: Width hidden size, Heads query heads of Width/Heads channels,
+// kvHeads key/value heads (0: Heads), an MLP of about 8/3 Width (a multiple
+// of 8, as Llama sizes it), RoPE base 10000, tied embeddings and Context
+// positions.
+func LlamaConfig(shape policy.Config, kvHeads int) (hf.Config, error) {
+	c, err := hf.NewConfig(hf.Llama)
+	if err != nil {
+		return c, err
+	}
+	if shape.Heads < 1 || shape.Width%shape.Heads != 0 {
+		return c, fmt.Errorf("width %d not divisible by heads %d", shape.Width, shape.Heads)
+	}
+	if kvHeads == 0 {
+		kvHeads = shape.Heads
+	}
+	c.VocabSize, c.HiddenSize, c.NumHiddenLayers = shape.Vocab, shape.Width, shape.Layers
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = shape.Heads, kvHeads, shape.Width/shape.Heads
+	c.IntermediateSize = (8*shape.Width/3 + 7) / 8 * 8
+	c.MaxPositionEmbeddings, c.RopeTheta, c.RMSNormEps, c.TieWordEmbeddings = shape.Context, 10000, 1e-5, true
+	return c, c.Validate()
 }
 
 // Model returns the policy's model (for in-process use, e.g. tests).
-func (p *Policy) Model() *policy.Model { return p.model }
+func (p *Policy) Model() policy.LM { return p.model }
 
-// promptTokens renders a prompt as BOS + text + SEP, keeping the tail of an
-// over-long text so that the completion still fits the context.
-func (p *Policy) promptTokens(text string) []int32 {
-	ids := p.tok.Encode(text)
-	room := p.model.Config().Context - p.cfg.MaxNewTokens - 2
-	if room < 1 {
-		room = 1
-	}
-	if len(ids) > room {
-		ids = ids[len(ids)-room:]
-	}
-	out := make([]int32, 0, len(ids)+2)
-	out = append(out, p.tok.BOS())
-	out = append(out, ids...)
-	return append(out, p.tok.SEP())
+// promptTokens renders a prompt with room left in the context for the
+// completion.
+func (p *Policy) promptTokens(text string) ([]int32, error) {
+	return p.tok.Prompt(text, p.model.ContextLen()-p.cfg.MaxNewTokens)
 }
 
 // SampleRequest asks for K completions of every prompt.
@@ -206,6 +337,15 @@ type SampleRequest struct {
 	// (evaluation decoding); log-probs stay those of the temperature-1
 	// policy, so training samples should leave it 0.
 	Temperature float32
+	// Greedy decodes by argmax (temperature 0, as the paper evaluates);
+	// it overrides Temperature.
+	Greedy bool
+	// NoLogProbs skips the scoring pass: the completions carry no
+	// log-probs (evaluation, which needs only the text).
+	NoLogProbs bool
+	// Adapter names the LoRA adapter (the role) to sample with; "" is the
+	// actor's first.
+	Adapter string
 }
 
 // Sample implements rl.Sampler as an actor method: K completions per prompt
@@ -214,13 +354,19 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 	if req.K < 1 {
 		return nil, fmt.Errorf("%w: sample k = %d", ErrInput, req.K)
 	}
+	if err := p.use(req.Adapter); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
 	n := len(req.Prompts) * req.K
 	if n == 0 {
 		return [][]rl.Completion{}, nil
 	}
 	prompts := make([][]int32, 0, n)
 	for _, t := range req.Prompts {
-		pt := p.promptTokens(t)
+		pt, err := p.promptTokens(t)
+		if err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
 		for j := 0; j < req.K; j++ {
 			prompts = append(prompts, pt)
 		}
@@ -229,11 +375,14 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 	if req.Temperature > 0 {
 		temp = req.Temperature
 	}
+	if req.Greedy {
+		temp = 0 // policy.Generate: argmax
+	}
 	gen, err := p.model.Generate(prompts, policy.GenerateOptions{
 		MaxNewTokens: p.cfg.MaxNewTokens,
 		Temperature:  temp,
 		Seed:         uint64(req.Seed),
-		Stop:         []int32{p.tok.EOS()},
+		Stop:         p.tok.Stop(),
 		VocabLimit:   p.tok.Vocab(),
 	})
 	if err != nil {
@@ -246,9 +395,11 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		p.gen += int64(len(gen[i]))
 		seqs[i] = append(append([]int32(nil), prompts[i]...), gen[i]...)
 	}
-	lps, err := p.logProbsChunked(seqs)
-	if err != nil {
-		return nil, fmt.Errorf("sample: score: %w", err)
+	var lps [][]float32
+	if !req.NoLogProbs {
+		if lps, err = p.logProbsChunked(seqs); err != nil {
+			return nil, fmt.Errorf("sample: score: %w", err)
+		}
 	}
 	out := make([][]rl.Completion, len(req.Prompts))
 	for i := range out {
@@ -256,12 +407,14 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		for j := range out[i] {
 			r := i*req.K + j
 			g := gen[r]
-			c := rl.Completion{Text: p.tok.Decode(g), Tokens: make([]int, len(g)), LogProbs: make([]float32, len(g))}
-			lp := lps[r]
-			off := len(lp) - len(g)
+			c := rl.Completion{Text: p.tok.Decode(g), Tokens: make([]int, len(g))}
 			for t, id := range g {
 				c.Tokens[t] = int(id)
-				c.LogProbs[t] = lp[off+t]
+			}
+			if lps != nil {
+				lp := lps[r]
+				off := len(lp) - len(g)
+				c.LogProbs = append([]float32(nil), lp[off:]...)
 			}
 			out[i][j] = c
 		}
@@ -287,12 +440,16 @@ func (p *Policy) logProbsChunked(seqs [][]int32) ([][]float32, error) {
 type LogProbsRequest struct {
 	Prompts     []string
 	Completions []rl.Completion
+	Adapter     string // the LoRA adapter to score with; "" the actor's first
 }
 
 // LogProbs implements rl.Scorer as an actor method.
 func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32, error) {
 	if len(req.Prompts) != len(req.Completions) {
 		return nil, fmt.Errorf("%w: %d prompts for %d completions", ErrInput, len(req.Prompts), len(req.Completions))
+	}
+	if err := p.use(req.Adapter); err != nil {
+		return nil, fmt.Errorf("log-probs: %w", err)
 	}
 	seqs, offs, err := p.sequences(req.Prompts, req.Completions)
 	if err != nil {
@@ -314,9 +471,12 @@ func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32
 func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, []int, error) {
 	seqs := make([][]int32, len(prompts))
 	offs := make([]int, len(prompts))
-	V := p.model.Config().Vocab
+	V, T := p.model.VocabSize(), p.model.ContextLen()
 	for i, pr := range prompts {
-		s := p.promptTokens(pr)
+		s, err := p.promptTokens(pr)
+		if err != nil {
+			return nil, nil, err
+		}
 		offs[i] = len(s) - 1
 		for _, id := range comps[i].Tokens {
 			if id < 0 || id >= V {
@@ -324,117 +484,22 @@ func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, 
 			}
 			s = append(s, int32(id))
 		}
-		if len(s) > p.model.Config().Context+1 {
-			return nil, nil, fmt.Errorf("%w: completion %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		if len(s) > T+1 {
+			return nil, nil, fmt.Errorf("%w: completion %d: %d tokens exceed context %d", ErrInput, i, len(s), T)
 		}
 		seqs[i] = s
 	}
 	return seqs, offs, nil
 }
 
-// Update implements rl.Learner as an actor method: Epochs AdamW steps on
-// the GRPO loss of batch (grpo.Loss → d loss/d logp → backprop).
+// Update implements rl.Learner as an actor method: PPO on the clipped GRPO
+// loss of batch (grpo.Loss → d loss/d logp → backprop), Epochs passes of
+// one AdamW step per mini-batch of MiniBatch samples (see update, ppo.go).
 func (p *Policy) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
-	var st rl.UpdateStats
-	var keep []rl.Sample
-	for _, s := range batch {
-		if len(s.Completion.Tokens) > 0 {
-			keep = append(keep, s)
-		}
+	if err := p.use(""); err != nil {
+		return rl.UpdateStats{}, fmt.Errorf("update %s: %w", p.cfg.Name, err)
 	}
-	st.Samples = len(batch)
-	if len(keep) == 0 {
-		return st, nil
-	}
-	prompts := make([]string, len(keep))
-	comps := make([]rl.Completion, len(keep))
-	for i, s := range keep {
-		prompts[i], comps[i] = s.Prompt, s.Completion
-	}
-	seqs, offs, err := p.sequences(prompts, comps)
-	if err != nil {
-		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-	}
-	totalSeq, totalTok := 0, 0
-	for _, s := range keep {
-		totalSeq++
-		totalTok += len(s.Completion.Tokens)
-	}
-	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
-		if err := p.model.ZeroGrad(); err != nil {
-			return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-		}
-		var agg grpo.Stats
-		for lo := 0; lo < len(seqs); lo += p.cfg.MicroBatch {
-			hi := min(lo+p.cfg.MicroBatch, len(seqs))
-			chunk := keep[lo:hi]
-			var res grpo.Result
-			err := p.model.AccumulateLogProbFunc(policy.Batch{Tokens: seqs[lo:hi]}, func(lp [][]float32) ([][]float32, error) {
-				gs := make([]grpo.Sequence, len(chunk))
-				for i, s := range chunk {
-					cur := make([]float64, len(s.Completion.Tokens))
-					for t := range cur {
-						cur[t] = float64(lp[i][offs[lo+i]+t])
-					}
-					g, err := s.Sequence(cur)
-					if err != nil {
-						return nil, err
-					}
-					gs[i] = g
-				}
-				var err error
-				res, err = grpo.Loss(p.cfg.Loss, gs)
-				if err != nil {
-					return nil, err
-				}
-				// The loss of a micro-batch is normalised over the
-				// micro-batch; rescale so the sum over micro-batches is the
-				// loss of the whole batch.
-				scale := float64(hi-lo) / float64(totalSeq)
-				if p.cfg.Loss.Aggregation == grpo.TokenMean {
-					scale = float64(res.Stats.Tokens) / float64(totalTok)
-				}
-				out := make([][]float32, len(chunk))
-				for i := range chunk {
-					out[i] = make([]float32, len(lp[i]))
-					for t, g := range res.Grads[i] {
-						out[i][offs[lo+i]+t] = float32(g * scale)
-					}
-				}
-				res.Stats.Loss *= scale
-				return out, nil
-			})
-			if err != nil {
-				return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-			}
-			mergeStats(&agg, res.Stats, hi-lo, totalSeq)
-			for _, s := range seqs[lo:hi] {
-				p.train += int64(len(s))
-			}
-		}
-		norm, err := p.model.Step()
-		if err != nil {
-			return st, fmt.Errorf("update %s: step: %w", p.cfg.Name, err)
-		}
-		st.Stats, st.GradNorm = agg, norm
-	}
-	return st, nil
-}
-
-// mergeStats accumulates a micro-batch's statistics weighted by its share.
-func mergeStats(dst *grpo.Stats, s grpo.Stats, n, total int) {
-	w := float64(n) / float64(total)
-	dst.Loss += s.Loss // already rescaled
-	dst.PGLoss += w * s.PGLoss
-	dst.KL += w * s.KL
-	dst.ClipFrac += w * s.ClipFrac
-	dst.Entropy += w * s.Entropy
-	dst.RatioMean += w * s.RatioMean
-	dst.Tokens += s.Tokens
-	dst.Sequences += s.Sequences
-	if dst.Adv == (grpo.AdvStats{}) {
-		dst.Adv = s.Adv
-	}
+	return p.update(ctx, batch)
 }
 
 // UpdateFrom is Update on buffers[Name]: the form a compiled graph's
@@ -464,6 +529,7 @@ type SFTRequest struct {
 	BatchSize int     // examples per optimiser step (≥ 1)
 	LR        float32 // learning rate during SFT; 0 keeps the optimiser's
 	Seed      uint64  // shuffling seed
+	Adapter   string  // the LoRA adapter to train; "" the actor's first
 }
 
 // SFTStats reports a warm start.
@@ -484,15 +550,20 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	if len(req.Examples) == 0 {
 		return st, fmt.Errorf("%w: sft without examples", ErrInput)
 	}
+	if err := p.use(req.Adapter); err != nil {
+		return st, fmt.Errorf("sft: %w", err)
+	}
 	seqs := make([][]int32, len(req.Examples))
 	ws := make([][]float32, len(req.Examples))
 	for i, ex := range req.Examples {
-		s := p.promptTokens(ex.Prompt)
+		s, err := p.promptTokens(ex.Prompt)
+		if err != nil {
+			return st, fmt.Errorf("sft example %d: %w", i, err)
+		}
 		start := len(s)
-		s = append(s, p.tok.Encode(ex.Answer)...)
-		s = append(s, p.tok.EOS())
-		if len(s) > p.model.Config().Context+1 {
-			return st, fmt.Errorf("%w: sft example %d: %d tokens exceed context %d", ErrInput, i, len(s), p.model.Config().Context)
+		s = append(s, p.tok.Answer(ex.Answer)...)
+		if T := p.model.ContextLen(); len(s) > T+1 {
+			return st, fmt.Errorf("%w: sft example %d: %d tokens exceed context %d", ErrInput, i, len(s), T)
 		}
 		w := make([]float32, len(s)-1)
 		for t := start - 1; t < len(w); t++ {
@@ -500,11 +571,13 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 		}
 		seqs[i], ws[i] = s, w
 	}
-	saved := p.model.Optim.LR
+	saved := p.model.Optimizer()
 	if req.LR > 0 {
-		p.model.Optim.LR = req.LR
+		o := saved
+		o.LR = req.LR
+		p.model.SetOptimizer(o)
 	}
-	defer func() { p.model.Optim.LR = saved }()
+	defer p.model.SetOptimizer(saved)
 	r := rand.New(rand.NewPCG(req.Seed, 7))
 	order := make([]int, len(seqs))
 	for i := range order {
@@ -545,23 +618,72 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 type SaveRequest struct {
 	Path string
 	Meta map[string]string
+	// Suffix adds the model's own suffix to Path: ".safetensors" for a GPT,
+	// none for a Llama's directory.
+	Suffix bool
+	// Adapter names the LoRA adapter to save ("" the actor's first): a
+	// LoRA policy saves its adapter in PEFT's layout, not the base.
+	Adapter string
 }
 
-// Save writes a safetensors checkpoint (atomically) with the tokenizer
-// alphabet, policy name and optimiser step count in its metadata, and
-// returns the path.
+// Save writes a checkpoint (atomically) with the tokenizer alphabet,
+// policy name and optimiser step count in its metadata, and returns the
+// path: a GPT's safetensors file, or a Llama's Hugging Face model directory
+// (which, for a pretrained model, also gets the tokenizer files, so that it
+// opens in transformers and in `troupe generate` as it is).
 func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
 	if req.Path == "" {
 		return "", fmt.Errorf("%w: save without a path", ErrInput)
 	}
-	meta := map[string]string{"alphabet": p.alpha, "policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
+	if _, gpt := p.model.(*policy.Model); gpt && req.Suffix {
+		req.Path += ".safetensors"
+	}
+	if p.lora() != nil {
+		return p.saveAdapter(req)
+	}
+	meta := map[string]string{"policy": p.cfg.Name, "steps": strconv.Itoa(p.model.Steps())}
+	if p.alpha != "" {
+		meta["alphabet"] = p.alpha
+	}
 	for k, v := range req.Meta {
 		meta[k] = v
 	}
-	if err := p.model.SaveFile(req.Path, meta); err != nil {
+	if err := p.model.SaveCheckpoint(req.Path, meta); err != nil {
 		return "", fmt.Errorf("save %s: %w", req.Path, err)
 	}
+	if p.src != "" {
+		if err := copyTokenizerFiles(p.src, req.Path); err != nil {
+			return "", fmt.Errorf("save %s: %w", req.Path, err)
+		}
+	}
 	return req.Path, nil
+}
+
+// tokenizerFiles are what a Hugging Face model directory holds besides the
+// weights and config.json.
+var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+	"generation_config.json", "chat_template.jinja", "chat_template.json"}
+
+// copyTokenizerFiles copies the tokenizer files of model directory src
+// into dst (those that exist).
+func copyTokenizerFiles(src, dst string) error {
+	for _, name := range tokenizerFiles {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		tmp := filepath.Join(dst, "."+name+".tmp")
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Load replaces the weights with those of a checkpoint of the same shape.
@@ -569,19 +691,27 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 	if _, err := os.Stat(path); err != nil {
 		return WeightStats{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	m, meta, err := policy.LoadFile(path, p.model.Backend())
+	if p.lora() != nil {
+		if err := p.loadAdapter(path, ""); err != nil {
+			return WeightStats{}, err
+		}
+		return p.Weights(ctx, struct{}{})
+	}
+	m, meta, err := policy.LoadCheckpoint(path, p.model.Backend())
 	if err != nil {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	defer m.Free()
-	if m.Config() != p.model.Config() {
-		return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, m.Config(), p.model.Config())
+	if g, ok := m.(*policy.Model); ok {
+		if cur, ok := p.model.(*policy.Model); ok && g.Config() != cur.Config() {
+			return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, g.Config(), cur.Config())
+		}
 	}
 	if a, ok := meta["alphabet"]; ok && a != p.alpha {
 		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
 	}
 	if err := p.model.CopyWeightsFrom(m); err != nil {
-		return WeightStats{}, fmt.Errorf("load %s: %w", path, err)
+		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	return p.Weights(ctx, struct{}{})
 }
@@ -590,23 +720,44 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 type WeightStats struct {
 	Name      string
 	Params    int
-	Norm      float64 // L2 norm of all parameters
-	Steps     int     // optimiser steps taken
-	GenTokens int64   // tokens generated so far
-	TrainTok  int64   // tokens run through training forward/backward passes
-	Model     policy.Config
+	Norm      float64       // L2 norm of all parameters
+	Steps     int           // optimiser steps taken
+	GenTokens int64         // tokens generated so far
+	TrainTok  int64         // tokens run through training forward/backward passes
+	Model     policy.Config // a GPT's shape (zero for other families)
+	Family    string        // "gpt", or the Hugging Face model_type ("llama", "qwen2", ...)
+	Context   int           // the model's context length
+	// Backend is the compute backend the actor runs and why, e.g.
+	// "cuda:0 (NVIDIA H100, sm_90)" or "cpu metered as simulated GPU 3".
+	Backend string
 }
 
-// Weights reports the parameter count, norm and counters.
+// normLimit bounds the models whose weight norm Weights computes: it copies
+// the weights to the host, which a pretrained model's size does not allow.
+const normLimit = 16 << 20
+
+// Weights reports the parameter count, norm (0 above normLimit parameters)
+// and counters.
+// A LoRA policy reports its first adapter's (see AdapterWeights).
 func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
-	w, err := p.model.Weights()
-	if err != nil {
-		return WeightStats{}, fmt.Errorf("weights: %w", err)
+	if p.lora() != nil {
+		return p.AdapterWeights(ctx, "")
 	}
-	var ss float64
-	for _, x := range w {
-		ss += float64(x) * float64(x)
+	ws := WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Steps: p.model.Steps(),
+		GenTokens: p.gen, TrainTok: p.train, Family: p.model.Family(), Context: p.model.ContextLen(), Backend: p.where}
+	if g, ok := p.model.(*policy.Model); ok {
+		ws.Model = g.Config()
 	}
-	return WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Norm: math.Sqrt(ss), Steps: p.model.Steps(),
-		GenTokens: p.gen, TrainTok: p.train, Model: p.model.Config()}, nil
+	if ws.Params <= normLimit {
+		w, err := p.model.Weights()
+		if err != nil {
+			return WeightStats{}, fmt.Errorf("weights: %w", err)
+		}
+		var ss float64
+		for _, x := range w {
+			ss += float64(x) * float64(x)
+		}
+		ws.Norm = math.Sqrt(ss)
+	}
+	return ws, nil
 }

@@ -12,7 +12,6 @@ import (
 	"troupe/actors"
 	"troupe/algorithms/atgrpo"
 	"troupe/algorithms/envs"
-	"troupe/algorithms/grpo"
 	"troupe/algorithms/rl"
 )
 
@@ -36,6 +35,18 @@ type TeamConfig struct {
 	// RoleOptions are added to SpawnOptions for the policy of one name
 	// ("shared" or a role), e.g. a different resource or GPU count per role.
 	RoleOptions map[string][]actors.Option
+	// Named names every policy actor NamePrefix+policy name (e.g.
+	// "planner"), so that the dashboard, troupe gpus and GetActor show and
+	// find it by role; names are unique within a job, so teams spawned side
+	// by side in one job need distinct prefixes.
+	Named      bool
+	NamePrefix string
+	// SharedBase, with PerRole and Policy.LoRA set, runs every role in one
+	// actor holding one frozen base and one LoRA adapter per role, instead
+	// of one actor per role (each with its base and one adapter). Both give
+	// the same results on a seeded run; the shared base holds the weights
+	// once.
+	SharedBase bool
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -46,6 +57,8 @@ type Team struct {
 	Clients  map[string]*Client
 	Policies *rl.Policies
 	update   *actors.Compiled[map[string][]rl.Sample, []NamedStats]
+	lora     bool // policies train LoRA adapters named after their policy
+	shared   bool // SharedBase: every name's handle is the one actor
 }
 
 // SpawnTeam spawns the policy actors on rt and compiles the update graph:
@@ -60,6 +73,18 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 	if cfg.PerRole {
 		names = append([]string(nil), cfg.Roles...)
 	}
+	lora := cfg.Policy.LoRA.Rank > 0
+	if cfg.SharedBase {
+		if !cfg.PerRole || !lora || len(cfg.Checkpoints) > 0 {
+			return nil, fmt.Errorf("%w: SharedBase needs PerRole and Policy.LoRA, and takes no checkpoints", ErrConfig)
+		}
+		for n := range cfg.RoleOptions {
+			if n != rl.SharedName {
+				return nil, fmt.Errorf("%w: SharedBase runs one actor: spawn options go under %q, not %q", ErrConfig, rl.SharedName, n)
+			}
+		}
+		return spawnSharedBase(ctx, rt, cfg)
+	}
 	for n := range cfg.Checkpoints {
 		if !slices.Contains(names, n) {
 			return nil, fmt.Errorf("%w: checkpoint for unknown policy %q (policies: %v)", ErrConfig, n, names)
@@ -70,14 +95,20 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 			return nil, fmt.Errorf("%w: spawn options for unknown policy %q (policies: %v)", ErrConfig, n, names)
 		}
 	}
-	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}}
+	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}, lora: lora}
 	pols := map[string]rl.Policy{}
 	for i, name := range names {
 		pc := cfg.Policy
 		pc.Name = name
 		pc.Seed = cfg.Policy.Seed + uint64(i)*1000003
+		if lora { // one base for every role; adapters differ by name
+			pc.Seed, pc.Adapters = cfg.Policy.Seed, nil
+		}
 		pc.Checkpoint = cfg.Checkpoints[name]
 		opts := append(slices.Clip(cfg.SpawnOptions), cfg.RoleOptions[name]...)
+		if cfg.Named {
+			opts = append(opts, actors.Name(cfg.NamePrefix+name))
+		}
 		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
 		if err != nil {
 			t.Kill(context.Background())
@@ -117,7 +148,13 @@ func (t *Team) Update(ctx context.Context, buffers map[string][]rl.Sample) (map[
 			return nil, fmt.Errorf("%w: buffer for unknown policy %q", rl.ErrPolicy, name)
 		}
 	}
-	res, err := t.update.Run(ctx, buffers)
+	var res []NamedStats
+	var err error
+	if t.shared {
+		res, err = actors.Call(ctx, t.Handles[t.Names[0]], (*Policy).UpdateAdapters, buffers).Get(ctx)
+	} else {
+		res, err = t.update.Run(ctx, buffers)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("update graph: %w", err)
 	}
@@ -148,6 +185,9 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 		}
 		r := req
 		r.Examples = byName[name]
+		if t.lora {
+			r.Adapter = name
+		}
 		futs[name] = actors.Call(ctx, t.Handles[name], (*Policy).SFT, r)
 	}
 	out := map[string]SFTStats{}
@@ -167,16 +207,21 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 	return out, errors.Join(errs...)
 }
 
-// Save writes every policy's checkpoint as dir/<prefix><name>.safetensors
-// and returns the paths by policy name.
+// Save writes every policy's checkpoint as dir/<prefix><name> plus the
+// model's own suffix (".safetensors" for a GPT, none for a Llama's Hugging
+// Face directory) and returns the paths by policy name.
 func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return out, fmt.Errorf("save: %w", err)
 	}
 	for _, name := range t.Names {
-		p := filepath.Join(dir, prefix+name+".safetensors")
-		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, SaveRequest{Path: p, Meta: meta}).Get(ctx); err != nil {
+		req := SaveRequest{Path: filepath.Join(dir, prefix+name), Meta: meta, Suffix: true}
+		if t.lora {
+			req.Adapter = name
+		}
+		p, err := actors.Call(ctx, t.Handles[name], (*Policy).Save, req).Get(ctx)
+		if err != nil {
 			return out, fmt.Errorf("save %s: %w", name, err)
 		}
 		out[name] = p
@@ -184,11 +229,32 @@ func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]str
 	return out, nil
 }
 
+// CheckpointPath is where Save put the checkpoint of policy name under the
+// path prefix (dir/<prefix>): the GPT's .safetensors file if there is one,
+// else the Hugging Face directory.
+func CheckpointPath(prefix, name string) string {
+	if p := prefix + name + ".safetensors"; fileExists(p) {
+		return p
+	}
+	return prefix + name
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // Weights reports every policy's WeightStats.
 func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
 	out := map[string]WeightStats{}
 	for _, name := range t.Names {
-		w, err := actors.Call(ctx, t.Handles[name], (*Policy).Weights, struct{}{}).Get(ctx)
+		var w WeightStats
+		var err error
+		if t.lora { // the role's adapter: the trainable part
+			w, err = actors.Call(ctx, t.Handles[name], (*Policy).AdapterWeights, name).Get(ctx)
+		} else {
+			w, err = actors.Call(ctx, t.Handles[name], (*Policy).Weights, struct{}{}).Get(ctx)
+		}
 		if err != nil {
 			return out, fmt.Errorf("weights %s: %w", name, err)
 		}
@@ -199,11 +265,23 @@ func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
 
 // EvalPolicies returns the team's role routing with clients sampling at
 // temperature temp (> 0; e.g. 1 for on-policy evaluation, lower for
-// near-greedy decoding).
+// near-greedy decoding), without the scoring pass evaluation does not need.
 func (t *Team) EvalPolicies(temp float32) *rl.Policies {
+	return t.evalPolicies(Client{Temperature: temp, NoLogProbs: true})
+}
+
+// GreedyPolicies returns the team's role routing with clients decoding by
+// argmax (temperature 0, the AT-GRPO paper's evaluation).
+func (t *Team) GreedyPolicies() *rl.Policies {
+	return t.evalPolicies(Client{Greedy: true, NoLogProbs: true})
+}
+
+func (t *Team) evalPolicies(tmpl Client) *rl.Policies {
 	m := map[string]rl.Policy{}
 	for name, c := range t.Clients {
-		m[name] = &Client{H: c.H, Temperature: temp}
+		cl := tmpl
+		cl.H, cl.Adapter = c.H, c.Adapter
+		m[name] = &cl
 	}
 	if _, ok := m[rl.SharedName]; ok && len(m) == 1 {
 		return rl.Shared(m[rl.SharedName])
@@ -213,9 +291,41 @@ func (t *Team) EvalPolicies(temp float32) *rl.Policies {
 
 // Kill ends the team's actors.
 func (t *Team) Kill(ctx context.Context) {
+	if t.shared {
+		if len(t.Names) > 0 {
+			_ = actors.Kill(ctx, t.Handles[t.Names[0]])
+		}
+		return
+	}
 	for _, h := range t.Handles {
 		_ = actors.Kill(ctx, h)
 	}
+}
+
+// spawnSharedBase spawns one policy actor with one adapter per role and
+// routes each role to it through a client naming the role's adapter.
+func spawnSharedBase(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, error) {
+	pc := cfg.Policy
+	pc.Name, pc.Adapters = rl.SharedName, slices.Clone(cfg.Roles)
+	opts := slices.Clip(cfg.SpawnOptions)
+	opts = append(opts, cfg.RoleOptions[rl.SharedName]...)
+	if cfg.Named {
+		opts = append(opts, actors.Name(cfg.NamePrefix+rl.SharedName))
+	}
+	h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("spawn policy %s: %w", rl.SharedName, err)
+	}
+	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}, lora: true, shared: true}
+	pols := map[string]rl.Policy{}
+	for _, r := range cfg.Roles {
+		t.Handles[r] = h
+		t.Clients[r] = &Client{H: h, Adapter: r}
+		pols[r] = t.Clients[r]
+	}
+	t.Names = slices.Sorted(slices.Values(cfg.Roles))
+	t.Policies = rl.PerRole(pols)
+	return t, nil
 }
 
 // ATGRPO runs AT-GRPO training steps whose policies are the team's actors:
@@ -268,30 +378,10 @@ func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
 	if err != nil {
 		return atgrpo.StepStats{}, fmt.Errorf("step %d: %w", step, err)
 	}
-	st := atgrpo.StepStats{Step: step}
-	var advs []float64
-	for _, r := range rolls {
-		st.TeamReturn += r.TeamReturn
-		if r.Success {
-			st.SuccessRate++
-		}
-		for _, n := range r.Nodes {
-			st.Groups++
-			st.ChosenReward += n.Candidates[n.Chosen].Reward
-			for _, c := range n.Candidates {
-				st.Samples++
-				st.MeanReward += c.Reward
-				advs = append(advs, c.Advantage)
-			}
-		}
+	st, buffers, err := atgrpo.Prepare(cfg, step, rolls, buffers)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	st.TeamReturn /= float64(len(rolls))
-	st.SuccessRate /= float64(len(rolls))
-	if st.Samples > 0 {
-		st.MeanReward /= float64(st.Samples)
-		st.ChosenReward /= float64(st.Groups)
-	}
-	st.Adv = grpo.SummarizeAdvantages(advs)
 	if err := rl.FillRefs(ctx, a.Refs, buffers); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}

@@ -8,6 +8,11 @@
 // The architecture is GPT-2's (pre-LayerNorm blocks, GELU MLP of width 4C,
 // learned position embeddings, output head tied to the token embedding),
 // with llm.c's tensor layout. A Model is not safe for concurrent use.
+//
+// Llama is the second family: the decoders of Llama, Qwen2, Qwen3, Mistral
+// and SmolLM, loaded from and saved to Hugging Face model directories
+// (package hf), on a gpu.DecoderBackend. LM is the interface both
+// implement.
 package policy
 
 import (

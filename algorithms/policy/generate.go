@@ -18,6 +18,10 @@ type GenerateOptions struct {
 	Temperature float32
 	// TopK, if > 0, samples only among the K most likely tokens.
 	TopK int
+	// TopP, if in (0,1), samples only among the most likely tokens whose
+	// probabilities (after temperature and TopK) sum to at least TopP
+	// (nucleus sampling, HF's TopPLogitsWarper).
+	TopP float32
 	// Seed seeds row b's sampler with (Seed, b): the same seed, prompts and
 	// weights give the same completions.
 	Seed uint64
@@ -27,6 +31,13 @@ type GenerateOptions struct {
 	// VocabLimit, if > 0, samples only ids below it (a model whose Vocab is
 	// padded beyond its tokenizer's).
 	VocabLimit int
+	// Adapters, optional, names each prompt's LoRA adapter (see
+	// Batch.Adapters); a GPT takes none.
+	Adapters []string
+
+	// rowSeeds[b], when set, replaces b in row b's random stream (Seed, b):
+	// the Llama reorders rows by adapter and keeps each row's stream.
+	rowSeeds []int
 }
 
 // sampler picks next tokens from logits.
@@ -35,6 +46,12 @@ type sampler struct {
 	rngs []*rand.Rand
 	idx  []int
 	p    []float64
+	// fast (the Llama's sampler) avoids sorting the whole vocabulary: it
+	// walks the distribution in id order when neither top-k nor top-p
+	// applies and sorts only the candidates otherwise. The same
+	// distribution, a different draw for a given seed than the GPT's,
+	// whose sorted walk is kept so its seeded results do not change.
+	fast bool
 }
 
 func newSampler(opt GenerateOptions, B int) *sampler {
@@ -47,6 +64,9 @@ func newSampler(opt GenerateOptions, B int) *sampler {
 
 // sample draws row b's next token from logits (length V).
 func (s *sampler) sample(b int, logits []float32) int32 {
+	if s.fast {
+		return s.sampleFast(b, logits)
+	}
 	if s.opt.VocabLimit > 0 && s.opt.VocabLimit < len(logits) {
 		logits = logits[:s.opt.VocabLimit]
 	}
@@ -86,8 +106,33 @@ func (s *sampler) sample(b int, logits []float32) int32 {
 		s.p = append(s.p, e)
 		sum += e
 	}
+	k, sum = s.topP(k, sum)
+	return s.draw(b, k, sum)
+}
+
+// topP cuts the first k sorted candidates (weights s.p[:k], total sum) to
+// the nucleus of mass TopP·sum: candidates are kept while the mass before
+// them is below it (HF's TopPLogitsWarper). It returns the kept count and
+// their mass.
+func (s *sampler) topP(k int, sum float64) (int, float64) {
+	if !(s.opt.TopP > 0 && s.opt.TopP < 1) {
+		return k, sum
+	}
+	lim := float64(s.opt.TopP) * sum
+	var before float64
+	for j, e := range s.p[:k] {
+		if before >= lim {
+			return j, before
+		}
+		before += e
+	}
+	return k, before
+}
+
+// draw samples among the first k entries of s.idx with weights s.p.
+func (s *sampler) draw(b, k int, sum float64) int32 {
 	u := s.rngs[b].Float64() * sum
-	for j, e := range s.p {
+	for j, e := range s.p[:k] {
 		u -= e
 		if u < 0 {
 			return int32(s.idx[j])
@@ -96,12 +141,153 @@ func (s *sampler) sample(b int, logits []float32) int32 {
 	return int32(s.idx[k-1])
 }
 
+// sampleFast is sample for large vocabularies (see sampler.fast).
+func (s *sampler) sampleFast(b int, logits []float32) int32 {
+	if s.opt.VocabLimit > 0 && s.opt.VocabLimit < len(logits) {
+		logits = logits[:s.opt.VocabLimit]
+	}
+	V := len(logits)
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	if s.opt.Temperature <= 0 {
+		return int32(best)
+	}
+	top, invT := float64(logits[best]), 1/float64(s.opt.Temperature)
+	byLogit := func(x, y int) int { // highest first, ties by id
+		if logits[x] != logits[y] {
+			if logits[x] > logits[y] {
+				return -1
+			}
+			return 1
+		}
+		return x - y
+	}
+	if s.opt.TopK > 0 && s.opt.TopK < V {
+		s.idx = topKIndices(s.idx[:0], logits, s.opt.TopK, byLogit)
+		s.p = s.p[:0]
+		var sum float64
+		for _, i := range s.idx {
+			e := math.Exp((float64(logits[i]) - top) * invT)
+			s.p = append(s.p, e)
+			sum += e
+		}
+		k, sum := s.topP(len(s.idx), sum)
+		return s.draw(b, k, sum)
+	}
+	if cap(s.p) < V {
+		s.p = make([]float64, V)
+	}
+	w := s.p[:V]
+	var sum float64
+	for i, v := range logits {
+		w[i] = math.Exp((float64(v) - top) * invT)
+		sum += w[i]
+	}
+	if !(s.opt.TopP > 0 && s.opt.TopP < 1) {
+		// the whole distribution, walked in id order
+		u := s.rngs[b].Float64() * sum
+		for i, e := range w {
+			u -= e
+			if u < 0 {
+				return int32(i)
+			}
+		}
+		return int32(V - 1)
+	}
+	// Nucleus: the tokens above a weight threshold are a prefix of the
+	// sorted order; once their mass reaches TopP·sum the nucleus lies
+	// inside them, so only they are sorted.
+	lim := float64(s.opt.TopP) * sum
+	for tau := 1e-3; ; tau *= 1e-3 {
+		s.idx = s.idx[:0]
+		var mass float64
+		for i, e := range w {
+			if e >= tau {
+				s.idx = append(s.idx, i)
+				mass += e
+			}
+		}
+		if mass >= lim || tau < 1e-300 {
+			break
+		}
+	}
+	slices.SortFunc(s.idx, byLogit)
+	var before float64
+	k := len(s.idx)
+	for j, i := range s.idx {
+		if before >= lim {
+			k = j
+			break
+		}
+		before += w[i]
+	}
+	u := s.rngs[b].Float64() * before
+	for _, i := range s.idx[:k] {
+		u -= w[i]
+		if u < 0 {
+			return int32(i)
+		}
+	}
+	return int32(s.idx[k-1])
+}
+
+// topKIndices appends to dst the indices of the k largest logits, ordered
+// by cmp (highest first, ties by id), with a bounded min-heap: O(V log k).
+func topKIndices(dst []int, logits []float32, k int, cmp func(x, y int) int) []int {
+	h := dst[:0]
+	// h is a heap whose root is the worst kept index under cmp
+	worse := func(x, y int) bool { return cmp(x, y) > 0 }
+	down := func(i int) {
+		for {
+			c := 2*i + 1
+			if c >= len(h) {
+				return
+			}
+			if c+1 < len(h) && worse(h[c+1], h[c]) {
+				c++
+			}
+			if !worse(h[c], h[i]) {
+				return
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	for i := range logits {
+		if len(h) < k {
+			h = append(h, i)
+			for j := len(h) - 1; j > 0; {
+				p := (j - 1) / 2
+				if !worse(h[j], h[p]) {
+					break
+				}
+				h[j], h[p] = h[p], h[j]
+				j = p
+			}
+			continue
+		}
+		if worse(h[0], i) {
+			h[0] = i
+			down(0)
+		}
+	}
+	slices.SortFunc(h, cmp)
+	return h
+}
+
 func (m *Model) checkPrompts(prompts [][]int32, opt GenerateOptions) error {
 	if len(prompts) == 0 {
 		return fmt.Errorf("%w: no prompts", ErrBatch)
 	}
 	if opt.MaxNewTokens < 0 {
 		return fmt.Errorf("%w: MaxNewTokens=%d", ErrBatch, opt.MaxNewTokens)
+	}
+	if err := noAdapters(opt.Adapters); err != nil {
+		return err
 	}
 	for b, p := range prompts {
 		if len(p) == 0 || len(p) > m.cfg.Context {

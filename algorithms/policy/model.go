@@ -200,9 +200,13 @@ func (m *Model) SetWeights(w []float32) error {
 	return nil
 }
 
-// CopyWeightsFrom copies src's weights into m (same Config). Across
-// backends it goes through host memory.
-func (m *Model) CopyWeightsFrom(src *Model) error {
+// CopyWeightsFrom copies src's weights into m; src must be a GPT (*Model)
+// of the same Config. Across backends it goes through host memory.
+func (m *Model) CopyWeightsFrom(lm LM) error {
+	src, err := asModel(lm)
+	if err != nil {
+		return err
+	}
 	if src.cfg != m.cfg {
 		return fmt.Errorf("policy: CopyWeightsFrom: config %+v differs from %+v: %w", src.cfg, m.cfg, ErrConfig)
 	}

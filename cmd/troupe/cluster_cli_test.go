@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"troupe/runtime/cluster"
 	"troupe/scheduler"
@@ -68,13 +72,56 @@ func TestClusterStatusGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	clusterGolden(t, "status.json", b.Bytes())
+}
+
+// TestListGolden: troupe list's tables for every kind, its notes about
+// what was left out, and the --detail view.
+func TestListGolden(t *testing.T) {
+	st := sampleStatus()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(ago time.Duration) int64 { return now.Add(-ago).UnixNano() }
+	for i := range st.Actors {
+		st.Actors[i].CreatedAt = at(time.Duration(90-i*20) * time.Minute)
+		st.Actors[i].Job = "job-1"
+	}
+	st.Actors[3].UpdatedAt = at(10 * time.Second)
+	st.Nodes[2].Cause = "node node-c lost: failed gossip probes"
+	bundle := 1
+	st.Actors[1].Group, st.Actors[1].Bundle = "pg1", &bundle
+	resp := map[string]*cluster.ListResponse{
+		cluster.ListActors: {Actors: st.Actors, Total: 7, Hidden: 12},
+		cluster.ListGroups: {Groups: st.Groups, Total: 2},
+		cluster.ListNodes:  {Nodes: st.Nodes, Total: 3},
+		cluster.ListJobs: {Jobs: []cluster.JobView{{ID: "job-1", Name: "train", State: "RUNNING", Node: "node-a", Entrypoint: "./run.sh --steps 40",
+			SubmittedAt: at(5 * time.Minute)}}, Total: 1},
+		cluster.ListObjects: {Objects: []cluster.ObjectView{{ID: "5f3c0a", Size: 3 << 20, Node: "node-a", Job: "job-1", PID: 4242, Actor: "a1", Refs: 2,
+			CreatedAt: at(42 * time.Second), Owner: "10.0.0.1:40001"}}, Total: 1, Partial: []string{"node node-c: unreachable"}},
+	}
+	var b bytes.Buffer
+	for _, kind := range cluster.ListKinds {
+		fmt.Fprintf(&b, "$ troupe list %s\n", kind)
+		if err := printList(&b, &b, kind, resp[kind], listOptions{retention: cluster.DefaultDeadRetention, now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.WriteString("$ troupe list actors --detail a2\n")
+	printList(&b, &b, cluster.ListActors, &cluster.ListResponse{Actors: st.Actors[1:2], Total: 1}, listOptions{detail: true, now: now})
+	b.WriteString("$ troupe list nodes --detail node-c\n")
+	printList(&b, &b, cluster.ListNodes, &cluster.ListResponse{Nodes: st.Nodes[2:3], Total: 1}, listOptions{detail: true, now: now})
+	clusterGolden(t, "list.txt", b.Bytes())
+
 	b.Reset()
-	renderActors(&b, sampleStatus().Actors)
-	clusterGolden(t, "actors.txt", b.Bytes())
+	if err := printList(&b, io.Discard, cluster.ListNodes, resp[cluster.ListNodes], listOptions{json: true}); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []cluster.NodeView
+	if err := json.Unmarshal(b.Bytes(), &nodes); err != nil || len(nodes) != 3 || nodes[2].Cause == "" {
+		t.Errorf("list nodes --json: %v\n%s", err, b.String())
+	}
 	b.Reset()
-	renderActors(&b, filterActors(sampleStatus().Actors, "alive"))
-	if got := strings.Count(b.String(), "ALIVE"); got != 2 {
-		t.Errorf("--state alive shows %d alive actors:\n%s", got, b.String())
+	printList(&b, io.Discard, cluster.ListJobs, &cluster.ListResponse{}, listOptions{json: true})
+	if strings.TrimSpace(b.String()) != "[]" {
+		t.Errorf("an empty --json listing prints %q, want []", b.String())
 	}
 }
 
@@ -119,5 +166,28 @@ func TestClusterSimulatedGPUCount(t *testing.T) {
 	}
 	if _, _, _, err := nodeGPUs("h:1", "999"); err == nil {
 		t.Error("999 GPUs accepted")
+	}
+}
+
+// TestOvercommitWarning: nodes sharing a machine that each took all of
+// its CPUs and memory are named; a node given its share, or on another
+// machine, or gone, is not.
+func TestOvercommitWarning(t *testing.T) {
+	mk := func(id, machine, detected, state string) cluster.NodeView {
+		l := map[string]string{machineLabel: machine}
+		if detected != "" {
+			l[detectedLabel] = detected
+		}
+		return cluster.NodeView{ID: id, State: state, Labels: l, Total: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 24 << 30}}
+	}
+	nodes := []cluster.NodeView{mk("head", "box/abc", "cpu,memory", "alive"), mk("w1", "box/abc", "cpu,memory", "alive"),
+		mk("w2", "box/abc", "", "alive"), mk("w3", "other/def", "cpu,memory", "alive"), mk("w4", "box/abc", "cpu,memory", "dead")}
+	w := overcommitWarnings(nodes)
+	if len(w) != 1 || !strings.Contains(w[0], "2 nodes on machine box (head, w1) each offer all of its cpu,memory (2 CPUs, 24.0G memory)") ||
+		!strings.Contains(w[0], "--resources cpu=N,memory=SIZE") {
+		t.Errorf("warnings %q", w)
+	}
+	if w := overcommitWarnings(nodes[2:4]); len(w) != 0 {
+		t.Errorf("no shared machine, warnings %q", w)
 	}
 }

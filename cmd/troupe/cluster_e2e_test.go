@@ -116,7 +116,7 @@ func statusJSON(t *testing.T, env []string, args ...string) (*cluster.ClusterSta
 // TestClusterCLIEndToEnd: troupe start --head generates a token file with
 // mode 0600; a worker joins with it; troupe status shows both; a wrong
 // token is refused; troupe stop drains the worker (it exits 0 and is
-// marked dead) and then the head.
+// marked drained) and then the head.
 func TestClusterCLIEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process CLI test: skipped in -short")
@@ -184,11 +184,11 @@ func TestClusterCLIEndToEnd(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		st, err := statusJSON(t, env)
-		if err == nil && nodeStateOf(st, "worker") == "dead" {
+		if err == nil && nodeStateOf(st, "worker") == cluster.NodeDrained {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stopped worker never marked dead: %v", err)
+			t.Fatalf("stopped worker never marked drained: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

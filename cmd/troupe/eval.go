@@ -66,12 +66,14 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: 1, the policy's own distribution)")
 	sampleSeed := fs.Int64("sample-seed", 7, "sampling seed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	model := fs.String("model", "", "pretrained Hugging Face model directory the checkpoints were trained from (alone: evaluate the model itself for every role)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: troupe eval (--policy FILE | --role ROLE=FILE ...) [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: troupe eval (--policy FILE | --role ROLE=FILE ... | --model DIR) [flags]\n\n"+
 			"Plays independent episodes (one sampled action per turn, no branching) with trained\n"+
 			"checkpoints and prints the success rate and mean team reward.\n\n"+
 			"Example:\n  troupe eval --env planpath --size 6 --role tool=runs/planpath-atgrpo/tool.safetensors \\\n"+
-			"      --role planner=runs/planpath-atgrpo/planner.safetensors\n\nFlags:\n")
+			"      --role planner=runs/planpath-atgrpo/planner.safetensors\n"+
+			"  troupe eval --env planpath --model models/Qwen2.5-0.5B-Instruct --role tool=runs/x/tool --role planner=runs/x/planner\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,8 +87,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return errUsage
 	}
-	if (*shared == "") == (len(roles) == 0) {
-		fmt.Fprintln(stderr, "troupe eval: give either --policy FILE or one --role ROLE=FILE per role")
+	if (*shared != "" && len(roles) > 0) || (*shared == "" && len(roles) == 0 && *model == "") {
+		fmt.Fprintln(stderr, "troupe eval: give either --policy FILE or one --role ROLE=FILE per role (or --model DIR alone)")
 		fs.Usage()
 		return errUsage
 	}
@@ -112,7 +114,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	res, err := agent.EvalCheckpoints(ctx, agent.EvalSpec{
-		Env: *env, EnvConfig: cfg, Shared: *shared, Roles: roles,
+		Env: *env, EnvConfig: cfg, Shared: *shared, Roles: roles, ModelDir: *model,
 		Episodes: *episodes, SeedStart: *seed, MaxTurns: *budget, Temperature: float32(*temp), SampleSeed: *sampleSeed,
 	})
 	if err != nil {

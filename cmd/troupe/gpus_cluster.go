@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"troupe/gpu"
 	"troupe/runtime/cluster"
 )
 
@@ -40,7 +41,7 @@ func runClusterGPUs(ctx context.Context, env gpusEnv, o clusterGPUsOptions) erro
 			return fmt.Errorf("GPUs of the cluster at %s: %w", o.addr, err)
 		}
 		if o.json {
-			return writeJSON(env.stdout, view)
+			return writeJSON(env.stdout, jsonGPUView(view))
 		}
 		_, err = io.WriteString(env.stdout, renderClusterGPUs(view))
 		return err
@@ -127,4 +128,24 @@ func renderClusterGPUs(v *cluster.ClusterGPUs) string {
 		b.WriteString("\nNo nodes registered.\n")
 	}
 	return b.String()
+}
+
+// jsonGPUView gives nodes without GPUs empty lists rather than null, so
+// scripts can iterate over every node's devices and samples.
+func jsonGPUView(v *cluster.ClusterGPUs) *cluster.ClusterGPUs {
+	out := *v
+	out.Nodes = append([]cluster.NodeGPUs(nil), v.Nodes...)
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		if n.Devices == nil {
+			n.Devices = []gpu.DeviceInfo{}
+		}
+		if n.Samples == nil {
+			n.Samples = []gpu.Sample{}
+		}
+	}
+	if out.Nodes == nil {
+		out.Nodes = []cluster.NodeGPUs{}
+	}
+	return &out
 }

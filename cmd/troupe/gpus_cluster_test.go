@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"troupe/actors"
+	"troupe/algorithms/agent"
+	"troupe/algorithms/policy"
 	"troupe/gpu"
 	"troupe/internal/testnet"
 	"troupe/runtime/cluster"
@@ -24,6 +27,7 @@ type gpuCluster struct {
 	token          string
 	head, worker   *cluster.Node
 	headA, workerA *gpuAgent
+	planner        *agent.Policy // see train
 }
 
 const gpuClusterToken = "gpus-cluster-test-token"
@@ -106,6 +110,34 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 func (c *gpuCluster) work(t *testing.T) {
 	gpu.ProcessMeter().Counter(gpu.BusyKey{Node: "worker-1", GPU: 0, Actor: "planner"}).AddBusy(time.Hour)
 	time.Sleep(150 * time.Millisecond) // at least one simulated utilization window
+	c.headA.sampler.SampleOnce()
+	c.workerA.sampler.SampleOnce()
+}
+
+// train runs real training steps of a policy actor placed, like the
+// cluster's planner, on the worker's simulated GPU 0 (in this process, so
+// its metered backend counts into the worker's sampler) for at least one
+// utilization window, then takes one sample on each node. The dashboard's
+// utilization for that GPU then comes from a policy's actual work.
+func (c *gpuCluster) train(t *testing.T) {
+	t.Helper()
+	if c.planner == nil {
+		ctx := actors.WithSelf(context.Background(), &actors.ActorInfo{ID: "a-planner", Name: "planner", Node: "worker-1", GPUs: []int{0}, SimulatedGPUs: true})
+		p, err := agent.NewPolicy(ctx, agent.Config{Name: "planner", Model: policy.Config{Layers: 2, Heads: 4, Width: 64, Context: 64}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws, _ := p.Weights(ctx, struct{}{}); !strings.HasPrefix(ws.Backend, "cpu metered as simulated GPU 0") {
+			t.Fatalf("planner backend %q, want the CPU metered as simulated GPU 0", ws.Backend)
+		}
+		c.planner = p
+	}
+	req := agent.SFTRequest{Examples: []agent.Example{{Prompt: "p a01 g22", Answer: "R"}, {Prompt: "p a11 g22", Answer: "D"}}, Epochs: 1, BatchSize: 2}
+	for start := time.Now(); time.Since(start) < 150*time.Millisecond; {
+		if _, err := c.planner.SFT(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.headA.sampler.SampleOnce()
 	c.workerA.sampler.SampleOnce()
 }
@@ -233,10 +265,13 @@ func TestGPUsClusterGolden(t *testing.T) {
 		Error: "node worker-2 at 10.0.0.3:7370: context deadline exceeded"})
 	golden(t, "cluster.txt", []byte(renderClusterGPUs(view)))
 	var b bytes.Buffer
-	if err := writeJSON(&b, view); err != nil {
+	if err := writeJSON(&b, jsonGPUView(view)); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "cluster.json", b.Bytes())
+	if strings.Contains(b.String(), "null") {
+		t.Errorf("--json prints null for a node without GPUs:\n%s", b.String())
+	}
 }
 
 // An explicit --simulate-gpus shows this machine even with TROUPE_ADDRESS

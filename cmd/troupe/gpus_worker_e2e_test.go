@@ -94,7 +94,8 @@ func TestGPUsFollowWorkerProcesses(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := cluster.Start(ctx, cluster.Config{NodeID: "gpu-head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", p), GossipPort: p + 1, RaftPort: p + 2, Token: tok, Timing: cluster.FastTiming,
-		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, GPUs: gpus, Topology: topo, Logger: log})
+		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, GPUs: gpus, Topology: topo, Logger: log,
+		Labels: map[string]string{"troupe.gpus": "simulated"}}) // as troupe start --simulate-gpus labels it
 	if err != nil {
 		t.Fatal(err)
 	}

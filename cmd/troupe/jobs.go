@@ -108,7 +108,7 @@ func renderJobs(w io.Writer, list []cluster.JobView, now time.Time) {
 		if j.Node == "" {
 			where = "driver " + dash(j.Driver)
 		}
-		sub := time.Unix(0, j.SubmittedAt)
+		sub := time.Unix(0, j.SubmittedAt).In(now.Location())
 		end := now
 		if j.FinishedAt != 0 {
 			end = time.Unix(0, j.FinishedAt)

@@ -34,6 +34,10 @@ type jobProbe struct{}
 
 func (p *jobProbe) Pid(ctx context.Context, _ int) (int, error) { return os.Getpid(), nil }
 
+// Blob returns n bytes: from 256 KiB on, the result stays in the worker's
+// object store.
+func (p *jobProbe) Blob(ctx context.Context, n int) ([]byte, error) { return make([]byte, n), nil }
+
 func init() {
 	actors.MustRegister("JobProbe", func(ctx context.Context, _ int) (*jobProbe, error) { return &jobProbe{}, nil })
 }
@@ -60,6 +64,27 @@ func jobDriver(mode string) int {
 		fmt.Println("about to fail")
 		fmt.Fprintln(os.Stderr, "failing on stderr")
 		return 7
+	case "objects":
+		// An actor on the worker node holds a 1 MiB result for this
+		// driver, which holds its future until killed.
+		h, err := actors.Spawn[jobProbe](ctx, rt, "JobProbe", 0, actors.Resources(map[string]float64{"special": 1}), actors.Name("prober"))
+		if err != nil {
+			fmt.Println("spawn:", err)
+			return 11
+		}
+		pid, err := actors.Call(ctx, h, (*jobProbe).Pid, 0).Get(ctx)
+		if err != nil {
+			fmt.Println("call:", err)
+			return 12
+		}
+		blob := actors.Call(ctx, h, (*jobProbe).Blob, 1<<20)
+		if _, err := blob.Get(ctx); err != nil {
+			fmt.Println("blob:", err)
+			return 12
+		}
+		heldBlob = blob // not garbage: its object stays in the worker
+		fmt.Printf("driver-pid %d actor-pid %d actor-id %s job %s\n", os.Getpid(), pid, h.ID(), os.Getenv(cluster.EnvJobID))
+		select {} // until killed
 	case "ok", "hold":
 		// The actor needs the worker node's "special" resource: it runs on
 		// the other node.
@@ -86,6 +111,9 @@ func jobDriver(mode string) int {
 	fmt.Println("unknown mode", mode)
 	return 14
 }
+
+// heldBlob keeps the objects driver's future alive.
+var heldBlob any
 
 var driverLine = regexp.MustCompile(`driver-pid (\d+) actor-pid (\d+) actor-id (\S+)`)
 
@@ -361,4 +389,134 @@ func TestJobsEndToEnd(t *testing.T) {
 	if err != nil || !strings.Contains(out, "STOPPED") || !strings.Contains(out, "signal 15") {
 		t.Errorf("logs --follow of the stopped job: %v\n%s", err, out)
 	}
+}
+
+// listJSON runs troupe list with --json and decodes the array.
+func listJSON[T any](t *testing.T, env []string, args ...string) []T {
+	t.Helper()
+	out, err := cliRun(t, env, append([]string{"list", "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("list %v: %v\n%s", args, err, out)
+	}
+	if i := strings.LastIndex(out, "\n]"); i >= 0 {
+		out = out[:i+2]
+	}
+	var list []T
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("list %v --json: %v: %s", args, err, out)
+	}
+	return list
+}
+
+// TestWorkingDirAndListEndToEnd: troupe submit --working-dir runs a shell
+// script in a fresh copy of the directory (the driver it starts finds the
+// cluster through the environment) and `go run .` of a Go module; a
+// script given as BINARY is refused saying what to do; troupe list shows
+// the job, its actor (filtered by state, and in detail) and the 1 MiB
+// object the actor holds in its worker; a drained node is listed as
+// drained, not dead.
+func TestWorkingDirAndListEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process job test: skipped in -short")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	headAddr, _ := freeAddr(t, "127.0.0.63")
+	cli(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers", "--node-id", "head",
+		"--resources", "cpu=2,memory=1G")
+	tokFile := filepath.Join(dir, "head", "token")
+	var tok []byte
+	waitJob(t, "the head's token file", func() bool {
+		tok, _ = os.ReadFile(tokFile)
+		return len(tok) > 0
+	})
+	env := []string{"TROUPE_TOKEN=" + strings.TrimSpace(string(tok)), "TROUPE_ADDRESS=" + headAddr}
+	workerAddr, _ := freeAddr(t, "127.0.0.64")
+	workerProc := cli(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--data-dir", filepath.Join(dir, "worker"), "--fast-timers",
+		"--node-id", "worker", "--resources", "cpu=2,memory=1G,special=4", "--labels", "zone=b")
+	waitJob(t, "head and worker alive", func() bool {
+		nodes := listJSON[cluster.NodeView](t, env, "nodes", "--filter", "state=alive")
+		return len(nodes) == 2
+	})
+	if nodes := listJSON[cluster.NodeView](t, env, "nodes", "--filter", "labels.zone=b"); len(nodes) != 1 || nodes[0].ID != "worker" {
+		t.Errorf("nodes in zone b: %+v", nodes)
+	}
+
+	// A script as BINARY: refused, saying to use --working-dir.
+	wd := filepath.Join(dir, "project")
+	os.MkdirAll(filepath.Join(wd, "runs"), 0o755)
+	os.WriteFile(filepath.Join(wd, "data.txt"), []byte("payload"), 0o644)
+	os.WriteFile(filepath.Join(wd, "runs", "huge.bin"), make([]byte, 1<<20), 0o644)
+	os.WriteFile(filepath.Join(wd, "run.sh"), []byte("#!/bin/sh\necho \"in $(basename \"$PWD\") with $(cat data.txt); runs: $(ls runs 2>/dev/null | wc -l)\"\nexec \"$TROUPE_TEST_EXE\" '"+driverRun+"'\n"), 0o755)
+	out, err := cliRun(t, env, "submit", filepath.Join(wd, "run.sh"))
+	if exitCodeOf(err) != 1 || !strings.Contains(out, "is a script (#!/bin/sh)") || !strings.Contains(out, "--working-dir "+wd+" -- ./run.sh") {
+		t.Errorf("submit of a script as BINARY: %v\n%s", err, out)
+	}
+
+	// The script in its working dir starts the driver, which spawns an
+	// actor holding a 1 MiB result; runs/ is left out.
+	out, err = cliRun(t, env, "submit", "--detach", "--name", "wd", "--working-dir", wd, "--exclude", "runs",
+		"--env", "TROUPE_TEST_EXE="+exe, "--env", jobDriverEnv+"=objects", "--", "./run.sh")
+	if err != nil {
+		t.Fatalf("submit --working-dir: %v\n%s", err, out)
+	}
+	jobID := strings.Fields(out)[0]
+	var actorID string
+	var logs string
+	waitJob(t, "the working-dir driver's actor", func() bool {
+		logs, _ = cliRun(t, env, "logs", jobID)
+		_, _, actorID, _ = driverPIDs(logs)
+		return actorID != ""
+	})
+	if !strings.Contains(logs, "in wd with payload; runs: 0") {
+		t.Errorf("the script did not run in a copy of the working dir without runs/:\n%s", logs)
+	}
+	jobs := listJSON[cluster.JobView](t, env, "jobs", "--filter", "name=wd")
+	if len(jobs) != 1 || jobs[0].ID != jobID || jobs[0].State != "RUNNING" || jobs[0].Entrypoint != "./run.sh" {
+		t.Errorf("list jobs --filter name=wd: %+v", jobs)
+	}
+	alive := listJSON[cluster.ActorView](t, env, "actors", "--filter", "state=ALIVE", "--filter", "class=JobProbe")
+	if len(alive) != 1 || alive[0].ID != actorID || alive[0].Node != "worker" || alive[0].Job != jobID || alive[0].Name != "prober" {
+		t.Errorf("list actors --filter state=ALIVE: %+v, want %s on worker in job %s", alive, actorID, jobID)
+	}
+	objs := listJSON[cluster.ObjectView](t, env, "objects")
+	if len(objs) != 1 || objs[0].Actor != actorID || objs[0].Node != "worker" || objs[0].Size < 1<<20 || objs[0].Job != jobID {
+		t.Errorf("list objects: %+v, want the 1 MiB result of %s on worker", objs, actorID)
+	}
+	out, err = cliRun(t, env, "list", "actors", "--detail", "prober")
+	if err != nil || !strings.Contains(out, "id: "+actorID) || !strings.Contains(out, "resources: cpu=0 mem=0B gpu=0 special=1") {
+		t.Errorf("list actors --detail prober: %v\n%s", err, out)
+	}
+	if out, err := cliRun(t, env, "stop-job", jobID); err != nil || !strings.Contains(out, "STOPPED") {
+		t.Errorf("stop-job: %v\n%s", err, out)
+	}
+	waitJob(t, "the actor dead", func() bool {
+		return len(listJSON[cluster.ActorView](t, env, "actors", "--filter", "state=DEAD", "--filter", "id="+actorID)) == 1
+	})
+	if dead := listJSON[cluster.ActorView](t, env, "actors", "--dead-retention", "1ns", "--filter", "id="+actorID); len(dead) != 0 {
+		t.Errorf("an actor dead longer than --dead-retention is listed: %+v", dead)
+	}
+
+	// go run . of a Go module in its working dir.
+	mod := filepath.Join(dir, "hello")
+	os.MkdirAll(mod, 0o755)
+	os.WriteFile(filepath.Join(mod, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644)
+	os.WriteFile(filepath.Join(mod, "main.go"), []byte("package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"hello from\", os.Getenv(\"TROUPE_JOB_ID\") != \"\", os.Args[1:])\n}\n"), 0o644)
+	out, err = cliRun(t, env, "submit", "--working-dir", mod, "--", "go", "run", ".", "x", "y")
+	if err != nil || !strings.Contains(out, "hello from true [x y]") {
+		t.Errorf("submit --working-dir -- go run .: %v\n%s", err, out)
+	}
+
+	// A drained node is listed as drained.
+	if out, err := cliRun(t, env, "stop", "--address", workerAddr); err != nil {
+		t.Fatalf("stop worker: %v\n%s", err, out)
+	}
+	<-workerProc.done
+	waitJob(t, "the worker listed as drained", func() bool {
+		nodes := listJSON[cluster.NodeView](t, env, "nodes", "--filter", "id=worker")
+		return len(nodes) == 1 && nodes[0].State == cluster.NodeDrained
+	})
 }

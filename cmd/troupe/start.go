@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +48,7 @@ func runStart(ctx context.Context, args []string) error {
 	head := fs.Bool("head", false, "start the first server: bootstraps a one-server raft cluster")
 	server := fs.Bool("server", false, "with --join: join as a raft server (voter) instead of a worker")
 	join := fs.String("join", "", "gRPC address(es) HOST:PORT of existing nodes, comma-separated")
+	joinTimeout := fs.Duration("join-timeout", 30*time.Second, "give up when no --join address answers for this long")
 	expect := fs.Int("bootstrap-expect", 0, "servers: form raft once this many servers (with the same setting) gossip")
 	dataDir := fs.String("data-dir", "", "directory for raft state, node ID and token (required for servers)")
 	bind := fs.String("bind", "127.0.0.1:7370", "gRPC address HOST:PORT this node listens on")
@@ -59,6 +62,7 @@ func runStart(ctx context.Context, args []string) error {
 	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
 	fast := fs.Bool("fast-timers", false, "shortened raft and gossip timers for clusters on one machine (tests)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names and labels on /metrics (false where NVIDIA's dcgm-exporter runs too)")
 	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
@@ -70,7 +74,7 @@ func runStart(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 
 	cfg := cluster.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, Advertise: *advertise, GossipPort: *gossipPort,
-		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log}
+		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log, JoinTimeout: *joinTimeout}
 	switch {
 	case *head && (*server || *join != "" || *expect > 0):
 		return fmt.Errorf("--head starts a new cluster: it takes no --server, --join or --bootstrap-expect")
@@ -130,6 +134,7 @@ func runStart(ctx context.Context, args []string) error {
 			filepath.Join(*dataDir, "token"), filepath.Join(*dataDir, "token"))
 	}
 	fmt.Printf("drivers and the CLI connect with: TROUPE_ADDRESS=%s\n", n.Addr())
+	go warnOvercommit(ctx, n, log)
 	// Every node samples its GPUs for the cluster's GPU views (troupe gpus,
 	// the head's dashboard); simulated ones follow the actors' work.
 	wctx, stopWeb := context.WithCancel(context.Background())
@@ -141,7 +146,7 @@ func runStart(ctx context.Context, args []string) error {
 		n.ServeGPUs(agent.sampler, agent.inv.Profile())
 	}
 	if listen := dashboardAddr(*httpAddr, cfg.Role); listen != "" && agent != nil {
-		w, err := newWeb(wctx, n.ID(), agent, n)
+		w, err := newWeb(wctx, n.ID(), agent, n, webOptions{noDCGM: !*dcgm})
 		if err == nil {
 			var addr string
 			if addr, err = w.serve(wctx, listen, log); err == nil {
@@ -192,7 +197,17 @@ func nodeResources(cfg *cluster.Config, resFlag, simulate string, log *slog.Logg
 		r.MemoryBytes = *mem
 	}
 	cfg.Resources = r
-	cfg.Labels = map[string]string{}
+	cfg.Labels = map[string]string{machineLabel: machineKey()}
+	var detected []string
+	if cpu == nil {
+		detected = append(detected, "cpu")
+	}
+	if mem == nil {
+		detected = append(detected, "memory")
+	}
+	if len(detected) > 0 {
+		cfg.Labels[detectedLabel] = strings.Join(detected, ",")
+	}
 	gpus, topo, simulated, err := nodeGPUs(cfg.BindAddr, simulate)
 	if err != nil {
 		return err
@@ -264,4 +279,107 @@ func machineMemory() int64 {
 		}
 	}
 	return 0
+}
+
+// Node labels that let the cluster see nodes sharing a machine.
+const (
+	// machineLabel identifies the machine a node runs on (host name and
+	// machine ID).
+	machineLabel = "troupe.machine"
+	// detectedLabel lists the resources a node took from its machine
+	// (cpu, memory) rather than from --resources.
+	detectedLabel = "troupe.detected"
+)
+
+// machineKey names this machine: its host name and /etc/machine-id.
+// Containers of one image share a machine ID but not a host name.
+func machineKey() string {
+	host, _ := os.Hostname()
+	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			id := strings.TrimSpace(string(b))
+			return host + "/" + id[:min(12, len(id))]
+		}
+	}
+	return host
+}
+
+// overcommitWarnings finds alive nodes that share a machine and each
+// offer all of its CPUs or memory (nothing in --resources said
+// otherwise): the scheduler would place on them together several times
+// what the machine has.
+func overcommitWarnings(nodes []cluster.NodeView) []string {
+	var out []string
+	for _, o := range overcommits(nodes) {
+		out = append(out, o.msg)
+	}
+	return out
+}
+
+// overcommit is one machine shared by nodes that each offer all of it.
+type overcommit struct {
+	nodes []string
+	msg   string
+}
+
+func overcommits(nodes []cluster.NodeView) []overcommit {
+	groups := map[string][]cluster.NodeView{}
+	var keys []string
+	for _, n := range nodes {
+		m := n.Labels[machineLabel]
+		if m == "" || n.Labels[detectedLabel] == "" || n.State == "dead" || n.State == cluster.NodeDrained {
+			continue
+		}
+		if groups[m] == nil {
+			keys = append(keys, m)
+		}
+		groups[m] = append(groups[m], n)
+	}
+	sort.Strings(keys)
+	var out []overcommit
+	for _, m := range keys {
+		g := groups[m]
+		if len(g) < 2 {
+			continue
+		}
+		ids := make([]string, len(g))
+		for i, n := range g {
+			ids[i] = n.ID
+		}
+		host, _, _ := strings.Cut(m, "/")
+		out = append(out, overcommit{nodes: ids, msg: fmt.Sprintf("%d nodes on machine %s (%s) each offer all of its %s (%g CPUs, %s memory): together the scheduler may place %d times what the machine has; give each node its share with --resources cpu=N,memory=SIZE",
+			len(g), host, strings.Join(ids, ", "), g[0].Labels[detectedLabel], g[0].Total.CPUs(), fmtBytes(g[0].Total.MemoryBytes), len(g))})
+	}
+	return out
+}
+
+// warnOvercommit logs overcommitWarnings that concern node n, once its
+// registration is committed.
+func warnOvercommit(ctx context.Context, n *cluster.Node, log *slog.Logger) {
+	for range 20 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := n.List(lctx, &cluster.ListRequest{Kind: cluster.ListNodes, Limit: cluster.MaxListLimit})
+		cancel()
+		if err != nil {
+			continue
+		}
+		registered := false
+		for _, nv := range resp.Nodes {
+			registered = registered || nv.ID == n.ID()
+		}
+		if !registered {
+			continue
+		}
+		for _, o := range overcommits(resp.Nodes) {
+			if slices.Contains(o.nodes, n.ID()) {
+				log.Warn(o.msg)
+			}
+		}
+		return
+	}
 }

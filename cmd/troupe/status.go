@@ -106,6 +106,9 @@ func renderStatus(w io.Writer, st *cluster.ClusterStatus) {
 		parts = []string{"none"}
 	}
 	fmt.Fprintf(w, "\nactors: %s\n", strings.Join(parts, ", "))
+	for _, warn := range overcommitWarnings(st.Nodes) {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
 	if len(st.Groups) == 0 {
 		fmt.Fprintln(w, "placement groups: none")
 		return

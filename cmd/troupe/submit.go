@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"troupe/runtime/cluster"
@@ -22,18 +23,29 @@ func init() {
 	register(command{name: "submit", summary: "run a driver program on the cluster and stream its output", run: runSubmit})
 }
 
-const submitHelp = `Uploads BINARY (a driver program built with go build for the cluster's
-OS and architecture; a node that has it already skips the transfer) to the
-node at --address and runs it there as a job's driver with ARGS. The driver
-gets TROUPE_ADDRESS, TROUPE_TOKEN and TROUPE_JOB_ID in its environment, so
-runtime.Init connects it to the cluster; it runs in the node's
-<data-dir>/jobs/<job id>/, where its output is kept (output.log).
+const submitHelp = `Runs a driver program on the node at --address as a job, in one of two
+ways:
+
+  troupe submit [flags] BINARY [--] [ARGS...]
+      uploads BINARY, a program built with go build for the node's OS and
+      architecture (a node that has it already skips the transfer), and
+      runs it with ARGS in the node's <data-dir>/jobs/<job id>/.
+  troupe submit --working-dir DIR [flags] -- CMD [ARGS...]
+      packs DIR (without .git and --exclude patterns), uploads it
+      content-addressed, unpacks a fresh copy for the job and runs CMD
+      there: a script or binary of DIR (./run.sh, ./bin/train), or a
+      program on the node's PATH (go run ., python3 x.py, bash x.sh).
+
+The driver gets TROUPE_ADDRESS, TROUPE_TOKEN and TROUPE_JOB_ID in its
+environment, so runtime.Init connects it to the cluster. Its output is
+kept on the node (<data-dir>/jobs/<job id>/output.log).
 
 Without --detach the output streams here until the driver exits, and troupe
-submit exits with the driver's exit code (128+N for signal N).
-Ctrl-C stops the job (SIGTERM to the driver, SIGKILL after --stop-grace) and
-waits for it to end; a second Ctrl-C returns at once, leaving the job to
-stop. With --detach it prints the job ID and returns; then
+submit exits with the driver's exit code (128+N for signal N; go run
+reports a failing program as exit code 1). Ctrl-C stops the job (SIGTERM
+to the driver, SIGKILL after --stop-grace) and waits for it to end; a
+second Ctrl-C returns at once, leaving the job to stop. With --detach it
+prints the job ID and returns; then
   troupe logs --follow JOB      follow its output
   troupe jobs                   list jobs and their states
   troupe stop-job JOB           stop it
@@ -41,8 +53,8 @@ When the driver ends (exit, crash, kill -9) its job ends and its actors are
 killed (a submitted job ends when its driver process exits, not at
 rt.Shutdown). The node needs a --data-dir.
 
-Flags go before BINARY; everything after BINARY (and an optional --) is
-passed to the driver.
+Flags go before BINARY (or before --); everything after is passed to the
+driver.
 `
 
 // envFlags collects repeated --env K=V flags.
@@ -67,16 +79,25 @@ type jobExitError struct {
 func (e *jobExitError) Error() string { return e.msg }
 func (e *jobExitError) ExitCode() int { return e.code }
 
+// stringsFlag collects a repeated string flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
 func runSubmit(ctx context.Context, args []string) error {
-	fs := newFlagSet("submit", "[flags] BINARY [--] [ARGS...]", submitHelp)
+	fs := newFlagSet("submit", "[flags] BINARY [--] [ARGS...]  |  --working-dir DIR [flags] -- CMD [ARGS...]", submitHelp)
 	addr := fs.String("address", "", "gRPC address(es) of cluster nodes; the driver runs on the first that answers (default: TROUPE_ADDRESS or "+defaultClusterAddress+")")
 	token := fs.String("token", "", "cluster token (default: TROUPE_TOKEN, or --data-dir's token file)")
 	dataDir := fs.String("data-dir", "", "read the token from this node data dir")
 	name := fs.String("name", "", "job name shown by troupe jobs (troupe logs NAME finds the latest job with it)")
 	detach := fs.Bool("detach", false, "print the job ID and return at once instead of streaming the output")
 	grace := fs.Duration("stop-grace", 10*time.Second, "on Ctrl-C, how long the driver has after SIGTERM before SIGKILL")
+	workDir := fs.String("working-dir", "", "upload this directory and run the command in a copy of it on the node")
 	var env envFlags
 	fs.Var(&env, "env", "add KEY=VALUE to the driver's environment (repeatable)")
+	var excludes stringsFlag
+	fs.Var(&excludes, "exclude", "with --working-dir: leave out paths (or base names) matching this pattern, e.g. runs or '*.safetensors' (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -88,60 +109,93 @@ func runSubmit(ctx context.Context, args []string) error {
 		rest = rest[1:]
 	}
 	if len(rest) == 0 {
-		fmt.Fprintln(fs.Output(), "troupe submit: no BINARY given")
+		what := "BINARY"
+		if *workDir != "" {
+			what = "command to run in the working dir (-- CMD ARGS...)"
+		}
+		fmt.Fprintf(fs.Output(), "troupe submit: no %s given\n", what)
 		fs.Usage()
 		return errUsage
 	}
-	bin, driverArgs := rest[0], rest[1:]
-	if len(driverArgs) > 0 && driverArgs[0] == "--" {
+	prog, driverArgs := rest[0], rest[1:]
+	if len(driverArgs) > 0 && driverArgs[0] == "--" && *workDir == "" {
 		driverArgs = driverArgs[1:]
 	}
 	tok, err := clusterToken(*token, *dataDir)
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(bin)
-	if err != nil {
-		return fmt.Errorf("binary: %w", err)
+	if *workDir == "" && len(excludes) > 0 {
+		return fmt.Errorf("--exclude applies to --working-dir only")
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("binary %s is not a regular file", bin)
+	var upload func(context.Context, *cluster.Client) (bool, error)
+	var req *cluster.SubmitJobRequest
+	var what string // for the messages: "binary 1a2b3c4d5e6f" or "working dir ..."
+	if *workDir != "" {
+		file, hash, size, st, err := cluster.PackDirFile(*workDir, excludes)
+		if err != nil {
+			return err
+		}
+		defer os.Remove(file)
+		what = fmt.Sprintf("working dir %s: %d files, %s packed, %.12s", *workDir, st.Files, fmtBytes(size), hash)
+		upload = func(ctx context.Context, c *cluster.Client) (bool, error) { return c.UploadPackage(ctx, file, hash) }
+		req = &cluster.SubmitJobRequest{Package: hash, Name: *name, Program: prog, Args: driverArgs, Env: env}
+	} else {
+		fi, err := os.Stat(prog)
+		if err != nil {
+			return fmt.Errorf("binary: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			if fi.IsDir() {
+				return fmt.Errorf("%s is a directory: to run a command in it, troupe submit --working-dir %s -- CMD ARGS (go run ., ./run.sh)", prog, prog)
+			}
+			return fmt.Errorf("binary %s is not a regular file", prog)
+		}
+		if err := cluster.CheckSubmittable(prog); err != nil {
+			return err
+		}
+		hash, err := cluster.HashFile(prog)
+		if err != nil {
+			return fmt.Errorf("binary: %w", err)
+		}
+		what = fmt.Sprintf("binary %.12s, %s", hash, fmtBytes(fi.Size()))
+		upload = func(ctx context.Context, c *cluster.Client) (bool, error) { return c.UploadBinary(ctx, prog, hash) }
+		req = &cluster.SubmitJobRequest{Hash: hash, Name: *name, Program: filepath.Base(prog), Args: driverArgs, Env: env}
 	}
 	c, node, err := firstNode(ctx, clusterAddress(*addr), tok)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	hash, err := cluster.HashFile(bin)
-	if err != nil {
-		return fmt.Errorf("binary: %w", err)
-	}
 	uctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	sent, err := c.UploadBinary(uctx, bin, hash)
+	sent, err := upload(uctx, c)
 	cancel()
 	if err != nil {
 		var se interface{ GRPCStatus() *status.Status }
 		if errors.As(err, &se) && strings.Contains(se.GRPCStatus().Message(), cluster.ErrWrongPlatform.Error()) {
-			return fmt.Errorf("node %s cannot run %s: %s", node, bin, se.GRPCStatus().Message())
+			return fmt.Errorf("node %s cannot run %s: %s", node, prog, se.GRPCStatus().Message())
 		}
 		return err
 	}
 	how := "already on the node"
 	if sent {
-		how = "uploaded " + fmtBytes(fi.Size())
+		how = "uploaded"
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := c.SubmitJob(sctx, &cluster.SubmitJobRequest{Hash: hash, Name: *name, Program: filepath.Base(bin), Args: driverArgs, Env: env})
+	resp, err := c.SubmitJob(sctx, req)
 	cancel()
 	if err != nil {
+		if st, ok := status.FromError(errors.Unwrap(err)); ok && st.Code() == codes.FailedPrecondition {
+			return errors.New(st.Message()) // says what cannot run and what to do
+		}
 		return err
 	}
 	if *detach {
 		fmt.Println(resp.Job)
-		fmt.Fprintf(os.Stderr, "job %s runs on node %s (binary %.12s, %s)\nfollow it with: troupe logs --follow %s\n", resp.Job, resp.Node, hash, how, resp.Job)
+		fmt.Fprintf(os.Stderr, "job %s runs on node %s (%s, %s)\nfollow it with: troupe logs --follow %s\n", resp.Job, resp.Node, what, how, resp.Job)
 		return nil
 	}
-	fmt.Fprintf(os.Stderr, "troupe: job %s runs on node %s (binary %.12s, %s); Ctrl-C stops it\n", resp.Job, resp.Node, hash, how)
+	fmt.Fprintf(os.Stderr, "troupe: job %s runs on node %s (%s, %s); Ctrl-C stops it\n", resp.Job, resp.Node, what, how)
 	return followJob(c, resp.Job, *grace)
 }
 

@@ -18,6 +18,7 @@ import (
 	"troupe/runtime/cluster"
 	"troupe/runtime/dashboard"
 	"troupe/runtime/metrics"
+	"troupe/runtime/worker"
 )
 
 func init() {
@@ -44,13 +45,28 @@ type web struct {
 // maxHistory bounds the points kept per GPU (5 minutes at 1 s).
 const maxHistory = 300
 
+// webOptions configure newWeb.
+type webOptions struct {
+	// noDCGM leaves the DCGM-named GPU gauges out of /metrics.
+	noDCGM bool
+}
+
 // newWeb serves the GPUs sampled by agent and, with node, the cluster.
-func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Node) (*web, error) {
+func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Node, o webOptions) (*web, error) {
 	w := &web{local: dashboard.NewLocalSource(agent.inv, agent.sampler, agent.attr), attr: agent.attr, reg: metrics.New(name), node: node,
 		assigned: map[string]bool{}, hist: map[string][]dashboard.Point{}, since: map[string]int64{}}
 	w.local.Node = name
-	if err := w.reg.RegisterGPUs(agent.sampler); err != nil {
+	if err := w.reg.RegisterGPUs(agent.sampler, metrics.GPUOptions{SkipDCGM: o.noDCGM}); err != nil {
 		return nil, err
+	}
+	if node != nil {
+		err := w.reg.RegisterCalls(func(ctx context.Context) []worker.CallStats {
+			_, calls, _ := node.WorkerStats(ctx)
+			return calls
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if node != nil { // keep metrics and attribution fresh between page polls
 		go func() {
@@ -202,6 +218,11 @@ func nodeListed(v *cluster.ClusterGPUs, node string) bool {
 func (w *web) refresh() {
 	cs := w.node.Status()
 	w.reg.SetActorCounts(cs.ActorsByState)
+	nodes := map[string]int{}
+	for _, n := range cs.Nodes {
+		nodes[n.State]++
+	}
+	w.reg.SetNodeCounts(nodes)
 	w.reg.SetRaft(cs.Leader == w.node.ID(), cs.Term, cs.AppliedIndex)
 	// This node's placements per GPU, as the GPU service attributes them
 	// (a worker, holding no state, learns them through a server).
@@ -273,6 +294,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dashboard", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8265", "HTTP address to serve the dashboard (/) and Prometheus metrics (/metrics) on")
 	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
+	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names (false where dcgm-exporter runs too)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: troupe dashboard [flags]\n\nServes the web dashboard and Prometheus metrics for this machine's GPUs until\ninterrupted. A cluster node serves the same pages for the cluster with\n'troupe start --http ADDR'.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -288,7 +310,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := newWeb(ctx, host, agent, nil)
+	w, err := newWeb(ctx, host, agent, nil, webOptions{noDCGM: !*dcgm})
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func TestWebServesLocalDashboardAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := newWeb(ctx, "box", agent, nil)
+	w, err := newWeb(ctx, "box", agent, nil, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestWebShowsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.ServeGPUs(agent.sampler, agent.inv.Profile())
-	w, err := newWeb(ctx, n.ID(), agent, n)
+	w, err := newWeb(ctx, n.ID(), agent, n, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +139,10 @@ var updateClusterScreenshot = flag.Bool("update-cluster-screenshot", false, "cop
 // TestClusterDashboardInChromium loads the head's dashboard of a running
 // two-node cluster with simulated GPUs in headless Chromium: the GPUs of
 // both nodes (gathered through the GPU service) must appear with their
-// actors, the charts follow new samples between polls, and a screenshot
-// is saved.
+// actors, the GPU on which a policy actor runs training steps shows
+// non-zero utilization, the charts follow new samples between polls, and a
+// screenshot is saved (go test ./cmd/troupe -run InChromium
+// -update-cluster-screenshot commits it to testdata).
 func TestClusterDashboardInChromium(t *testing.T) {
 	bin := findChromium()
 	if bin == "" {
@@ -152,7 +154,7 @@ func TestClusterDashboardInChromium(t *testing.T) {
 	c := startGPUCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := newWeb(ctx, c.head.ID(), c.headA, c.head)
+	w, err := newWeb(ctx, c.head.ID(), c.headA, c.head, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +166,13 @@ func TestClusterDashboardInChromium(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/state" {
 			polls.Add(1)
-			c.work(t)
+			c.train(t)
 		}
 		h.ServeHTTP(rw, r)
 	}))
 	defer srv.Close()
 	for range 5 { // some history before the page opens
-		c.work(t)
+		c.train(t)
 		w.State(ctx)
 	}
 
@@ -196,8 +198,10 @@ func TestClusterDashboardInChromium(t *testing.T) {
 			t.Errorf("rendered DOM lacks %q", want)
 		}
 	}
-	if !regexp.MustCompile(`data-gpu="worker-1/0"[^§]*?class="big sm">100%<`).MatchString(dom) {
-		t.Error("the worker's busy GPU 0 is not shown at 100%")
+	// The planner's training steps keep its GPU busy for most of every
+	// window; the exact share depends on the machine.
+	if !regexp.MustCompile(`data-gpu="worker-1/0"[^§]*?class="big sm">([1-9][0-9]*)%<`).MatchString(dom) {
+		t.Error("the worker's GPU 0, where the planner trains, is not shown with non-zero utilization")
 	}
 	if p := polls.Load(); p < 2 {
 		t.Errorf("page polled %d times in 3 s of virtual time, want >= 2 (live updates)", p)
@@ -272,7 +276,7 @@ func TestWorkerMetricsNameActors(t *testing.T) {
 	c := startGPUCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := newWeb(ctx, c.worker.ID(), c.workerA, c.worker)
+	w, err := newWeb(ctx, c.worker.ID(), c.workerA, c.worker, webOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

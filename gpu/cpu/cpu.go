@@ -1,10 +1,12 @@
-// Package cpu is the Go compute backend: it implements gpu.Backend on host
-// memory, with every matmul going through the gemm micro-kernel (package
-// gpu/cpu/gemm) and the other kernels fused and parallel over cores.
+// Package cpu is the Go compute backend: it implements gpu.Backend and
+// gpu.DecoderBackend (the Llama/Qwen ops) on host memory, with every matmul
+// going through the gemm micro-kernel (package gpu/cpu/gemm) and the other
+// kernels fused and parallel over cores.
 //
 // New returns the fast backend. NewReference returns the same Backend run on
-// the plain reference kernels (ref.go: llm.c transcribed, float64
-// accumulation, single-threaded); the tests hold the fast kernels to it, and
+// the plain reference kernels (ref.go: llm.c transcribed; ref_decoder.go:
+// the decoder ops; float64 accumulation, single-threaded); the tests hold
+// the fast kernels to it, and
 // other backends (gpu/cuda) can be checked against it op by op.
 package cpu
 
@@ -66,6 +68,8 @@ type Backend struct {
 	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
 	ones    []float32      // all ones, for bias gradients as a matmul
 	job     job            // the kernel being dispatched (see pool.go)
+	dec     decArgs        // a decoder kernel's arguments (fast_decoder.go)
+	decD    []float32      // attention backward's score gradients, grown on demand
 }
 
 var _ gpu.Backend = (*Backend)(nil)

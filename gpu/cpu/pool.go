@@ -19,6 +19,7 @@ type job struct {
 	sc   [][]float32
 	part []float64
 	k    *[10][8]float32
+	d    *decArgs // the decoder kernels' arguments (fast_decoder.go)
 
 	per, total int // parallelFor's chunk size and item count
 }

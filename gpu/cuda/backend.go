@@ -34,9 +34,12 @@ type launchConfig struct {
 	elemBlock int // pointwise / optimizer kernels (multiple of 32)
 	rowBlock  int // one block per row: layernorm, loss heads (multiple of 32)
 	maxGrid   int // cap on blocks of grid-stride kernels
+	// stageHalves is the size of the staging buffer of UploadFromBF16 and
+	// UploadFromF16, in 16-bit values: longer uploads go in chunks.
+	stageHalves int
 }
 
-var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096}
+var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}
 
 // Fixed by the kernel sources (matmul.cu, attention.cu).
 const (
@@ -89,6 +92,7 @@ type Backend struct {
 	sumsq    uintptr // device float64 for SumSquares
 	scratch  uintptr // attention scratch (dpre / decode scores)
 	scratchN int     // its size in floats
+	stage    uintptr // staging buffer of 16-bit weight uploads (cfg.stageHalves), lazily allocated
 
 	// Kernel argument storage: values and the pointer array handed to the
 	// launch. Fields of the heap-allocated Backend, so they never move while
@@ -123,12 +127,12 @@ func (b *Backend) Name() string { return b.name }
 // Close frees the backend's internal buffers and releases the device.
 // Buffers handed out earlier must not be used afterwards.
 func (b *Backend) Close() error {
-	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch} {
+	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch, b.stage} {
 		if p != 0 {
 			_ = b.dev.Free(p)
 		}
 	}
-	b.errFlag, b.sumsq, b.scratch = 0, 0, 0
+	b.errFlag, b.sumsq, b.scratch, b.stage = 0, 0, 0, 0
 	return b.dev.Close()
 }
 
@@ -142,7 +146,7 @@ func (b *Backend) fail(err error) {
 func (b *Backend) Err() error { return b.err }
 
 // Sync waits for the device and returns the first error, including token
-// ids found out of range by a kernel.
+// ids and positions found out of range by a kernel.
 func (b *Backend) Sync() error {
 	if b.err != nil {
 		return b.err
@@ -156,10 +160,32 @@ func (b *Backend) Sync() error {
 		b.fail(fmt.Errorf("cuda: read error flag: %w", err))
 		return b.err
 	}
-	if flag&1 != 0 {
-		b.fail(fmt.Errorf("cuda: a kernel saw a token id outside [0,V): %w", gpu.ErrToken))
+	if err := flagError(flag); err != nil {
+		b.fail(err)
 	}
 	return b.err
+}
+
+// Bits of the device error word (TROUPE_ERR_* in kernels/common.cuh).
+const (
+	errFlagToken     = 1 // a token id outside [0,V)
+	errFlagRopePos   = 2 // RopeForward/RopeBackward: a position outside [0,maxPos)
+	errFlagDecodePos = 4 // GQAttentionDecode: a position outside [0,maxT)
+)
+
+// flagError turns the device error word into the error gpu/cpu reports for
+// the same input: ErrToken for ids, ErrShape for positions (the rotary
+// tables or the cache are too short).
+func flagError(flag uint32) error {
+	switch {
+	case flag&errFlagToken != 0:
+		return fmt.Errorf("cuda: a kernel saw a token id outside [0,V): %w", gpu.ErrToken)
+	case flag&errFlagRopePos != 0:
+		return gpu.ShapeError("RopeForward/RopeBackward", "a position in pos is outside [0,maxPos)")
+	case flag&errFlagDecodePos != 0:
+		return gpu.ShapeError("GQAttentionDecode", "a position in pos is outside [0,maxT)")
+	}
+	return nil
 }
 
 // ---- memory ----

@@ -111,3 +111,49 @@ func (b *Backend) AdamWUpdateBF16(master gpu.Buffer, params *BF16Buffer, grads, 
 	b.launch("adamw_update_bf16", b.elemGrid(N), b.elemBlock(),
 		append([]any{ptr(p), ptr(q), ptr(g), ptr(ms), ptr(vs), N}, hp...)...)
 }
+
+// UploadFromBF16 sets dst[:len(src)] to src widened to float32, where src
+// holds raw bf16 bits (as stored in safetensors BF16 tensors). It moves half
+// the bytes of Upload over the bus and widens on the device (kernel
+// bf16_to_float_kernel), in chunks through a fixed staging buffer.
+func (b *Backend) UploadFromBF16(dst gpu.Buffer, src []uint16) {
+	b.uploadHalf("UploadFromBF16", dst, src, func(d, s uintptr, n int) {
+		b.launch("bf16_to_float_kernel", b.elemGrid(n), b.elemBlock(), ptr(d), ptr(s), n)
+	})
+}
+
+// UploadFromF16 is UploadFromBF16 for IEEE fp16 bits (safetensors F16;
+// kernel f16_to_float_kernel, exact, as F16ToFloat32).
+func (b *Backend) UploadFromF16(dst gpu.Buffer, src []uint16) {
+	b.uploadHalf("UploadFromF16", dst, src, func(d, s uintptr, n int) {
+		b.launch("f16_to_float_kernel", b.elemGrid(n), b.elemBlock(), ptr(d), ptr(s), n)
+	})
+}
+
+// uploadHalf copies src to the device chunk by chunk and calls widen(dst
+// chunk, staging buffer, n) to convert each.
+func (b *Backend) uploadHalf(op string, dst gpu.Buffer, src []uint16, widen func(d, s uintptr, n int)) {
+	d := b.f(op, "dst", dst, len(src))
+	if b.err != nil || len(src) == 0 {
+		return
+	}
+	chunk := b.cfg.stageHalves
+	if b.stage == 0 {
+		p, err := b.dev.Alloc(2 * chunk)
+		if err != nil {
+			b.fail(fmt.Errorf("%s: staging buffer of %d values: %w: %v", op, chunk, ErrDevice, err))
+			return
+		}
+		b.stage = p
+	}
+	// The copy into the staging buffer and the kernel reading it are ordered
+	// on the one stream, so the next chunk's copy waits for the kernel.
+	for off := 0; off < len(src); off += chunk {
+		n := min(chunk, len(src)-off)
+		if err := b.dev.HtoD(b.stage, unsafe.Pointer(&src[off]), 2*n); err != nil {
+			b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
+			return
+		}
+		widen(d+uintptr(4*off), b.stage, n)
+	}
+}

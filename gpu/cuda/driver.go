@@ -39,6 +39,9 @@ type driverAPI struct {
 	memsetD32      func(dst uintptr, v uint32, n uint64) int32
 	launchKernel   func(fn uintptr, gx, gy, gz, bx, by, bz, smem uint32, stream uintptr, params, extra unsafe.Pointer) int32
 	getErrorString func(res int32, s **byte) int32
+	// deviceGetUUID is cuDeviceGetUuid_v2 (or cuDeviceGetUuid on drivers
+	// before 11.4); nil when the driver has neither.
+	deviceGetUUID func(uuid *[16]byte, dev int32) int32
 }
 
 const (
@@ -108,6 +111,12 @@ func bindDriver(name string) (*driverAPI, error) {
 		}
 		purego.RegisterFunc(s.fptr, sym)
 	}
+	for _, n := range []string{"cuDeviceGetUuid_v2", "cuDeviceGetUuid"} {
+		if sym, err := purego.Dlsym(h, n); err == nil {
+			purego.RegisterFunc(&api.deviceGetUUID, sym)
+			break
+		}
+	}
 	if r := api.init(0); r != 0 {
 		return nil, fmt.Errorf("%w: cuInit: %s", ErrUnavailable, api.errString(r))
 	}
@@ -138,6 +147,39 @@ type deviceInfo struct {
 	ordinal      int
 	name         string
 	major, minor int
+}
+
+// deviceUUIDs returns the UUID of every device the driver shows this process
+// (after CUDA_VISIBLE_DEVICES), in ordinal order, in NVML's text form
+// ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), so they can be compared with
+// the UUIDs the node's NVML inventory reports.
+func deviceUUIDs(api *driverAPI) ([]string, error) {
+	if api.deviceGetUUID == nil {
+		return nil, fmt.Errorf("%w: the driver has no cuDeviceGetUuid", ErrUnavailable)
+	}
+	var n int32
+	if err := api.check("cuDeviceGetCount", api.deviceGetCount(&n)); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	out := make([]string, n)
+	for i := range out {
+		var dev int32
+		if err := api.check("cuDeviceGet", api.deviceGet(&dev, int32(i))); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		var u [16]byte
+		if err := api.check("cuDeviceGetUuid", api.deviceGetUUID(&u, dev)); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		out[i] = formatUUID(u)
+	}
+	return out, nil
+}
+
+// formatUUID writes 16 bytes as NVML does: GPU-8-4-4-4-12 lowercase hex.
+func formatUUID(u [16]byte) string {
+	h := fmt.Sprintf("%x", u[:])
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // minDriverVersion is CUDA 11.8, whose PTX ISA (7.8) NVRTC 11.8 emits.

@@ -6,17 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"troupe/gpu/cuda/emu"
 )
 
-// This file builds the CUDA emulator (emu/cuda_emu.h + emu/emu_runtime.cpp
+// This file builds the CUDA emulator (emu/csrc/cuda_emu.h + emu/csrc/emu_runtime.cpp
 // + the unchanged kernels/*.cu) into a shared library with g++ and exposes
 // it as a device, so the whole Backend runs on the CPU in tests.
 
@@ -26,7 +26,7 @@ var (
 	emuErr  error
 	emuDir  string
 	// emuLibPath is the built library; it also exports a fake libcuda (see
-	// emu/fake_libcuda.cpp) for the driver-path test.
+	// emu/csrc/fake_libcuda.cpp) for the driver-path test.
 	emuLibPath string
 )
 
@@ -43,7 +43,7 @@ type emuAPI struct {
 }
 
 // errNoCompiler is returned when g++ is missing.
-var errNoCompiler = errors.New("g++ not found")
+var errNoCompiler = emu.ErrNoCompiler
 
 func TestMain(m *testing.M) {
 	// Start building the emulator while the NVRTC compile check runs.
@@ -70,84 +70,11 @@ func loadEmu(t testing.TB) *emuAPI {
 }
 
 func buildEmu() (*emuAPI, error) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoCompiler, err)
-	}
-	srcs, err := Sources()
+	lib, err := buildEmuLib()
 	if err != nil {
 		return nil, err
 	}
-	emuDir, err = os.MkdirTemp("", "troupe-cuda-emu-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	absKernels, _ := filepath.Abs("kernels")
-	absEmu, _ := filepath.Abs("emu")
-	// -O1: as fast as -O2 for these small launches, and the runtime's
-	// std::thread/std::barrier code compiles in half the time.
-	flags := []string{"-std=c++20", "-O1", "-fPIC", "-pthread", "-Wall", "-Wno-unknown-pragmas", "-Werror",
-		"-I", absEmu, "-I", absKernels}
-	// TROUPE_EMU_CXXFLAGS adds flags to every compile and the link, e.g.
-	// "-fsanitize=thread" (then run the test binary with libtsan preloaded).
-	extra := strings.Fields(os.Getenv("TROUPE_EMU_CXXFLAGS"))
-	flags = append(flags, extra...)
-	type unit struct{ src, obj string }
-	units := []unit{
-		{filepath.Join(absEmu, "emu_runtime.cpp"), filepath.Join(emuDir, "emu_runtime.o")},
-		{filepath.Join(absEmu, "fake_libcuda.cpp"), filepath.Join(emuDir, "fake_libcuda.o")},
-	}
-	for _, s := range srcs {
-		// One translation unit per .cu file: the unchanged source plus one
-		// registration line per kernel.
-		var sb strings.Builder
-		sb.WriteString("#include \"cuda_emu.h\"\n")
-		fmt.Fprintf(&sb, "#include \"%s\"\n", filepath.Join(absKernels, s.Name+".cu"))
-		for _, k := range s.Kernels {
-			fmt.Fprintf(&sb, "EMU_REGISTER(%s)\n", k)
-		}
-		cpp := filepath.Join(emuDir, s.Name+"_emu.cpp")
-		if err := os.WriteFile(cpp, []byte(sb.String()), 0o644); err != nil {
-			return nil, fmt.Errorf("write %s: %w", cpp, err)
-		}
-		units = append(units, unit{cpp, filepath.Join(emuDir, s.Name+".o")})
-	}
-	// The emulator's own self-test kernel (emu/selftest.cu).
-	self := filepath.Join(emuDir, "selftest_emu.cpp")
-	selfSrc := fmt.Sprintf("#include \"cuda_emu.h\"\n#include \"%s\"\nEMU_REGISTER(emu_selftest)\n", filepath.Join(absEmu, "selftest.cu"))
-	if err := os.WriteFile(self, []byte(selfSrc), 0o644); err != nil {
-		return nil, fmt.Errorf("write %s: %w", self, err)
-	}
-	units = append(units, unit{self, filepath.Join(emuDir, "selftest.o")})
-	// Two compiles at a time (the CI machine has two cores).
-	errs := make([]error, len(units))
-	sem := make(chan struct{}, 2)
-	var wg sync.WaitGroup
-	for i, u := range units {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			args := append(append([]string{}, flags...), "-c", u.src, "-o", u.obj)
-			if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("g++ %s: %v\n%s", filepath.Base(u.src), err, out)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	lib := filepath.Join(emuDir, "libtroupe_cuda_emu.so")
 	emuLibPath = lib
-	args := append([]string{"-shared", "-pthread", "-o", lib}, extra...)
-	for _, u := range units {
-		args = append(args, u.obj)
-	}
-	if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("link emulator: %v\n%s", err, out)
-	}
 	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("dlopen %s: %w", lib, err)
@@ -262,8 +189,9 @@ func (d *emuDevice) Sync() error  { return nil }
 func (d *emuDevice) Close() error { return nil }
 
 // emuLaunch is the launch configuration on the emulator: one OS thread per
-// CUDA thread, so blocks of 64 and few blocks per grid-stride launch.
-var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4}
+// CUDA thread, so blocks of 64 and few blocks per grid-stride launch; a
+// small staging buffer so the tests' 16-bit uploads go in several chunks.
+var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4, stageHalves: 5000}
 
 func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 	t.Helper()
@@ -279,4 +207,19 @@ func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 func newTestBackend(t testing.TB) *Backend {
 	b, _ := newEmuBackend(t)
 	return b
+}
+
+// buildEmuLib builds the emulator library (package emu) from this package's
+// kernel sources into a fresh temporary directory (emuDir).
+func buildEmuLib() (string, error) {
+	kernels, headers, err := EmulatorSources()
+	if err != nil {
+		return "", err
+	}
+	if emuDir, err = os.MkdirTemp("", "troupe-cuda-emu-"); err != nil {
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	// TROUPE_EMU_CXXFLAGS adds flags to every compile and the link, e.g.
+	// "-fsanitize=thread" (then run the test binary with libtsan preloaded).
+	return emu.Build(emuDir, kernels, headers, emu.Options{CXXFlags: strings.Fields(os.Getenv("TROUPE_EMU_CXXFLAGS"))})
 }

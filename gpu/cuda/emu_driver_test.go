@@ -9,7 +9,7 @@ import (
 
 // newFakeDriverBackend runs the production driver code (driver.go: purego
 // bindings, PTX module loading, cuLaunchKernel argument arrays) against the
-// fake libcuda in the emulator library (emu/fake_libcuda.cpp).
+// fake libcuda in the emulator library (emu/csrc/fake_libcuda.cpp).
 func newFakeDriverBackend(t *testing.T) *Backend {
 	t.Helper()
 	loadEmu(t)
@@ -79,6 +79,10 @@ func TestEmuDriverPath(t *testing.T) {
 
 func TestEmuDriverPolicyStep(t *testing.T) {
 	checkPolicySteps(t, newFakeDriverBackend(t))
+}
+
+func TestEmuDriverLlamaStep(t *testing.T) {
+	checkLlamaSteps(t, newFakeDriverBackend(t))
 }
 
 // TestEmuSelectCUDA checks Select's CUDA branches with the fake driver as

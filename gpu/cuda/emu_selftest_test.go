@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// TestEmuSelftest checks the emulator's execution model on emu/selftest.cu:
+// TestEmuSelftest checks the emulator's execution model on emu/csrc/selftest.cu:
 // shared memory is per block, __syncthreads orders writes, shuffles and
 // ballots exchange across lanes, and exited threads leave the barrier.
 func TestEmuSelftest(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 // Tests for a machine with an NVIDIA GPU (compute capability >= 8.0) and its
 // driver: go test -tags cudagpu ./gpu/cuda/...
 // ops_test.go runs every kernel against the CPU reference on device 0, and
-// TestGPUPolicyStep trains the policy on it against the CPU reference.
+// TestGPUPolicyStep and TestGPULlamaStep train the GPT and Llama policies on it
+// against the CPU reference.
 
 // newTestBackend opens CUDA device 0; without one the test fails (the tag
 // says a GPU is expected).
@@ -41,4 +42,8 @@ func TestGPUAvailable(t *testing.T) {
 
 func TestGPUPolicyStep(t *testing.T) {
 	checkPolicySteps(t, newTestBackend(t))
+}
+
+func TestGPULlamaStep(t *testing.T) {
+	checkLlamaSteps(t, newTestBackend(t))
 }

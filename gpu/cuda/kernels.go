@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"troupe/gpu/cuda/emu"
 )
 
 //go:generate go run ./internal/genptx
@@ -155,4 +157,26 @@ func parsePtxasLog(log string) []KernelResources {
 		}
 	}
 	return out
+}
+
+// EmulatorSources returns the kernels and headers in the form package emu
+// builds them, for tests that run the backend on the CPU emulator.
+func EmulatorSources() ([]emu.Kernel, []emu.File, error) {
+	srcs, err := Sources()
+	if err != nil {
+		return nil, nil, err
+	}
+	hs, err := Headers()
+	if err != nil {
+		return nil, nil, err
+	}
+	ks := make([]emu.Kernel, len(srcs))
+	for i, s := range srcs {
+		ks[i] = emu.Kernel{Name: s.Name, Code: s.Code, Entries: s.Kernels}
+	}
+	fs := make([]emu.File, len(hs))
+	for i, h := range hs {
+		fs[i] = emu.File{Name: h.Name, Code: h.Code}
+	}
+	return ks, fs, nil
 }

@@ -377,6 +377,54 @@ func TestOpBF16Path(t *testing.T) {
 	}
 }
 
+// TestOpHalfUpload widens every bf16 and every fp16 value on the device and
+// compares the bits with the host conversions (exact), through a view at an
+// offset and in several staging chunks.
+func TestOpHalfUpload(t *testing.T) {
+	e := newTestBackend(t)
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i*40503 + 7) // every value once, shuffled
+	}
+	const off = 3
+	buf, err := e.Alloc(len(src) + off + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := e.View(buf, off, len(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		upload func(gpu.Buffer, []uint16)
+		host   func(uint16) float32
+	}{
+		{"bf16", e.UploadFromBF16, BF16ToFloat32},
+		{"f16", e.UploadFromF16, F16ToFloat32},
+	} {
+		e.Zero(buf)
+		c.upload(dst, src)
+		got := make([]float32, len(src)+off+1)
+		e.Download(got, buf)
+		if err := e.Sync(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got[off-1] != 0 || got[len(got)-1] != 0 {
+			t.Fatalf("%s: wrote outside the view: %v %v", c.name, got[off-1], got[len(got)-1])
+		}
+		for i, h := range src {
+			if g, w := math.Float32bits(got[off+i]), math.Float32bits(c.host(h)); g != w {
+				t.Fatalf("%s[%d] of %#04x = %#08x, want %#08x", c.name, i, h, g, w)
+			}
+		}
+	}
+	e.UploadFromF16(dst, make([]uint16, len(src)+1))
+	if err := e.Err(); !errors.Is(err, gpu.ErrShape) {
+		t.Fatalf("upload longer than dst: %v, want ErrShape", err)
+	}
+}
+
 func TestOpTokenOutOfRange(t *testing.T) {
 	e := newTestBackend(t)
 	B, T, C, V := 1, 3, 8, 5

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,9 +32,11 @@ var ErrWrongPlatform = errors.New("binary is for another OS or architecture")
 // BinaryChunk is the upload chunk size (well under the gRPC message limit).
 const BinaryChunk = 1 << 20
 
-// HasBinaryRequest asks whether a node stores a binary.
+// HasBinaryRequest asks whether a node stores a binary (or, with Kind
+// "package", a working-directory archive).
 type HasBinaryRequest struct {
 	Hash string `msgpack:"hash"`
+	Kind string `msgpack:"kind,omitempty"`
 }
 
 // HasBinaryResponse answers HasBinaryRequest.
@@ -43,6 +48,7 @@ type HasBinaryResponse struct {
 // stores it.
 type PutBinaryRequest struct {
 	Hash   string `msgpack:"hash"`
+	Kind   string `msgpack:"kind,omitempty"` // "" (a binary) or "package"
 	Offset int64  `msgpack:"off"`
 	Data   []byte `msgpack:"data,omitempty"`
 	Final  bool   `msgpack:"final,omitempty"`
@@ -77,8 +83,19 @@ func (n *Node) BinaryPath(hash string) (string, error) {
 	return filepath.Join(dir, hash), nil
 }
 
+// storePath is where an upload of kind with hash is kept.
+func (n *Node) storePath(kind, hash string) (string, error) {
+	switch kind {
+	case "":
+		return n.BinaryPath(hash)
+	case kindPackage:
+		return n.PackagePath(hash)
+	}
+	return "", fmt.Errorf("upload of unknown kind %q (a newer client?)", kind)
+}
+
 func (c *controlImpl) hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error) {
-	p, err := c.node().BinaryPath(r.Hash)
+	p, err := c.node().storePath(r.Kind, r.Hash)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -88,9 +105,12 @@ func (c *controlImpl) hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasB
 
 func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutBinaryResponse, error) {
 	n := c.node()
-	p, err := n.BinaryPath(r.Hash)
+	p, err := n.storePath(r.Kind, r.Hash)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if r.Kind == kindPackage && r.Offset+int64(len(r.Data)) > MaxPackageBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "working dir %.12s: more than %d MiB", r.Hash, MaxPackageBytes>>20)
 	}
 	n.binMu.Lock()
 	defer n.binMu.Unlock()
@@ -126,7 +146,11 @@ func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutB
 	if err := f.Close(); err != nil {
 		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
 	}
-	if err := checkBinary(part, r.Hash); err != nil {
+	check := checkBinary
+	if r.Kind == kindPackage {
+		check = checkPackage
+	}
+	if err := check(part, r.Hash); err != nil {
 		os.Remove(part)
 		if errors.Is(err, ErrWrongPlatform) {
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -136,7 +160,7 @@ func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutB
 	if err := os.Rename(part, p); err != nil {
 		return nil, status.Errorf(codes.Internal, "store binary: %v", err)
 	}
-	n.log.Info("job binary stored", "hash", r.Hash[:12], "bytes", size)
+	n.log.Info("job upload stored", "kind", cmp.Or(r.Kind, "binary"), "hash", r.Hash[:12], "bytes", size)
 	return &PutBinaryResponse{Size: size}, nil
 }
 
@@ -154,7 +178,7 @@ func checkBinary(path, hash string) error {
 	if got := hex.EncodeToString(h.Sum(nil)); got != hash {
 		return fmt.Errorf("binary content has sha256 %s, not the announced %s", got[:12], hash[:12])
 	}
-	return CheckPlatform(path)
+	return checkPlatformAs(path, "the uploaded binary "+hash[:12])
 }
 
 // machines maps GOARCH to ELF machine types.
@@ -164,23 +188,26 @@ var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AA
 // CheckPlatform reads the executable's ELF header and refuses, with an
 // error wrapping ErrWrongPlatform, one built for another OS or
 // architecture than this process's.
-func CheckPlatform(path string) error {
+func CheckPlatform(path string) error { return checkPlatformAs(path, filepath.Base(path)) }
+
+// checkPlatformAs is CheckPlatform naming the file name in messages.
+func checkPlatformAs(path, name string) error {
 	f, err := elf.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: %s is not an ELF executable (built for another OS than %s?): %v", ErrWrongPlatform, filepath.Base(path), goruntime.GOOS, err)
+		return fmt.Errorf("%w: %s is %s", ErrWrongPlatform, name, DescribeFile(name, readHead(path)))
 	}
 	defer f.Close()
 	if goruntime.GOOS != "linux" {
 		return fmt.Errorf("%w: nodes on %s cannot run ELF job binaries", ErrWrongPlatform, goruntime.GOOS)
 	}
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
-		return fmt.Errorf("%w: %s is an ELF %v, not an executable", ErrWrongPlatform, filepath.Base(path), f.Type)
+		return fmt.Errorf("%w: %s is an ELF %v, not an executable", ErrWrongPlatform, name, f.Type)
 	}
 	if want, ok := machines[goruntime.GOARCH]; ok && f.Machine != want {
-		return fmt.Errorf("%w: %s is built for %v, this node is %s/%s", ErrWrongPlatform, filepath.Base(path), f.Machine, goruntime.GOOS, goruntime.GOARCH)
+		return fmt.Errorf("%w: %s is built for %v, this node is %s/%s: rebuild it with GOOS=%s GOARCH=%s go build", ErrWrongPlatform, name, f.Machine, goruntime.GOOS, goruntime.GOARCH, goruntime.GOOS, goruntime.GOARCH)
 	}
 	if f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {
-		return fmt.Errorf("%w: %s targets OS ABI %v, this node is linux", ErrWrongPlatform, filepath.Base(path), f.OSABI)
+		return fmt.Errorf("%w: %s targets OS ABI %v, this node is linux", ErrWrongPlatform, name, f.OSABI)
 	}
 	return nil
 }
@@ -203,8 +230,13 @@ func HashFile(path string) (string, error) {
 // at the client's first address, unless it has it already. It reports
 // whether bytes were sent.
 func (c *Client) UploadBinary(ctx context.Context, path, hash string) (sent bool, err error) {
+	return c.upload(ctx, "", path, hash)
+}
+
+// upload stores a file of kind on the node at the client's first address.
+func (c *Client) upload(ctx context.Context, kind, path, hash string) (sent bool, err error) {
 	has := new(HasBinaryResponse)
-	if err := c.invoke(ctx, "HasBinary", &HasBinaryRequest{Hash: hash}, has); err != nil {
+	if err := c.invoke(ctx, "HasBinary", &HasBinaryRequest{Hash: hash, Kind: kind}, has); err != nil {
 		return false, fmt.Errorf("upload binary: %w", err)
 	}
 	if has.Present {
@@ -224,7 +256,7 @@ func (c *Client) UploadBinary(ctx context.Context, path, hash string) (sent bool
 			return true, fmt.Errorf("upload binary: read %s: %w", path, rerr)
 		}
 		resp := new(PutBinaryResponse)
-		if err := c.invoke(ctx, "PutBinary", &PutBinaryRequest{Hash: hash, Offset: off, Data: buf[:k], Final: final}, resp); err != nil {
+		if err := c.invoke(ctx, "PutBinary", &PutBinaryRequest{Hash: hash, Kind: kind, Offset: off, Data: buf[:k], Final: final}, resp); err != nil {
 			return true, fmt.Errorf("upload binary %s: %w", filepath.Base(path), err)
 		}
 		off += int64(k)
@@ -232,4 +264,35 @@ func (c *Client) UploadBinary(ctx context.Context, path, hash string) (sent bool
 			return true, nil
 		}
 	}
+}
+
+// readHead returns the first bytes of a file (none if unreadable).
+func readHead(path string) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, 512)
+	n, _ := io.ReadFull(f, b)
+	return b[:n]
+}
+
+// CheckSubmittable is the client's check of a file given to troupe submit
+// as the driver binary: an ELF file passes (the node checks its platform);
+// anything else fails with an error wrapping ErrNotRunnable that says what
+// the file is and how to submit it (a script with --working-dir, Go
+// source with go run).
+func CheckSubmittable(path string) error {
+	head := readHead(path)
+	name := filepath.Base(path)
+	switch {
+	case bytes.HasPrefix(head, []byte(elf.ELFMAG)):
+		return nil
+	case bytes.HasPrefix(head, []byte("#!")):
+		line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+		return fmt.Errorf("%w: %s is a script (#!%s), and troupe submit BINARY runs a compiled program; submit the script with its directory: troupe submit --working-dir %s -- ./%s",
+			ErrNotRunnable, name, strings.TrimSpace(string(line)), filepath.Dir(path), name)
+	}
+	return fmt.Errorf("%w: %s is %s", ErrNotRunnable, name, DescribeFile(name, head))
 }

@@ -71,7 +71,7 @@ func TestUploadBinary(t *testing.T) {
 	pe := filepath.Join(t.TempDir(), "job.exe")
 	os.WriteFile(pe, append([]byte("MZ\x90\x00"), make([]byte, 4096)...), 0o700)
 	peHash, _ := HashFile(pe)
-	if _, err := c.UploadBinary(ctx, pe, peHash); err == nil || !strings.Contains(err.Error(), "not an ELF executable") {
+	if _, err := c.UploadBinary(ctx, pe, peHash); err == nil || !strings.Contains(err.Error(), "is a Windows (PE) executable, not one for this") {
 		t.Errorf("non-ELF binary: %v", err)
 	}
 	if _, err := c.UploadBinary(ctx, p, strings.Repeat("ab", 32)); err == nil || !strings.Contains(err.Error(), "sha256") {

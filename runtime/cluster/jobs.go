@@ -48,15 +48,21 @@ const (
 	JobMetaDriver = "driver"
 )
 
-// SubmitJobRequest asks a node to run an uploaded binary as a job's
-// driver.
+// SubmitJobRequest asks a node to run a job's driver: an uploaded binary
+// (Hash), or a command in an uploaded working directory (Package).
 type SubmitJobRequest struct {
 	// Hash is the sha256 of the binary, uploaded with UploadBinary.
-	Hash string `msgpack:"hash"`
+	Hash string `msgpack:"hash,omitempty"`
+	// Package is the sha256 of a working directory packed with PackDir
+	// and uploaded with UploadPackage; the job runs Program with Args in a
+	// fresh copy of it.
+	Package string `msgpack:"pkg,omitempty"`
 	// Name is a display name (optional); `troupe logs NAME` finds the
 	// latest job with it.
 	Name string `msgpack:"name,omitempty"`
-	// Program is the submitted file's name, for display.
+	// Program is the submitted file's name, for display; with Package, the
+	// command to run: a path in the working dir with a slash ("./run.sh"),
+	// or a program on the node's PATH ("go").
 	Program string `msgpack:"prog,omitempty"`
 	// Args are the driver's arguments.
 	Args []string `msgpack:"args,omitempty"`

@@ -53,7 +53,8 @@ type jobRecord struct {
 	ID        string   `json:"id"`
 	Name      string   `json:"name,omitempty"`
 	Program   string   `json:"program,omitempty"`
-	Hash      string   `json:"hash"`
+	Hash      string   `json:"hash,omitempty"`
+	Package   string   `json:"package,omitempty"`
 	Args      []string `json:"args,omitempty"`
 	PID       int      `json:"pid,omitempty"`
 	StartedAt int64    `json:"started_at"`
@@ -200,15 +201,19 @@ func writeJobRecord(path string, rec *jobRecord) error {
 	return os.Rename(tmp, path)
 }
 
-// run starts the driver process of a job.
-func (m *jobManager) run(id scheduler.JobID, dir, bin string, r *SubmitJobRequest) (*jobProc, error) {
+// run starts the driver process of a job: bin with the request's
+// arguments, in wd (the job's dir, or its unpacked working dir in it).
+func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRequest) (*jobProc, error) {
 	n := m.n
 	out, err := newJobLog(dir, DefaultJobLogBytes)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, r.Args...)
-	cmd.Dir = dir
+	if r.Package != "" {
+		cmd.Args[0] = r.Program // as typed: "./run.sh", "go"
+	}
+	cmd.Dir = wd
 	cmd.Env = driverEnv(os.Environ(), r.Env, []string{"TROUPE_ADDRESS=" + n.r.grpcAddr(), "TROUPE_TOKEN=" + n.cfg.Token, EnvJobID + "=" + string(id)})
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding the output pipes open does not hold the job
@@ -246,7 +251,7 @@ func (m *jobManager) run(id scheduler.JobID, dir, bin string, r *SubmitJobReques
 		out.Close()
 		return nil, fmt.Errorf("start driver: %w", err)
 	}
-	rec := &jobRecord{ID: string(id), Name: r.Name, Program: r.Program, Hash: r.Hash, Args: r.Args, PID: cmd.Process.Pid, StartedAt: time.Now().UnixNano()}
+	rec := &jobRecord{ID: string(id), Name: r.Name, Program: r.Program, Hash: r.Hash, Package: r.Package, Args: r.Args, PID: cmd.Process.Pid, StartedAt: time.Now().UnixNano()}
 	if err := writeJobRecord(filepath.Join(dir, "job.json"), rec); err != nil {
 		n.log.Warn("job record", "job", id, "err", err)
 	}

@@ -25,12 +25,18 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 	if err := checkSubmit(r); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	bin, err := n.BinaryPath(r.Hash)
+	var stored string // the binary, or the working dir's archive
+	var err error
+	if r.Package != "" {
+		stored, err = n.PackagePath(r.Package)
+	} else {
+		stored, err = n.BinaryPath(r.Hash)
+	}
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "binary %.12s is not stored on node %s: upload it first", r.Hash, n.cfg.NodeID)
+	if _, err := os.Stat(stored); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%.12s is not stored on node %s: upload it first", r.Hash+r.Package, n.cfg.NodeID)
 	}
 	jobsDir, err := m.jobsDir()
 	if err != nil {
@@ -44,6 +50,21 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, status.Errorf(codes.Internal, "job dir: %v", err)
 	}
+	bin, wd := stored, dir
+	if r.Package != "" {
+		now := time.Now()
+		os.Chtimes(stored, now, now) // recently used: pruned last
+		prunePackages(filepath.Dir(stored), keptPackages)
+		wd = filepath.Join(dir, "wd")
+		if err := unpackPackage(stored, wd); err != nil {
+			os.RemoveAll(dir)
+			return nil, status.Errorf(codes.Internal, "job %s: unpack working dir %.12s: %v", id, r.Package, err)
+		}
+		if bin, err = ResolveCommand(wd, r.Program); err != nil {
+			os.RemoveAll(dir)
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s: %v", n.cfg.NodeID, err)
+		}
+	}
 	entry := strings.TrimSpace(r.Program + " " + strings.Join(r.Args, " "))
 	meta := map[string]string{JobMetaNode: n.cfg.NodeID, JobMetaLease: "1"}
 	if r.Name != "" {
@@ -53,7 +74,7 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 		os.RemoveAll(dir)
 		return nil, status.Errorf(codes.Unavailable, "register job: %v", err)
 	}
-	if _, err := m.run(id, dir, bin, r); err != nil {
+	if _, err := m.run(id, dir, wd, bin, r); err != nil {
 		m.commitEnd(id, scheduler.JobFailed, "driver did not start: "+err.Error())
 		return nil, status.Errorf(codes.Internal, "job %s on node %s: %v", id, n.cfg.NodeID, err)
 	}
@@ -62,7 +83,17 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 
 // checkSubmit validates a submission's fields.
 func checkSubmit(r *SubmitJobRequest) error {
-	if !validHash(r.Hash) {
+	switch {
+	case r.Package != "" && r.Hash != "":
+		return fmt.Errorf("submit: a binary (%.12s) and a working dir (%.12s): give one", r.Hash, r.Package)
+	case r.Package != "":
+		if !validHash(r.Package) {
+			return fmt.Errorf("submit: working dir hash %q: want 64 hex digits (sha256)", r.Package)
+		}
+		if r.Program == "" {
+			return fmt.Errorf("submit: a working dir without a command to run in it")
+		}
+	case !validHash(r.Hash):
 		return fmt.Errorf("submit: binary hash %q: want 64 hex digits (sha256)", r.Hash)
 	}
 	if len(r.Name) > 128 || strings.ContainsFunc(r.Name, func(c rune) bool { return c < ' ' }) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"sort"
 	"strconv"
 	"sync"
@@ -164,6 +165,14 @@ func (n *Node) newMemberlist(r resolved) (*memberlist.Memberlist, error) {
 	c.Logger = log.New(newLogWriter(n.log, "memberlist"), "", 0)
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		// memberlist does not wrap its listen errors: probe the port to
+		// say which flag to change when it is taken.
+		addr := net.JoinHostPort(r.host, strconv.Itoa(r.gossipPort))
+		if l, perr := net.Listen("tcp", addr); perr != nil {
+			return nil, portError("gossip", "--gossip-port", addr, perr)
+		} else {
+			l.Close()
+		}
 		return nil, fmt.Errorf("gossip on %s:%s: %w", r.host, strconv.Itoa(r.gossipPort), err)
 	}
 	return ml, nil
@@ -296,7 +305,7 @@ func (n *Node) rejoinLoop() {
 	tick := time.NewTicker(base)
 	defer tick.Stop()
 	delay := base
-	var next time.Time
+	var next, warned time.Time
 	missing := false
 	for {
 		targets, alone := rejoinTargets(n.cfg.Role, n.cfg.NodeID, n.r.grpcAddr(), n.members.snapshot(), n.cfg.Join, n.loadPeers())
@@ -305,7 +314,7 @@ func (n *Node) rejoinLoop() {
 			if missing {
 				n.log.Info("gossip view whole again")
 			}
-			missing, delay, next = false, base, time.Time{}
+			missing, delay, next, warned = false, base, time.Time{}, time.Time{}
 		case time.Now().Before(next):
 		default:
 			if !missing {
@@ -315,10 +324,21 @@ func (n *Node) rejoinLoop() {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 			via, err := n.joinOnce(ctx, targets)
 			cancel()
-			if err != nil && !alone {
+			switch {
+			case err != nil && !alone:
 				delay = min(2*delay, 4*base)
 				n.log.Debug("rejoin failed", "via", targets, "err", err, "retry in", delay)
-			} else {
+			case err != nil:
+				// Alone, the node can do nothing but retry: say so once a
+				// minute, not at every attempt.
+				delay = base
+				if warned.IsZero() || time.Since(warned) >= time.Minute {
+					n.log.Warn("cannot reach any other node of the cluster: retrying", "via", targets, "every", base, "err", err)
+					warned = time.Now()
+				} else {
+					n.log.Debug("rejoin failed", "via", targets, "err", err)
+				}
+			default:
 				// Joined: memberlist settles who is alive (each side refutes
 				// the other's verdict); join again soon if it has not.
 				delay = base

@@ -21,7 +21,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,14 +99,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			n.Shutdown()
 		}
 	}()
+	// The gRPC port first: when another node holds it (and so, usually,
+	// the ports after it), the error names the port the user chose.
+	bind := net.JoinHostPort(hostOf(cfg.BindAddr), strconv.Itoa(r.grpcPort))
+	if n.grpcLn, err = net.Listen("tcp", bind); err != nil {
+		return nil, portError("gRPC", "--bind HOST:PORT", bind, err)
+	}
 	if cfg.Role.isServer() {
 		if err := n.startRaft(); err != nil {
 			return nil, err
 		}
-	}
-	bind := net.JoinHostPort(hostOf(cfg.BindAddr), strconv.Itoa(r.grpcPort))
-	if n.grpcLn, err = net.Listen("tcp", bind); err != nil {
-		return nil, fmt.Errorf("gRPC listen %s: %w", bind, err)
 	}
 	n.grpcSrv = transport.NewServer(transport.Options{Token: cfg.Token})
 	n.registerServices(n.grpcSrv)
@@ -143,6 +147,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ok = true
 	n.log.Info("node started", "role", cfg.Role, "grpc", r.grpcAddr(), "gossip", r.gossipAddr(), "raft", n.raftAddrOrNone())
 	return n, nil
+}
+
+// portError explains a port that could not be bound: in use (by another
+// troupe node or program) or not permitted, and which flag picks another.
+func portError(what, flag, addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("%s port: %s is already in use (another troupe node on this machine? each node needs its own gRPC port P and P+1, P+2): choose another with %s", what, addr, flag)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("%s port: not permitted to listen on %s (ports below 1024 need root): choose another with %s", what, addr, flag)
+	}
+	return fmt.Errorf("%s listen %s: %w", what, addr, err)
 }
 
 func hostOf(addr string) string {
@@ -187,9 +203,10 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("raft snapshots %s: %w", dir, err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(hostOf(n.cfg.BindAddr), strconv.Itoa(n.r.raftPort)))
+	raftBind := net.JoinHostPort(hostOf(n.cfg.BindAddr), strconv.Itoa(n.r.raftPort))
+	ln, err := net.Listen("tcp", raftBind)
 	if err != nil {
-		return fmt.Errorf("raft listen: %w", err)
+		return portError("raft", "--raft-port", raftBind, err)
 	}
 	adv, err := net.ResolveTCPAddr("tcp", n.r.raftAddr())
 	if err != nil {
@@ -235,8 +252,14 @@ func (n *Node) startRaft() error {
 // checks the token: a wrong token fails here, clearly) and joins gossip,
 // retrying until one of them answers or the timeout passes. Addresses that
 // are this node itself are skipped (only those given: nothing to join).
+//
+// A node that cannot be reached is reported once at WARN, then every 10 s
+// while retrying (backing off from 300 ms to 2 s), not at every attempt.
 func (n *Node) join(ctx context.Context, addrs []string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
+	delay := 300 * time.Millisecond
+	var lastLog time.Time
 	for {
 		via, err := n.joinOnce(ctx, addrs)
 		switch {
@@ -249,16 +272,28 @@ func (n *Node) join(ctx context.Context, addrs []string, timeout time.Duration) 
 			return err
 		}
 		if time.Now().After(deadline) {
-			return err
+			return fmt.Errorf("%w: no node at %s answered within %v (is the address right, and a node running there?): %v",
+				ErrJoin, strings.Join(addrs, ", "), timeout, err)
 		}
-		n.log.Info("waiting to join", "err", err)
+		if lastLog.IsZero() || time.Since(lastLog) >= 10*time.Second {
+			n.log.Warn("cannot reach the cluster yet: retrying", "join", strings.Join(addrs, ","), "elapsed", time.Since(start).Round(time.Second),
+				"timeout", timeout, "err", err)
+			lastLog = time.Now()
+		} else {
+			n.log.Debug("waiting to join", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("join: %w", ctx.Err())
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, 2*time.Second)
 	}
 }
+
+// ErrJoin: a starting node could not reach any of its join addresses
+// within Config.JoinTimeout.
+var ErrJoin = errors.New("cannot join the cluster")
 
 func (n *Node) peerInfo(ctx context.Context, addr string) (*InfoResponse, error) {
 	cc, err := n.peers.get(addr)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 	"troupe/internal/testnet"
@@ -126,12 +128,13 @@ func TestInProcessCluster(t *testing.T) {
 	for _, s := range append(servers, head) {
 		waitFor(t, "replication to "+s.ID(), 5*time.Second, func() bool { return len(s.Status().Actors) == 2 })
 	}
-	// Stop the worker: draining, then dead once it left gossip.
+	// Stop the worker: draining, then drained (not dead: it left on purpose)
+	// once it left gossip.
 	if _, err := NewClientMust(t, worker.Addr(), tok).Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	worker.Shutdown()
-	waitFor(t, "worker dead after leaving", 5*time.Second, func() bool { return nodeState(head.Status(), "w1") == "dead" })
+	waitFor(t, "worker drained after leaving", 5*time.Second, func() bool { return nodeState(head.Status(), "w1") == NodeDrained })
 	st := head.Status()
 	for _, a := range st.Actors {
 		if a.ID == "a1" && a.State != "DEAD" && a.State != "RESTARTING" && a.State != "PENDING" {
@@ -205,5 +208,43 @@ func TestCreateActorsIdempotent(t *testing.T) {
 	st := head.Status()
 	if len(st.Actors) != 1 || st.Nodes[0].Used.MilliCPU != 500 {
 		t.Fatalf("after retry: %d actors, %d milli-CPU used", len(st.Actors), st.Nodes[0].Used.MilliCPU)
+	}
+}
+
+// TestStartPortErrors: a taken port is reported as the port the user
+// chose, with the flag that picks another; an unreachable join address
+// fails after JoinTimeout naming the address.
+func TestStartPortErrors(t *testing.T) {
+	const tok = "ports"
+	head := startNode(t, testConfig(t, "head", RoleHead, tok))
+	// Another server on the head's gRPC port (its raft port is taken too):
+	// the gRPC port is the one named.
+	c := testConfig(t, "s2", RoleHead, tok)
+	c.BindAddr = head.Addr()
+	_, err := Start(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "gRPC port: "+head.Addr()+" is already in use") || !strings.Contains(err.Error(), "--bind") {
+		t.Errorf("second node on the head's gRPC port: %v", err)
+	}
+	// A raft port taken by something else.
+	c = testConfig(t, "s3", RoleHead, tok)
+	l, lerr := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.RaftPort))
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	defer l.Close()
+	if _, err := Start(context.Background(), c); err == nil || !strings.Contains(err.Error(), "raft port") || !strings.Contains(err.Error(), "--raft-port") {
+		t.Errorf("raft port taken: %v", err)
+	}
+	// Nobody at the join address.
+	c = testConfig(t, "w", RoleWorker, tok)
+	c.Join = []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	c.JoinTimeout = 700 * time.Millisecond
+	begin := time.Now()
+	_, err = Start(context.Background(), c)
+	if !errors.Is(err, ErrJoin) || !strings.Contains(err.Error(), c.Join[0]) || !strings.Contains(err.Error(), "700ms") {
+		t.Errorf("unreachable join address: %v", err)
+	}
+	if took := time.Since(begin); took < c.JoinTimeout || took > 10*time.Second {
+		t.Errorf("gave up after %v with a %v join timeout", took, c.JoinTimeout)
 	}
 }

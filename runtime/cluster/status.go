@@ -48,15 +48,24 @@ type RaftServer struct {
 
 // NodeView is one node.
 type NodeView struct {
-	ID      string              `msgpack:"id" json:"id"`
-	Address string              `msgpack:"addr" json:"address"`
-	Role    string              `msgpack:"role" json:"role"`
-	State   string              `msgpack:"state" json:"state"`
-	Total   scheduler.Resources `msgpack:"total" json:"total"`
-	Used    scheduler.Resources `msgpack:"used" json:"used"`
-	GPUs    []scheduler.GPU     `msgpack:"gpus,omitempty" json:"gpus,omitempty"`
-	Labels  map[string]string   `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	ID      string `msgpack:"id" json:"id"`
+	Address string `msgpack:"addr" json:"address"`
+	Role    string `msgpack:"role" json:"role"`
+	// State is alive, suspect, draining, dead (lost) or drained (left
+	// after troupe stop).
+	State  string              `msgpack:"state" json:"state"`
+	Total  scheduler.Resources `msgpack:"total" json:"total"`
+	Used   scheduler.Resources `msgpack:"used" json:"used"`
+	GPUs   []scheduler.GPU     `msgpack:"gpus,omitempty" json:"gpus,omitempty"`
+	Labels map[string]string   `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	// Cause says why the node is not alive.
+	Cause string `msgpack:"cause,omitempty" json:"cause,omitempty"`
+	// UpdatedAt is when its state last changed (Unix nanoseconds).
+	UpdatedAt int64 `msgpack:"updated,omitempty" json:"updated_at,omitempty"`
 }
+
+// NodeDrained is the NodeView state of a node that left after draining.
+const NodeDrained = "drained"
 
 // ActorView is one actor.
 type ActorView struct {
@@ -73,6 +82,17 @@ type ActorView struct {
 	// Address is where the running actor's worker serves calls.
 	Address string `msgpack:"addr,omitempty" json:"address,omitempty"`
 	Pending string `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
+	// Job is the job that created the actor.
+	Job         string `msgpack:"job,omitempty" json:"job,omitempty"`
+	MaxRestarts int    `msgpack:"maxrestarts,omitempty" json:"max_restarts,omitempty"`
+	Detached    bool   `msgpack:"detached,omitempty" json:"detached,omitempty"`
+	// Group and Bundle place the actor in a placement group's bundle.
+	Group  string `msgpack:"group,omitempty" json:"placement_group,omitempty"`
+	Bundle *int   `msgpack:"bundle,omitempty" json:"bundle,omitempty"`
+	// CreatedAt and UpdatedAt are Unix nanoseconds of its creation and
+	// last change (its death, for a dead actor).
+	CreatedAt int64 `msgpack:"created,omitempty" json:"created_at,omitempty"`
+	UpdatedAt int64 `msgpack:"updated,omitempty" json:"updated_at,omitempty"`
 }
 
 // GroupView is one placement group.
@@ -83,6 +103,12 @@ type GroupView struct {
 	State    string   `msgpack:"state" json:"state"`
 	Bundles  []string `msgpack:"bundles" json:"bundles"` // "node-1 gpus=[0 1]" per bundle, "" while waiting
 	Pending  string   `msgpack:"pending,omitempty" json:"pending_reason,omitempty"`
+	// BundleResources is what each bundle reserves.
+	BundleResources []scheduler.Resources `msgpack:"bres,omitempty" json:"bundle_resources,omitempty"`
+	Job             string                `msgpack:"job,omitempty" json:"job,omitempty"`
+	Detached        bool                  `msgpack:"detached,omitempty" json:"detached,omitempty"`
+	CreatedAt       int64                 `msgpack:"created,omitempty" json:"created_at,omitempty"`
+	UpdatedAt       int64                 `msgpack:"updated,omitempty" json:"updated_at,omitempty"`
 }
 
 // MaxStatusActors bounds the actors listed in a ClusterStatus.
@@ -95,9 +121,7 @@ const roleLabel = "troupe.role"
 func viewState(st *scheduler.State, out *ClusterStatus) {
 	out.AppliedIndex = st.AppliedIndex()
 	for _, n := range st.Nodes() {
-		used := n.Total.Sub(n.Free)
-		out.Nodes = append(out.Nodes, NodeView{ID: string(n.ID), Address: n.Address, Role: n.Labels[roleLabel], State: n.State.String(),
-			Total: n.Total.Clone(), Used: used, GPUs: append([]scheduler.GPU(nil), n.GPUs...), Labels: copyLabels(n.Labels)})
+		out.Nodes = append(out.Nodes, nodeView(n))
 	}
 	out.ActorsByState = map[string]int{}
 	for _, a := range st.Actors() {
@@ -109,22 +133,45 @@ func viewState(st *scheduler.State, out *ClusterStatus) {
 		}
 	}
 	for _, g := range st.Groups() {
-		gv := GroupView{ID: string(g.Spec.ID), Name: g.Spec.Name, Strategy: g.Spec.Strategy.String(), State: g.State.String(), Pending: g.PendingReason}
-		for _, b := range g.Bundles {
-			s := ""
-			if b.Node != "" {
-				s = scheduler.Placement{Node: b.Node, GPUs: b.GPUs, Bundle: scheduler.AnyBundle}.String()
-			}
-			gv.Bundles = append(gv.Bundles, s)
-		}
-		out.Groups = append(out.Groups, gv)
+		out.Groups = append(out.Groups, groupView(g))
 	}
 }
 
+func nodeView(n *scheduler.Node) NodeView {
+	state := n.State.String()
+	if n.State == scheduler.NodeDead && n.Drained {
+		state = NodeDrained
+	}
+	return NodeView{ID: string(n.ID), Address: n.Address, Role: n.Labels[roleLabel], State: state,
+		Total: n.Total.Clone(), Used: n.Total.Sub(n.Free), GPUs: append([]scheduler.GPU(nil), n.GPUs...), Labels: copyLabels(n.Labels),
+		Cause: n.Cause, UpdatedAt: n.UpdatedAt}
+}
+
+func groupView(g *scheduler.PlacementGroup) GroupView {
+	gv := GroupView{ID: string(g.Spec.ID), Name: g.Spec.Name, Strategy: g.Spec.Strategy.String(), State: g.State.String(), Pending: g.PendingReason,
+		Job: string(g.Spec.JobID), Detached: g.Spec.Detached, CreatedAt: g.CreatedAt, UpdatedAt: g.UpdatedAt}
+	for _, b := range g.Bundles {
+		s := ""
+		if b.Node != "" {
+			s = scheduler.Placement{Node: b.Node, GPUs: b.GPUs, Bundle: scheduler.AnyBundle}.String()
+		}
+		gv.Bundles = append(gv.Bundles, s)
+		gv.BundleResources = append(gv.BundleResources, b.Resources.Clone())
+	}
+	return gv
+}
+
 func actorView(a *scheduler.Actor) ActorView {
-	return ActorView{ID: string(a.Spec.ID), Namespace: a.Spec.Namespace, Name: a.Spec.Name, Class: a.Spec.Class, State: a.State.String(),
+	v := ActorView{ID: string(a.Spec.ID), Namespace: a.Spec.Namespace, Name: a.Spec.Name, Class: a.Spec.Class, State: a.State.String(),
 		Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: a.Spec.Request.Resources.Clone(), Restarts: a.Restarts,
-		Death: a.DeathCause, Address: a.Address, Pending: a.PendingReason}
+		Death: a.DeathCause, Address: a.Address, Pending: a.PendingReason,
+		Job: string(a.Spec.JobID), MaxRestarts: a.Spec.MaxRestarts, Detached: a.Spec.Detached, Group: string(a.Spec.Request.Group),
+		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+	if a.Spec.Request.Group != "" {
+		b := a.Bundle
+		v.Bundle = &b
+	}
+	return v
 }
 
 func copyLabels(m map[string]string) map[string]string {

@@ -80,6 +80,12 @@ type workerSet struct {
 	idleSince map[scheduler.JobID]time.Time
 	closing   bool
 
+	// The call counts each live worker reported last, and the sum of
+	// those of workers that exited (worker_stats.go).
+	statsMu      sync.Mutex
+	lastCalls    map[*worker.Proc][]worker.CallStats
+	retiredCalls []worker.CallStats
+
 	// Start reports waiting to be committed, and whether a goroutine is
 	// committing them (reportStarted).
 	rmu       sync.Mutex
@@ -97,7 +103,7 @@ const idleExit = 2 * time.Second
 func newWorkerSet(n *Node) *workerSet {
 	return &workerSet{n: n, startProc: worker.Start, procs: map[scheduler.JobID]*worker.Proc{}, launching: map[scheduler.JobID]*launch{},
 		actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{},
-		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}}
+		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}, lastCalls: map[*worker.Proc][]worker.CallStats{}}
 }
 
 // workerLoop starts what the committed state places on this node and ends
@@ -324,6 +330,7 @@ func (w *workerSet) start(a *scheduler.Actor) {
 		return
 	}
 	info := actors.ActorInfo{ID: string(id), Name: a.Spec.Name, Node: n.cfg.NodeID, GPUs: scheduler.GPUIndices(a.GPUs), Restarts: inc}
+	info.GPUUUIDs, info.SimulatedGPUs = n.gpuIdentity(info.GPUs)
 	if g := a.Spec.Request.Group; g != "" {
 		info.PlacementGroup, info.Bundle = string(g), a.Bundle
 	}
@@ -502,6 +509,9 @@ func (w *workerSet) launchProc(job scheduler.JobID, l *Launch) (*worker.Proc, er
 			}
 			closing := w.closing
 			w.mu.Unlock()
+			if p != nil {
+				w.retire(p)
+			}
 			w.n.log.Warn("worker process ended", "job", job, "cause", cause, "actors", len(lost))
 			if !closing {
 				go func() {
@@ -586,4 +596,25 @@ func (w *workerSet) stopAll() {
 		go func() { defer wg.Done(); p.Stop(2 * time.Second) }()
 	}
 	wg.Wait()
+}
+
+// gpuIdentity returns the NVML UUIDs of the node's GPUs with the given
+// indices (nil if any is unknown) and whether the node's GPUs are simulated.
+func (n *Node) gpuIdentity(idx []int) ([]string, bool) {
+	if len(idx) == 0 {
+		return nil, false
+	}
+	sim := n.cfg.Labels["troupe.gpus"] == "simulated"
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		for _, g := range n.cfg.GPUs {
+			if g.Index == x {
+				out[i] = g.UUID
+			}
+		}
+		if out[i] == "" {
+			return nil, sim
+		}
+	}
+	return out, sim
 }

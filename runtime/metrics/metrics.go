@@ -1,12 +1,16 @@
 // Package metrics is a troupe node's Prometheus instrumentation: one
 // registry per node served at /metrics, with GPU gauges (read from the GPU
-// sampler at scrape time), actor counts by state, actor call rates and
-// latencies, and raft leadership and commit index. Other runtime packages
-// set the non-GPU metrics through the Registry's setters, so they never
-// import the Prometheus client themselves.
+// sampler at scrape time), under troupe's names and also under the NVIDIA
+// DCGM exporter's names and labels so that its stock Grafana dashboards
+// work; actor and node counts by state; actor calls per type and method
+// with their latency (gathered from the worker processes at scrape time);
+// and raft leadership, term and commit index. Other runtime packages set
+// the non-GPU metrics through the Registry's setters, so they never import
+// the Prometheus client themselves.
 package metrics
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"troupe/gpu"
+	"troupe/runtime/worker"
 )
 
 // Namespace prefixes every troupe metric.
@@ -27,14 +32,13 @@ const Namespace = "troupe"
 // Registry holds a node's metrics. The zero value is not usable; call New.
 // Its methods are safe for concurrent use.
 type Registry struct {
-	node        string
-	reg         *prometheus.Registry
-	actors      *prometheus.GaugeVec
-	calls       *prometheus.CounterVec
-	callLatency *prometheus.HistogramVec
-	raftLeader  prometheus.Gauge
-	raftCommit  prometheus.Gauge
-	raftTerm    prometheus.Gauge
+	node       string
+	reg        *prometheus.Registry
+	actors     *prometheus.GaugeVec
+	nodes      *prometheus.GaugeVec
+	raftLeader prometheus.Gauge
+	raftCommit prometheus.Gauge
+	raftTerm   prometheus.Gauge
 }
 
 // ErrRegister reports a collector that could not be registered (for
@@ -42,25 +46,18 @@ type Registry struct {
 var ErrRegister = errors.New("metrics: register collector")
 
 // New returns a registry for node, with the Go runtime and process
-// collectors and the actor, call and raft metrics (all labelled node).
+// collectors and the actor, node and raft metrics (all labelled node).
 func New(node string) *Registry {
 	nl := prometheus.Labels{"node": node}
 	r := &Registry{node: node, reg: prometheus.NewRegistry()}
 	r.actors = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "actors", ConstLabels: nl,
-		Help: "Actors on this node by state (pending, alive, restarting, dead).",
+		Help: "Actors of the cluster by state (PENDING, ALIVE, RESTARTING, DEAD), as this node's copy of the state shows them.",
 	}, []string{"state"})
-	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: Namespace, Name: "actor_calls_total", ConstLabels: nl,
-		Help: "Actor method calls served, by method and outcome (ok or error).",
-	}, []string{"method", "outcome"})
-	r.callLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: Namespace, Name: "actor_call_duration_seconds", ConstLabels: nl,
-		Help: "Latency of actor method calls, by method.",
-		// 50 µs .. ~100 s: actor calls range from in-process pings to
-		// training steps.
-		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 11),
-	}, []string{"method"})
+	r.nodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "nodes", ConstLabels: nl,
+		Help: "Nodes of the cluster by state (alive, suspect, draining, dead, drained), as this node's copy of the state shows them.",
+	}, []string{"state"})
 	r.raftLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "raft", Name: "leader", ConstLabels: nl,
 		Help: "1 if this node is the raft leader, else 0.",
@@ -73,7 +70,7 @@ func New(node string) *Registry {
 		Namespace: Namespace, Subsystem: "raft", Name: "term", ConstLabels: nl,
 		Help: "Current raft term seen by this node.",
 	})
-	r.reg.MustRegister(r.actors, r.calls, r.callLatency, r.raftLeader, r.raftCommit, r.raftTerm,
+	r.reg.MustRegister(r.actors, r.nodes, r.raftLeader, r.raftCommit, r.raftTerm,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -104,15 +101,67 @@ func (r *Registry) SetActorCounts(counts map[string]int) {
 	}
 }
 
-// ObserveCall records one actor call of method that took d; err decides
-// the outcome label.
-func (r *Registry) ObserveCall(method string, d time.Duration, err error) {
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
+// SetNodeCounts replaces the node counts by state.
+func (r *Registry) SetNodeCounts(counts map[string]int) {
+	r.nodes.Reset()
+	for s, n := range counts {
+		r.nodes.WithLabelValues(s).Set(float64(n))
 	}
-	r.calls.WithLabelValues(method, outcome).Inc()
-	r.callLatency.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// CallSource returns the calls served by a node's actors, cumulative per
+// actor type and method (cluster.Node.WorkerStats sums them over its
+// worker processes).
+type CallSource func(ctx context.Context) []worker.CallStats
+
+// callScrapeTimeout bounds how long a scrape waits for the call counts.
+const callScrapeTimeout = 3 * time.Second
+
+// RegisterCalls exports the calls src reports as troupe_actor_calls_total
+// (labelled class, method and outcome ok or error) and the histogram
+// troupe_actor_call_duration_seconds (class, method), read at scrape time.
+func (r *Registry) RegisterCalls(src CallSource) error {
+	if err := r.reg.Register(&callCollector{node: r.node, src: src}); err != nil {
+		return fmt.Errorf("%w: calls of node %s: %v", ErrRegister, r.node, err)
+	}
+	return nil
+}
+
+var (
+	descCalls = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "actor", "calls_total"),
+		"Actor method calls served by this node's worker processes, by actor type, method and outcome (ok or error).",
+		[]string{"node", "class", "method", "outcome"}, nil)
+	descCallSeconds = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "actor", "call_duration_seconds"),
+		"How long actor methods ran in this node's worker processes (argument decoding and result encoding included), by actor type and method.",
+		[]string{"node", "class", "method"}, nil)
+)
+
+type callCollector struct {
+	node string
+	src  CallSource
+}
+
+func (c *callCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCalls; ch <- descCallSeconds }
+
+func (c *callCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), callScrapeTimeout)
+	defer cancel()
+	for _, cs := range c.src(ctx) {
+		ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(cs.OK), c.node, cs.Class, cs.Method, "ok")
+		ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(cs.Errors), c.node, cs.Class, cs.Method, "error")
+		buckets := make(map[float64]uint64, len(worker.CallBuckets))
+		for i, ub := range worker.CallBuckets {
+			if i < len(cs.Buckets) {
+				buckets[ub] = cs.Buckets[i]
+			}
+		}
+		h, err := prometheus.NewConstHistogram(descCallSeconds, cs.OK+cs.Errors, cs.Seconds, buckets, c.node, cs.Class, cs.Method)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descCallSeconds, err)
+			continue
+		}
+		ch <- h
+	}
 }
 
 // SetRaft records this node's raft view.
@@ -133,11 +182,23 @@ type GPUSource interface {
 	Latest() []gpu.Sample
 }
 
+// GPUOptions configure RegisterGPUs.
+type GPUOptions struct {
+	// SkipDCGM leaves out the DCGM-named copies of the gauges (for a node
+	// where NVIDIA's dcgm-exporter runs too).
+	SkipDCGM bool
+}
+
 // RegisterGPUs adds gauges for the GPUs of src, labelled node, gpu (index),
 // uuid, actor (the holders' names joined by "+", empty if none) and
-// simulated ("true"/"false").
-func (r *Registry) RegisterGPUs(src GPUSource) error {
-	if err := r.reg.Register(newGPUCollector(r.node, src)); err != nil {
+// simulated ("true"/"false"), and, unless o.SkipDCGM, the same readings
+// under the DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ..._FB_USED, ...)
+// and labels (gpu, UUID, device, modelName, Hostname = the node ID,
+// pci_bus_id).
+func (r *Registry) RegisterGPUs(src GPUSource, o GPUOptions) error {
+	c := newGPUCollector(r.node, src)
+	c.dcgm = !o.SkipDCGM
+	if err := r.reg.Register(c); err != nil {
 		return fmt.Errorf("%w: GPUs of node %s: %v", ErrRegister, r.node, err)
 	}
 	return nil
@@ -162,9 +223,32 @@ var (
 	descInfo     = gpuDesc("info", "Static GPU description; always 1.", "name", "pci_bus_id")
 )
 
+// The DCGM exporter's names and labels for the same readings, so NVIDIA's
+// Grafana dashboard (grafana.com 12239) works on troupe's /metrics.
+// DCGM_FI_PROF_GR_ENGINE_ACTIVE, a profiling metric, is approximated by
+// NVML's utilization.gpu (the share of time a kernel ran); clocks and
+// tensor-pipe activity are not sampled.
+var dcgmLabels = []string{"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id", "simulated"}
+
+func dcgmDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, dcgmLabels, nil)
+}
+
+var (
+	dcgmGPUUtil     = dcgmDesc("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).")
+	dcgmMemCopyUtil = dcgmDesc("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).")
+	dcgmFBUsed      = dcgmDesc("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).")
+	dcgmFBFree      = dcgmDesc("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).")
+	dcgmPower       = dcgmDesc("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")
+	dcgmPowerLimit  = dcgmDesc("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Current Power limit for the device (in W).")
+	dcgmTemp        = dcgmDesc("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).")
+	dcgmGREngine    = dcgmDesc("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active (0-1; approximated by NVML utilization.gpu).")
+)
+
 type gpuCollector struct {
 	node string
 	src  GPUSource
+	dcgm bool
 }
 
 func newGPUCollector(node string, src GPUSource) *gpuCollector {
@@ -174,6 +258,46 @@ func newGPUCollector(node string, src GPUSource) *gpuCollector {
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSMUtil, descMemUtil, descMemUsed, descMemTotal, descPower, descPowerMax, descTemp, descHolder, descHolderSM, descInfo} {
 		ch <- d
+	}
+	if c.dcgm {
+		for _, d := range []*prometheus.Desc{dcgmGPUUtil, dcgmMemCopyUtil, dcgmFBUsed, dcgmFBFree, dcgmPower, dcgmPowerLimit, dcgmTemp, dcgmGREngine} {
+			ch <- d
+		}
+	}
+}
+
+// collectDCGM sends one GPU's readings under the DCGM exporter's names.
+func (c *gpuCollector) collectDCGM(ch chan<- prometheus.Metric, d gpu.DeviceInfo, s gpu.Sample) {
+	lv := []string{strconv.Itoa(d.Index), d.UUID, "nvidia" + strconv.Itoa(d.Index), d.Name, c.node, d.PCIBusID, strconv.FormatBool(d.Simulated || s.Simulated)}
+	gauge := func(desc *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, lv...)
+	}
+	const mib = 1 << 20
+	if s.SMUtil != nil {
+		gauge(dcgmGPUUtil, float64(*s.SMUtil))
+		gauge(dcgmGREngine, float64(*s.SMUtil)/100)
+	}
+	if s.MemUtil != nil {
+		gauge(dcgmMemCopyUtil, float64(*s.MemUtil))
+	}
+	total := s.MemoryTotal
+	if total == nil {
+		total = d.MemoryTotal
+	}
+	if s.MemoryUsed != nil {
+		gauge(dcgmFBUsed, float64(*s.MemoryUsed/mib))
+		if total != nil && *total >= *s.MemoryUsed {
+			gauge(dcgmFBFree, float64((*total-*s.MemoryUsed)/mib))
+		}
+	}
+	if s.PowerWatts != nil {
+		gauge(dcgmPower, *s.PowerWatts)
+	}
+	if d.PowerLimitWatts != nil {
+		gauge(dcgmPowerLimit, *d.PowerLimitWatts)
+	}
+	if s.TemperatureC != nil {
+		gauge(dcgmTemp, float64(*s.TemperatureC))
 	}
 }
 
@@ -225,5 +349,8 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		gauge(descInfo, 1, d.Name, d.PCIBusID)
+		if c.dcgm {
+			c.collectDCGM(ch, d, s)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"troupe/gpu"
+	"troupe/runtime/worker"
 )
 
 // scrape fetches /metrics through HTTP and parses the text format.
@@ -84,17 +86,22 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 	sampler.SampleOnce()
 
 	r := New("node-1")
-	if err := r.RegisterGPUs(sampler); err != nil {
+	if err := r.RegisterGPUs(sampler, GPUOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RegisterGPUs(sampler); !errors.Is(err, ErrRegister) {
+	if err := r.RegisterGPUs(sampler, GPUOptions{}); !errors.Is(err, ErrRegister) {
 		t.Errorf("second RegisterGPUs err = %v, want ErrRegister", err)
 	}
 	r.SetActorCounts(map[string]int{"alive": 3, "pending": 1})
 	r.SetActorCounts(map[string]int{"alive": 4}) // pending emptied
-	r.ObserveCall("Generate", 2*time.Millisecond, nil)
-	r.ObserveCall("Generate", 3*time.Millisecond, errors.New("boom"))
-	r.ObserveCall("Train", 2*time.Second, nil)
+	r.SetNodeCounts(map[string]int{"alive": 2, "drained": 1})
+	calls := []worker.CallStats{
+		{Class: "Policy", Method: "Generate", OK: 1, Errors: 1, Seconds: 0.005, Buckets: []uint64{0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2}},
+		{Class: "Policy", Method: "Train", OK: 1, Seconds: 2, Buckets: []uint64{0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1}},
+	}
+	if err := r.RegisterCalls(func(context.Context) []worker.CallStats { return calls }); err != nil {
+		t.Fatal(err)
+	}
 	r.SetRaft(true, 3, 1234)
 
 	fams := scrape(t, r)
@@ -142,12 +149,32 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 			}
 		}
 	}
-	if v := find(t, fams, "troupe_actor_calls_total", map[string]string{"method": "Generate", "outcome": "error"}).GetCounter().GetValue(); v != 1 {
+	if v := find(t, fams, "troupe_nodes", map[string]string{"state": "drained"}).GetGauge().GetValue(); v != 1 {
+		t.Errorf("drained nodes = %v", v)
+	}
+	if v := find(t, fams, "troupe_actor_calls_total", map[string]string{"node": "node-1", "class": "Policy", "method": "Generate", "outcome": "error"}).GetCounter().GetValue(); v != 1 {
 		t.Errorf("Generate errors = %v", v)
 	}
 	h := find(t, fams, "troupe_actor_call_duration_seconds", map[string]string{"method": "Generate"}).GetHistogram()
-	if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0049 || h.GetSampleSum() > 0.0051 {
-		t.Errorf("Generate latency histogram count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
+	if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0049 || h.GetSampleSum() > 0.0051 || len(h.Bucket) < 11 || h.Bucket[3].GetCumulativeCount() != 2 {
+		t.Errorf("Generate latency histogram %v", h)
+	}
+
+	// The same GPU readings under the DCGM exporter's names and labels.
+	dl := map[string]string{"gpu": "2", "UUID": inv.Devices()[2].UUID, "device": "nvidia2", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-1"}
+	for name, want := range map[string]float64{"DCGM_FI_DEV_GPU_UTIL": 60, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.6, "DCGM_FI_DEV_MEM_COPY_UTIL": 30,
+		"DCGM_FI_DEV_POWER_USAGE": 448, "DCGM_FI_DEV_GPU_TEMP": 57} {
+		if v := find(t, fams, name, dl).GetGauge().GetValue(); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	used := find(t, fams, "DCGM_FI_DEV_FB_USED", dl).GetGauge().GetValue()
+	free := find(t, fams, "DCGM_FI_DEV_FB_FREE", dl).GetGauge().GetValue()
+	if used+free < 81919 || used+free > 81920 {
+		t.Errorf("framebuffer used %v + free %v MiB, want the 80 GiB total", used, free)
+	}
+	if n := len(fams["DCGM_FI_DEV_FB_FREE"].Metric); n != 8 {
+		t.Errorf("%d DCGM_FI_DEV_FB_FREE series, want 8 (the stock dashboard lists GPUs from it)", n)
 	}
 	if v := find(t, fams, "troupe_raft_leader", nil).GetGauge().GetValue(); v != 1 {
 		t.Errorf("raft leader = %v", v)
@@ -174,7 +201,7 @@ func (fakeGPUs) Latest() []gpu.Sample {
 
 func TestMissingFieldsAreOmitted(t *testing.T) {
 	r := New("n")
-	if err := r.RegisterGPUs(fakeGPUs{}); err != nil {
+	if err := r.RegisterGPUs(fakeGPUs{}, GPUOptions{SkipDCGM: true}); err != nil {
 		t.Fatal(err)
 	}
 	fams := scrape(t, r)
@@ -185,5 +212,8 @@ func TestMissingFieldsAreOmitted(t *testing.T) {
 		if fams[name] != nil {
 			t.Errorf("%s exported for a failed query", name)
 		}
+	}
+	if fams["DCGM_FI_DEV_GPU_UTIL"] != nil {
+		t.Error("DCGM names exported with SkipDCGM")
 	}
 }

@@ -1,10 +1,13 @@
 package objstore
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
+	"time"
 )
 
 // Errors of fetches and releases. Each is wrapped with the object's ID and
@@ -41,9 +44,11 @@ type Store struct {
 }
 
 type object struct {
-	data []byte
-	key  Key
-	refs int
+	data    []byte
+	key     Key
+	refs    int
+	created int64  // Unix nanoseconds
+	tag     string // who made it (PutTagged), for listings
 }
 
 // NewStore returns an empty store whose objects are served at owner (the
@@ -57,10 +62,15 @@ func (s *Store) Owner() string { return s.owner }
 
 // Put keeps data (not copied: the caller must not modify it) as a new
 // object with one reference and returns the reference.
-func (s *Store) Put(data []byte) Ref {
+func (s *Store) Put(data []byte) Ref { return s.PutTagged(data, "") }
+
+// PutTagged is Put with a tag saying who made the object (an actor ID),
+// shown by List.
+func (s *Store) PutTagged(data []byte, tag string) Ref {
 	id, key := newIDKey()
+	now := time.Now().UnixNano()
 	s.mu.Lock()
-	s.objs[id] = &object{data: data, key: key, refs: 1}
+	s.objs[id] = &object{data: data, key: key, refs: 1, created: now, tag: tag}
 	s.bytes += int64(len(data))
 	s.mu.Unlock()
 	global.stored.Add(1)
@@ -168,4 +178,36 @@ func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bytes
+}
+
+// ObjectInfo describes one held object for listings; it carries no key,
+// so it grants no access.
+type ObjectInfo struct {
+	ID        string `json:"id"`
+	Size      int64  `json:"size_bytes"`
+	Refs      int    `json:"refs"`
+	CreatedAt int64  `json:"created_at"`
+	Tag       string `json:"tag,omitempty"`
+}
+
+// List describes up to max objects held (all when max ≤ 0), ordered by ID,
+// and how many are held in all.
+func (s *Store) List(max int) (list []ObjectInfo, total int) {
+	s.mu.Lock()
+	ids := make([]ID, 0, len(s.objs))
+	for id := range s.objs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return bytes.Compare(ids[i][:], ids[j][:]) < 0 })
+	total = len(ids)
+	if max > 0 && len(ids) > max {
+		ids = ids[:max]
+	}
+	list = make([]ObjectInfo, 0, len(ids))
+	for _, id := range ids {
+		o := s.objs[id]
+		list = append(list, ObjectInfo{ID: id.String(), Size: int64(len(o.data)), Refs: o.refs, CreatedAt: o.created, Tag: o.tag})
+	}
+	s.mu.Unlock()
+	return list, total
 }

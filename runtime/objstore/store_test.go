@@ -140,3 +140,36 @@ func TestRefEncoding(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreList(t *testing.T) {
+	s := NewStore("here")
+	a := s.PutTagged(make([]byte, 10), "actor-a")
+	b := s.Put(make([]byte, 20))
+	if err := s.Retain(b.ID, b.Key); err != nil {
+		t.Fatal(err)
+	}
+	list, total := s.List(0)
+	if total != 2 || len(list) != 2 {
+		t.Fatalf("List: %d of %d, want 2 of 2", len(list), total)
+	}
+	byID := map[string]ObjectInfo{}
+	for _, o := range list {
+		byID[o.ID] = o
+	}
+	if o := byID[a.ID.String()]; o.Size != 10 || o.Refs != 1 || o.Tag != "actor-a" || o.CreatedAt == 0 {
+		t.Errorf("object a: %+v", o)
+	}
+	if o := byID[b.ID.String()]; o.Size != 20 || o.Refs != 2 || o.Tag != "" {
+		t.Errorf("object b: %+v", o)
+	}
+	if list[0].ID > list[1].ID {
+		t.Errorf("not ordered by ID: %s, %s", list[0].ID, list[1].ID)
+	}
+	if one, total := s.List(1); len(one) != 1 || total != 2 || one[0].ID != list[0].ID {
+		t.Errorf("List(1) = %v of %d", one, total)
+	}
+	s.Release(a.ID, a.Key)
+	if _, total := s.List(0); total != 1 {
+		t.Errorf("after freeing a: %d objects listed, want 1", total)
+	}
+}

@@ -54,10 +54,11 @@ func (o *objects) arg(ctx context.Context, data []byte) ([]byte, error) {
 	return o.client.Fetch(ctx, ref)
 }
 
-// result is the actors.InstanceHooks.Result of the worker's actors.
-func (o *objects) result(data []byte) []byte {
+// result is the actors.InstanceHooks.Result of the worker's actor with
+// that ID.
+func (o *objects) result(actor string, data []byte) []byte {
 	if len(data) < objstore.InlineMax {
 		return data
 	}
-	return o.store.Put(data).Encode()
+	return o.store.PutTagged(data, actor).Encode()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -94,4 +95,71 @@ func TestWorkerObjects(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "freed") || !strings.Contains(err.Error(), ref.ID.String()) {
 		t.Fatalf("Sum of a freed object: %v, want an error naming it freed", err)
 	}
+}
+
+// TestWorkerStats: asked by its node, a worker reports the calls its
+// actors served per type and method (with their latency histogram) and
+// the objects it holds, each tagged with the actor that made it.
+func TestWorkerStats(t *testing.T) {
+	ctx := context.Background()
+	p := startProc(t, Events{})
+	cfg, _ := msgpack.Marshal(0)
+	if err := p.StartActor(ctx, actors.Spec{Type: "WBlob", Config: cfg}, actors.ActorInfo{ID: "b1"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	call := func(method string, arg []byte) ([]byte, error) {
+		reply := actors.NewPromise()
+		cl.Invoke("b1", &actors.Invocation{Method: method, Arg: arg, Reply: reply})
+		return reply.Wait(ctx)
+	}
+	big, _ := msgpack.Marshal(1 << 20)
+	small, _ := msgpack.Marshal(10)
+	for _, a := range [][]byte{big, small, small} {
+		if _, err := call("Make", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := call("Sum", []byte{0xc1}); err == nil { // 0xc1 is never valid msgpack
+		t.Fatal("Sum of a malformed argument succeeded")
+	}
+	st, err := p.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PID != p.PID() {
+		t.Errorf("stats from pid %d, worker is %d", st.PID, p.PID())
+	}
+	calls := map[string]CallStats{}
+	for _, c := range st.Calls {
+		calls[c.Class+"."+c.Method] = c
+	}
+	mk, sum := calls["WBlob.Make"], calls["WBlob.Sum"]
+	if mk.OK != 3 || mk.Errors != 0 || len(mk.Buckets) != len(CallBuckets) || mk.Buckets[len(CallBuckets)-1] != 3 || mk.Seconds <= 0 {
+		t.Errorf("Make stats %+v, want 3 ok calls in the histogram", mk)
+	}
+	if sum.OK != 0 || sum.Errors != 1 {
+		t.Errorf("Sum stats %+v, want 1 error", sum)
+	}
+	if st.ObjectsTotal != 1 || len(st.Objects) != 1 || st.Objects[0].Tag != "b1" || st.Objects[0].Size < 1<<20 || st.ObjectAddr == "" {
+		t.Errorf("objects %+v (total %d, at %q), want the 1 MiB result of b1", st.Objects, st.ObjectsTotal, st.ObjectAddr)
+	}
+}
+
+// BenchmarkCallRecorder is what counting costs a call in a worker: the
+// hook's map lookup, atomic adds and histogram bucket, plus the two
+// time.Now calls actors.Instance makes around the method.
+func BenchmarkCallRecorder(b *testing.B) {
+	hook := newCallRecorder().hook("Policy")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			t0 := time.Now()
+			hook("Generate", time.Since(t0), nil)
+		}
+	})
 }

@@ -31,11 +31,15 @@ type Proc struct {
 	addr string
 	ev   Events
 
-	mu      sync.Mutex
-	waiting map[string]chan string // "id/inc" → constructor outcome ("" = ok)
-	exited  bool
-	cause   string
-	done    chan struct{}
+	caps map[string]bool // what the worker answers besides the basics
+
+	mu        sync.Mutex
+	waiting   map[string]chan string // "id/inc" → constructor outcome ("" = ok)
+	statsWait map[uint64]chan *Stats // stats request → answer
+	seq       uint64
+	exited    bool
+	cause     string
+	done      chan struct{}
 }
 
 // StartOptions configure Start.
@@ -88,7 +92,8 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 		return nil, fmt.Errorf("start worker for job %s: %s: %w", o.Job, o.Binary, err)
 	}
 	theirs.Close()
-	p := &Proc{cmd: cmd, c: newCtrl(nc), ev: ev, waiting: map[string]chan string{}, done: make(chan struct{})}
+	p := &Proc{cmd: cmd, c: newCtrl(nc), ev: ev, waiting: map[string]chan string{}, statsWait: map[uint64]chan *Stats{},
+		caps: map[string]bool{}, done: make(chan struct{})}
 	to := o.ReadyTimeout
 	if to <= 0 {
 		to = 30 * time.Second
@@ -101,6 +106,9 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 		}
 		if err == nil {
 			p.addr = m.Addr
+			for _, c := range m.Caps {
+				p.caps[c] = true
+			}
 		}
 		ready <- err
 	}()
@@ -210,6 +218,15 @@ func (p *Proc) read() {
 			if p.ev.Died != nil {
 				p.ev.Died(m.ID, m.Inc, m.Cause)
 			}
+		case opStats:
+			p.mu.Lock()
+			if ch := p.statsWait[m.Seq]; ch != nil && m.Stats != nil {
+				select {
+				case ch <- m.Stats:
+				default:
+				}
+			}
+			p.mu.Unlock()
 		}
 	}
 }
@@ -223,6 +240,10 @@ func (p *Proc) wait() {
 	for k, ch := range p.waiting {
 		close(ch)
 		delete(p.waiting, k)
+	}
+	for k, ch := range p.statsWait {
+		close(ch)
+		delete(p.statsWait, k)
 	}
 	p.mu.Unlock()
 	close(p.done)

@@ -50,6 +50,7 @@ const (
 	opDied    = "died"    // worker → node: an actor died in the worker
 	opKill    = "kill"    // node → worker: end the actor (the incarnation Inc when Exact)
 	opExit    = "exit"    // node → worker: exit now
+	opStats   = "stats"   // node → worker: report (Seq); worker → node: Stats for Seq
 )
 
 // msg is one control message.
@@ -67,6 +68,12 @@ type msg struct {
 	// restart). A kill without it (a node of an older version) ends
 	// whichever incarnation runs.
 	Exact bool `json:"exact,omitempty"`
+	// Caps, in the ready message, lists what else the worker answers
+	// (capStats).
+	Caps []string `json:"caps,omitempty"`
+	// Seq pairs a stats request with its answer.
+	Seq   uint64 `json:"seq,omitempty"`
+	Stats *Stats `json:"stats,omitempty"`
 }
 
 // maxLine bounds one control message (a spec carries the constructor config).

@@ -25,7 +25,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		return err
 	}
 	defer objs.close()
-	h := &host_{insts: map[string]running{}, objs: objs}
+	h := &host_{insts: map[string]running{}, objs: objs, calls: newCallRecorder()}
 	srv := wire.NewServer(wire.HostFunc(h.lookup), 0)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -39,7 +39,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		go srv.Serve(ul)
 	}
 	defer func() { srv.Close(); <-served; h.killAll("worker exiting") }()
-	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String()}); err != nil {
+	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String(), Caps: []string{capStats}}); err != nil {
 		return err
 	}
 	for {
@@ -57,6 +57,8 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 			h.kill(m)
 		case opExit:
 			return nil
+		case opStats:
+			go c.send(&msg{Op: opStats, Seq: m.Seq, Stats: h.stats()})
 		default:
 			return fmt.Errorf("worker: unknown control message %q", m.Op)
 		}
@@ -66,8 +68,19 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 // host_ holds the worker's live actor instances.
 type host_ struct {
 	objs  *objects
+	calls *callRecorder
 	mu    sync.Mutex
 	insts map[string]running // by actor ID
+}
+
+// stats is the worker's answer to a stats request.
+func (h *host_) stats() *Stats {
+	st := &Stats{PID: os.Getpid(), Calls: h.calls.snapshot()}
+	if h.objs != nil {
+		st.Objects, st.ObjectsTotal = h.objs.store.List(MaxListedObjects)
+		st.ObjectAddr = h.objs.store.Owner()
+	}
+	return st
 }
 
 // running is the incarnation of an actor this worker runs.
@@ -111,7 +124,11 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 		c.send(&msg{Op: opDied, ID: id, Inc: inc, Cause: d.Cause})
 	}}
 	if h.objs != nil {
-		hooks.Arg, hooks.Result = h.objs.arg, h.objs.result
+		hooks.Arg = h.objs.arg
+		hooks.Result = func(data []byte) []byte { return h.objs.result(id, data) }
+	}
+	if h.calls != nil {
+		hooks.Called = h.calls.hook(spec.Type)
 	}
 	in, err := actors.NewInstance(ctx, spec, *m.Info, hooks)
 	if err != nil {

@@ -10,7 +10,9 @@
 #pragma once
 
 // Error flags raised by kernels into a device word the host reads at Sync.
-#define TROUPE_ERR_TOKEN 1u  // a token id outside [0, V)
+#define TROUPE_ERR_TOKEN 1u       // a token id outside [0, V)
+#define TROUPE_ERR_ROPE_POS 2u    // a RoPE position outside [0, maxPos)
+#define TROUPE_ERR_DECODE_POS 4u  // a decode position outside [0, maxT)
 
 #define WARP_SIZE 32
 // -infinity without math.h (NVRTC has no headers).
@@ -34,6 +36,21 @@ __device__ __forceinline__ bf16 float_to_bf16(float f) {
     }
     unsigned int rounding = 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
     return (bf16)((u + rounding) >> 16);
+}
+
+// IEEE binary16 (safetensors F16) to float32, exact: every half value is a
+// float32 value (subnormal halves are normal floats). NaN payloads are kept
+// (shifted into the top of the float mantissa), as the hardware cvt does.
+__device__ __forceinline__ float f16_to_float(unsigned short h) {
+    unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    unsigned int exp = ((unsigned int)h >> 10) & 0x1fu;
+    unsigned int man = (unsigned int)h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13));  // Inf, NaN
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float32
+        float f = (float)man * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));  // rebias 15 -> 127
 }
 
 __device__ __forceinline__ float load_f(const float* p, long i) { return p[i]; }

@@ -1,4 +1,5 @@
-// pointwise.cu: GELU, residual add, scaling, float<->bf16 conversion.
+// pointwise.cu: GELU, residual add, scaling, float<->bf16 and fp16->float
+// conversion.
 // Grid-stride loops, one element per thread per step.
 #include "common.cuh"
 
@@ -60,5 +61,13 @@ extern "C" __global__ void float_to_bf16_kernel(bf16* dst, const float* src, int
 extern "C" __global__ void bf16_to_float_kernel(float* dst, const bf16* src, int N) {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (long)gridDim.x * blockDim.x) {
         dst[i] = bf16_to_float(src[i]);
+    }
+}
+
+// dst[i] = float(src[i]) for IEEE fp16 bits (exact): widens fp16 weights
+// uploaded at half the bytes.
+extern "C" __global__ void f16_to_float_kernel(float* dst, const unsigned short* src, int N) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (long)gridDim.x * blockDim.x) {
+        dst[i] = f16_to_float(src[i]);
     }
 }

@@ -1,0 +1,5 @@
+//go:build cudaemu && !cudagpu
+
+package agent
+
+const realGPU = false

@@ -1,0 +1,5 @@
+//go:build cudagpu
+
+package agent
+
+const realGPU = true

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"troupe/algorithms/policy/hf"
+	"troupe/algorithms/policy/hftest"
+)
+
+func TestModelInspect(t *testing.T) {
+	dir, err := hftest.Write(t.TempDir(), hftest.Options{ModelType: "qwen2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if err := runModel([]string{"inspect", "--json", dir}, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var info ModelInfo
+	if err := json.Unmarshal(out.Bytes(), &info); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := hftest.Config(hftest.Options{ModelType: "qwen2"})
+	if info.ModelType != "qwen2" || info.Params != cfg.NumParams() || info.StoredBytes != 4*cfg.NumParams() ||
+		!info.ChatTemplate || info.TokenizerVocab != hftest.Vocab || !info.QKVBias || len(info.EOS) == 0 || info.EOS[0] != hftest.ImEnd {
+		t.Fatalf("inspect: %+v", info)
+	}
+	out.Reset()
+	if err := runModel([]string{"inspect", dir}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"qwen2", "parameters", "memory to train", "chat template true"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := runModel([]string{"inspect", t.TempDir()}, &out, &errb); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("a directory without config.json: %v", err)
+	}
+}
+
+// reference is the part of a PyTorch reference case (algorithms/policy/
+// testdata/llama, written by gen.py) the CLI is checked against.
+type reference struct {
+	Tokens  [][]int32 `json:"tokens"`
+	Lengths []int     `json:"lengths"`
+	Greedy  []struct {
+		Prompt    []int32 `json:"prompt"`
+		NewTokens []int32 `json:"new_tokens"`
+	} `json:"greedy"`
+}
+
+func ids(xs []int32) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// TestGenerateAndLogprobsMatchPyTorch runs `troupe generate` and `troupe
+// logprobs` on the plain-PyTorch reference checkpoints: greedy tokens must
+// be identical and log-probs within 1e-4.
+func TestGenerateAndLogprobsMatchPyTorch(t *testing.T) {
+	for _, c := range []string{"llama_gqa", "qwen3_qknorm", "llama_sharded", "qwen2_bf16"} {
+		t.Run(c, func(t *testing.T) {
+			dir := filepath.Join("..", "..", "algorithms", "policy", "testdata", "llama", c)
+			b, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref reference
+			if err := json.Unmarshal(b, &ref); err != nil {
+				t.Fatal(err)
+			}
+			ck, err := hf.Open(filepath.Join(dir, "reference.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			B, T := len(ref.Tokens), len(ref.Tokens[0])
+			want := make([]float32, B*(T-1))
+			if err := ck.ReadF32("logprobs", []int{B, T - 1}, want); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range ref.Greedy {
+				var out, errb bytes.Buffer
+				err := runGenerate([]string{"--model", dir, "--backend", "cpu", "--prompt-ids", ids(g.Prompt),
+					"--max-new-tokens", fmt.Sprint(len(g.NewTokens)), "--json"}, &out, &errb)
+				if err != nil {
+					t.Fatalf("generate: %v: %s", err, errb.String())
+				}
+				var res GenerateOutput
+				if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+					t.Fatal(err)
+				}
+				if ids(res.IDs) != ids(g.NewTokens) {
+					t.Fatalf("greedy from %v: troupe %v, PyTorch %v", g.Prompt, res.IDs, g.NewTokens)
+				}
+			}
+			row := ref.Tokens[1][:ref.Lengths[1]]
+			split := len(row) / 2
+			var out, errb bytes.Buffer
+			err = runLogprobs([]string{"--model", dir, "--backend", "cpu", "--prompt-ids", ids(row[:split]),
+				"--completion-ids", ids(row[split:]), "--json"}, &out, &errb)
+			if err != nil {
+				t.Fatalf("logprobs: %v: %s", err, errb.String())
+			}
+			var res LogprobsOutput
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Logprobs) != len(row)-split {
+				t.Fatalf("%d log-probs for %d completion tokens", len(res.Logprobs), len(row)-split)
+			}
+			for i, lp := range res.Logprobs {
+				w := want[1*(T-1)+split-1+i]
+				if math.Abs(float64(lp-w)) > 1e-4 {
+					t.Fatalf("log-prob of completion token %d: troupe %v, PyTorch %v", i, lp, w)
+				}
+			}
+		})
+	}
+}
+
+// On a model directory with a tokenizer and chat template, text in and out.
+func TestGenerateChat(t *testing.T) {
+	dir, err := hftest.Write(t.TempDir(), hftest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	args := []string{"--model", dir, "--backend", "cpu", "--chat", "--prompt", "the map", "--max-new-tokens", "5", "--json"}
+	if err := runGenerate(args, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var a GenerateOutput
+	json.Unmarshal(out.Bytes(), &a)
+	if len(a.IDs) == 0 || len(a.IDs) > 5 || a.Backend != "cpu" || len(a.PromptIDs) < 10 {
+		t.Fatalf("generate: %+v", a)
+	}
+	out.Reset()
+	if err := runLogprobs([]string{"--model", dir, "--backend", "cpu", "--prompt", "the map", "--completion", " the", "--json"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	var l LogprobsOutput
+	json.Unmarshal(out.Bytes(), &l)
+	if len(l.CompletionIDs) != 1 || len(l.Logprobs) != 1 || l.Logprobs[0] >= 0 {
+		t.Fatalf("logprobs: %+v", l)
+	}
+	for _, bad := range [][]string{
+		{"--model", dir, "--backend", "cpu"},                                    // no prompt
+		{"--model", dir, "--backend", "tpu", "--prompt", "x"},                   // bad backend
+		{"--model", dir, "--backend", "cpu", "--prompt-ids", "1,99999"},         // id out of range
+		{"--model", dir, "--backend", "cpu", "--prompt", "x", "--top-p", "1.5"}, // bad sampling
+	} {
+		if err := runGenerate(bad, &out, &errb); err == nil {
+			t.Errorf("generate %v: no error", bad)
+		}
+	}
+}
+
+// troupe eval --model DIR plays episodes with a pretrained model directory
+// acting for every role, its prompts rendered through the chat template.
+func TestEvalPretrainedModel(t *testing.T) {
+	dir, err := hftest.Write(t.TempDir(), hftest.Options{Context: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	err = runEval(context.Background(), []string{"--env", "planpath", "--size", "5", "--episodes", "2", "--model", dir, "--json"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var res struct {
+		Episodes int               `json:"episodes"`
+		Policies map[string]string `json:"policies"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.Episodes != 2 {
+		t.Fatalf("eval: %s, %v", out.String(), err)
+	}
+}
