@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -338,7 +337,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 		r.mu.Unlock()
 		if closed {
 			for _, it := range items {
-				it.deliver(spawnOutcome{err: errors.New("runtime is shut down")})
+				it.deliver(spawnOutcome{err: ErrShutdown})
 			}
 			return
 		}
@@ -419,7 +418,7 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 		_, err = c.UploadBinary(ctx, r.binary, r.hash)
 		c.Close()
 		if err != nil {
-			if strings.Contains(err.Error(), cluster.ErrWrongPlatform.Error()) {
+			if errors.Is(err, cluster.ErrWrongPlatform) {
 				return "", fmt.Errorf("node %s refused the job binary: %w", nd.ID, err)
 			}
 			continue
@@ -485,7 +484,7 @@ func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("runtime is shut down")
+		return nil, ErrShutdown
 	}
 	if cl := r.clients[addr]; cl != nil && cl.Err() == nil {
 		r.mu.Unlock()

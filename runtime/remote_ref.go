@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"troupe/actors"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // actorRef is a driver's reference to an actor of a remote cluster. It
@@ -177,8 +178,8 @@ func (a *actorRef) incarnationGone(cl *wire.Client, err error) bool {
 	if errors.As(err, &de) && de.Actor == a.label() {
 		return true
 	}
-	msg := err.Error()
-	return errors.Is(err, actors.ErrNotFound) && strings.HasPrefix(msg, "actor "+a.id+": ") && strings.HasSuffix(msg, "on this worker")
+	var nh *api.NotHostedError
+	return errors.As(err, &nh) && nh.Actor == a.id
 }
 
 // forget drops the cached incarnation so the next call looks it up again.

@@ -11,6 +11,8 @@ import (
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Placement groups through the cluster: a driver asks the leader to create
@@ -114,7 +116,7 @@ func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res
 		}
 		cg, err := n.planner.CreateGroup(scratch, spec, at)
 		if err != nil {
-			res.Err = toWire(err)
+			res.Err = api.Encode(err)
 			return nil
 		}
 		res.Bundles, res.Pending = cg.Bundles, cg.PendingReason
@@ -123,19 +125,19 @@ func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res
 		id := w.remove[i-len(w.create)]
 		if scratch.Group(id) == nil {
 			if !w.retry {
-				res.Err = toWire(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
+				res.Err = api.Encode(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
 			}
 			return nil
 		}
 		c = &scheduler.RemovePlacementGroup{Group: id, At: at}
 	}
 	if err := scratch.Apply(c); err != nil {
-		*res = CreateResult{Err: toWire(err)}
+		*res = CreateResult{Err: api.Encode(err)}
 		return nil
 	}
 	b, err := scheduler.EncodeCommand(c)
 	if err != nil {
-		*res = CreateResult{Err: toWire(err)}
+		*res = CreateResult{Err: api.Encode(err)}
 		return nil
 	}
 	return b

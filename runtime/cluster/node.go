@@ -35,6 +35,8 @@ import (
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Node is a running node daemon.
@@ -364,7 +366,7 @@ func (n *Node) registerLoop() {
 			n.log.Info("node registered", "resources", n.cfg.Resources.String(), "gpus", len(n.cfg.GPUs))
 			return
 		}
-		var we *WireError
+		var we *api.Error
 		if errors.As(err, &we) { // refused by the FSM: retrying will not help
 			n.log.Error("node registration refused", "err", err)
 			return
@@ -458,7 +460,7 @@ func (n *Node) onLeader(ctx context.Context, hops int, local func() error, remot
 			if last == nil {
 				last = errors.New("no leader known")
 			}
-			return status.Errorf(codes.Unavailable, "%v after retrying for %v (last: %v)", ErrNoLeader, n.cfg.ApplyTimeout, last)
+			return transport.Status(codes.Unavailable, fmt.Errorf("%w after retrying for %v (last: %v)", ErrNoLeader, n.cfg.ApplyTimeout, last))
 		}
 		select {
 		case <-ctx.Done():
@@ -485,10 +487,10 @@ func (n *Node) applyLocal(cmd []byte) (*ApplyResponse, error) {
 		var be *scheduler.BatchError
 		if errors.As(r.Err, &be) {
 			for _, e := range be.Errs {
-				out.BatchErrs = append(out.BatchErrs, toWire(e))
+				out.BatchErrs = append(out.BatchErrs, api.Encode(e))
 			}
 		}
-		out.Err = toWire(r.Err)
+		out.Err = api.Encode(r.Err)
 	}
 	return out, nil
 }
@@ -499,7 +501,7 @@ func (n *Node) applyLocal(cmd []byte) (*ApplyResponse, error) {
 func (n *Node) Apply(ctx context.Context, cmd []byte) (*ApplyResponse, error) {
 	resp, err := n.apply(ctx, &ApplyRequest{Cmd: cmd})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, transport.FromStatus(err)
 	}
 	return resp, nil
 }
@@ -521,7 +523,7 @@ func (n *Node) apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, erro
 }
 
 // applyCommand encodes and commits c; the FSM's refusal is an error (a
-// *WireError wrapping the scheduler sentinel).
+// *api.Error wrapping the scheduler sentinel).
 func (n *Node) applyCommand(ctx context.Context, c scheduler.Command) (uint64, error) {
 	b, err := scheduler.EncodeCommand(c)
 	if err != nil {

@@ -57,7 +57,7 @@ func (c *Client) invokeService(ctx context.Context, service, method string, req,
 			c.mu.Unlock()
 			return nil
 		}
-		last = fmt.Errorf("%s at %s: %w", method, addr, fromStatus(err))
+		last = fmt.Errorf("%s at %s: %w", method, addr, err)
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return last
 		}
