@@ -77,10 +77,8 @@ var groupDesc = grpc.ServiceDesc{
 	Metadata: "troupe/runtime/cluster/groups.go",
 }
 
-func init() { registerNodeService(&groupDesc, func(n *Node) any { return (*groupImpl)(n) }) }
-
-// groupImpl is the Node seen as the placement group service.
-type groupImpl Node
+// groupImpl is a node's placement group service.
+type groupImpl struct{ n *Node }
 
 // groupWork is the placement-group part of a placer request.
 type groupWork struct {
@@ -157,7 +155,7 @@ func (g *groupImpl) commit(ctx context.Context, r *GroupsRequest) (*GroupsRespon
 	case total > maxGroupsPerCall:
 		return nil, status.Errorf(codes.InvalidArgument, "placement groups: %d in one call, at most %d", total, maxGroupsPerCall)
 	}
-	n := (*Node)(g)
+	n := g.n
 	out := new(GroupsResponse)
 	tried := r.Retry // an earlier attempt may have committed
 	err := n.onLeader(ctx, r.Hops, func() error {
@@ -182,7 +180,7 @@ func (n *Node) groupsLocal(ctx context.Context, w *groupWork) ([]CreateResult, e
 // get answers from the leader's state when it can (read-your-writes after
 // a create), else from this server's copy; a worker node forwards.
 func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupResponse, error) {
-	n := (*Node)(g)
+	n := g.n
 	if !n.isLeader() && r.Hops < maxHops {
 		if addr := n.leaderGRPC(); addr != "" && addr != n.r.grpcAddr() {
 			out := new(GetGroupResponse)

@@ -14,10 +14,10 @@ import (
 	"troupe/runtime/transport"
 )
 
-// controlImpl is the Node seen as the Control service's implementation.
-type controlImpl Node
+// controlImpl is a node's Control service.
+type controlImpl struct{ n *Node }
 
-func (c *controlImpl) node() *Node { return (*Node)(c) }
+func (c *controlImpl) node() *Node { return c.n }
 
 func (c *controlImpl) info(ctx context.Context, r *InfoRequest) (*InfoResponse, error) {
 	n := c.node()

@@ -393,7 +393,7 @@ send:
 
 // CreateActors places and commits actors through the leader.
 func (n *Node) CreateActors(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
-	resp, err := (*controlImpl)(n).createActors(ctx, &CreateActorsRequest{Specs: specs})
+	resp, err := n.control.createActors(ctx, &CreateActorsRequest{Specs: specs})
 	if err != nil {
 		return nil, transport.FromStatus(err)
 	}

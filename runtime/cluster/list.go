@@ -150,13 +150,9 @@ var listDesc = grpc.ServiceDesc{
 }
 
 // listImpl is a node's State service.
-type listImpl Node
+type listImpl struct{ n *Node }
 
-func (l *listImpl) node() *Node { return (*Node)(l) }
-
-func init() {
-	registerNodeService(&listDesc, func(n *Node) any { return (*listImpl)(n) })
-}
+func (l *listImpl) node() *Node { return l.n }
 
 // List lists one kind of the cluster's entities (see ListRequest).
 func (c *Client) List(ctx context.Context, r *ListRequest) (*ListResponse, error) {
@@ -169,7 +165,7 @@ func (c *Client) List(ctx context.Context, r *ListRequest) (*ListResponse, error
 
 // List answers r from this node (a worker forwards to a server).
 func (n *Node) List(ctx context.Context, r *ListRequest) (*ListResponse, error) {
-	return (*listImpl)(n).list(ctx, r)
+	return n.list.list(ctx, r)
 }
 
 func (l *listImpl) list(ctx context.Context, r *ListRequest) (*ListResponse, error) {

@@ -59,7 +59,15 @@ type Node struct {
 	planner  scheduler.Planner
 
 	workers *workerSet // the job worker processes this node runs
-	binMu   sync.Mutex // serializes job binary uploads
+
+	// The gRPC services the node serves besides raft and gossip, built in
+	// Start (services.go).
+	control *controlImpl // Control: info, apply, actors
+	jobs    *jobManager  // Jobs: submitted drivers, leases, logs
+	groups  *groupImpl   // placement groups
+	gpus    *gpuService  // GPU views
+	list    *listImpl    // State: troupe list
+	binMu   sync.Mutex   // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq
@@ -86,6 +94,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		placeCh: make(chan *placeReq), stopReq: make(chan struct{}), startedAt: time.Now()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.workers = newWorkerSet(n)
+	n.newServices()
 	n.peers = newPeerPool(transport.Options{Token: cfg.Token})
 	n.members = &members{byID: map[string]*member{}, changed: n.poke, log: n.log.Warn}
 	meta := memberMeta{ID: cfg.NodeID, Role: cfg.Role, GRPC: r.grpcAddr(), Expect: cfg.BootstrapExpect}
@@ -114,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.grpcSrv = transport.NewServer(transport.Options{Token: cfg.Token})
 	n.registerServices(n.grpcSrv)
+	n.jobs.start() // its loop ends with the node
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.grpcSrv.Serve(n.grpcLn) }()
 

@@ -190,7 +190,7 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 		req.After, req.Wait = seen, wait
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second+wait)
-	resp, err := (*controlImpl)(n).nodeActors(ctx, req)
+	resp, err := n.control.nodeActors(ctx, req)
 	cancel()
 	if err != nil {
 		select { // no server reachable now; try again soon
