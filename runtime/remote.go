@@ -48,11 +48,11 @@ type remote struct {
 	watch *callWatch // fails calls to vanished nodes (remote_watch.go)
 }
 
-// newRemote connects to the cluster at addr (one or more comma-separated
-// gRPC addresses) with the token from TROUPE_TOKEN, checking that a node
+// newRemote connects to the cluster at cfg.address (one or more
+// comma-separated gRPC addresses) with cfg.token, checking that a node
 // answers and accepts the token.
-func newRemote(ctx context.Context, addr string) (*remote, error) {
-	tok := os.Getenv("TROUPE_TOKEN")
+func newRemote(ctx context.Context, cfg config) (*remote, error) {
+	addr, tok := cfg.address, cfg.token
 	if tok == "" {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
 	}
@@ -75,7 +75,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
 	// (remote_job.go).
-	if err := r.startJob(cctx); err != nil {
+	if err := r.startJob(cctx, cfg.jobID); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}

@@ -64,7 +64,7 @@ func init() {
 // TestMain turns the test binary into a worker when a node starts it as
 // one: Init serves the registered types and exits, never returning.
 func TestMain(m *testing.M) {
-	if _, ok, _ := worker.FromEnv(); ok {
+	if _, ok := os.LookupEnv(worker.EnvVar); ok {
 		Init(context.Background())
 		os.Exit(3) // unreachable: Init exits in worker mode
 	}
@@ -118,7 +118,7 @@ func runNodeProc(spec string) int {
 		defer os.RemoveAll(dir)
 	}
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: f[0], Role: cluster.RoleWorker, DataDir: dir, BindAddr: f[1], GossipPort: gossip,
-		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "node start:", err)
@@ -135,7 +135,7 @@ func startHeadB(t testing.TB, tok string) *cluster.Node {
 	t.Helper()
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
-		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +354,7 @@ func TestRemoteActorNodeLost(t *testing.T) {
 	startWorker := func(id string) *cluster.Node {
 		w, err := cluster.Start(context.Background(), cluster.Config{NodeID: id, Role: cluster.RoleWorker, DataDir: t.TempDir(),
 			BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
-			Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+			Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 			Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
 		if err != nil {
 			t.Fatal(err)

@@ -24,9 +24,10 @@ type jobSession struct {
 	done      chan struct{}
 }
 
-// startJob registers the driver's job (or joins the submitted one).
-func (r *remote) startJob(ctx context.Context) error {
-	if id := os.Getenv(cluster.EnvJobID); id != "" {
+// startJob registers the driver's job, or joins the submitted one (a
+// non-empty submitted, from TROUPE_JOB_ID).
+func (r *remote) startJob(ctx context.Context, submitted string) error {
+	if id := submitted; id != "" {
 		r.job, r.sess.submitted = scheduler.JobID(id), true
 		resp, err := r.client.KeepAlive(ctx, id)
 		if err != nil {
