@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,66 @@ func (c *rcounter) Sleep(ctx context.Context, ms int) (int, error) {
 	case <-time.After(time.Duration(ms) * time.Millisecond):
 	}
 	return ms, nil
+}
+
+// sleepArg asks SleepSignal to sleep Ms, first telling the test it began
+// by connecting to the Unix socket at Signal.
+type sleepArg struct {
+	Ms     int
+	Signal string
+}
+
+// SleepSignal is Sleep that signals its start, so a test knows the call is
+// in flight in the worker process without sleeping to guess. A retry of
+// the call finds the test no longer listening and just sleeps.
+func (c *rcounter) SleepSignal(ctx context.Context, a sleepArg) (int, error) {
+	signalStarted(a.Signal)
+	return c.Sleep(ctx, a.Ms)
+}
+
+// callInFlight calls SleepSignal(ms) on h and returns once the actor has
+// begun it: the started-signal for tests that kill a worker or a node
+// with a call in flight.
+func callInFlight(t *testing.T, ctx context.Context, h actors.Handle[rcounter], ms int) *actors.Future[int] {
+	t.Helper()
+	path, wait := startedSignal(t, ctx)
+	f := actors.Call(ctx, h, (*rcounter).SleepSignal, sleepArg{Ms: ms, Signal: path})
+	wait(1)
+	return f
+}
+
+// startedSignal listens on a fresh Unix socket for actors (in worker
+// processes) to say they began a call; wait(n) returns once n did, and
+// stops listening.
+func startedSignal(t *testing.T, ctx context.Context) (path string, wait func(n int)) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "started")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ln.(*net.UnixListener).SetDeadline(dl)
+	}
+	return path, func(n int) {
+		t.Helper()
+		defer ln.Close()
+		for i := 0; i < n; i++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatalf("%d of %d actors began the call in flight: %v", i, n, err)
+			}
+			conn.Close()
+		}
+	}
+}
+
+// signalStarted tells the test listening at path (startedSignal) that a
+// call began; a retry of the call finds nobody listening, which is fine.
+func signalStarted(path string) {
+	if conn, err := net.Dial("unix", path); err == nil {
+		conn.Close()
+	}
 }
 
 // Boom crashes the actor (like its process dying).
@@ -240,8 +302,7 @@ func TestRemoteActors(t *testing.T) {
 	}
 
 	// kill -9 with a call in flight: it fails saying the actor restarted.
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +322,7 @@ func TestRemoteActors(t *testing.T) {
 	}
 
 	// Restarts exhausted: the in-flight call and later ones die.
-	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight = callInFlight(t, ctx, h, 30000)
 	if err := syscall.Kill(pid2, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -378,8 +438,7 @@ func TestRemoteActorNodeLost(t *testing.T) {
 	if info.Node == "w2" {
 		lost, other = w2, "w1"
 	}
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	lost.Shutdown()
 	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
 		t.Fatalf("in-flight call when its node went away: %v, want ErrActorRestarted", err)
@@ -406,8 +465,7 @@ func TestRemoteTaskRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 200)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 200)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -479,8 +537,7 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		t.Fatalf("placed on %q, %v", info.Node, err)
 	}
 	wpid, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	procs[info.Node].Process.Kill()
 	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
 		t.Fatalf("in-flight call when its node was killed: %v, want ErrActorRestarted", err)
@@ -497,8 +554,7 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		t.Errorf("worker %d of the killed node still running", wpid)
 	}
 	// The last node with the resource goes too: no restarts left.
-	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight = callInFlight(t, ctx, h, 30000)
 	procs[info2.Node].Process.Kill()
 	var de *actors.ActorDiedError
 	if _, err := inflight.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Error(), info2.Node) {
