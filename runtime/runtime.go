@@ -1,14 +1,3 @@
-// Package runtime makes actors real: it provides the embedded local cluster
-// that a training script gets with no configuration, and (as the cluster
-// issues land) the node daemon, transport and membership of multi-node
-// clusters.
-//
-// A program calls Init and uses the result as the actors.Runtime:
-//
-//	rt, err := runtime.Init(ctx)
-//	if err != nil { ... }
-//	defer rt.Shutdown(context.Background())
-//	h, err := actors.Spawn[Counter](ctx, rt, "Counter", cfg)
 package runtime
 
 import (

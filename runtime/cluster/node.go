@@ -1,15 +1,3 @@
-// Package cluster is the node daemon of a multi-node troupe cluster: a gRPC
-// server (the Control service, msgpack over troupe/runtime/transport), raft
-// (hashicorp/raft with raft-wal storage and file snapshots, the
-// scheduler.FSM as state machine) on server nodes, and memberlist gossip
-// among all nodes for liveness. The raft leader turns membership changes
-// into committed node states, reconciles periodically so a lost event is
-// not lost for good, and decides actor placements with scheduler.Planner.
-//
-// Ports: a node listens for gRPC on its bind port P (default 7370), gossips
-// on P+1 (TCP and UDP) and, on servers, speaks raft on P+2; each can be set
-// explicitly. Every gRPC call, gossip message and raft connection is
-// authenticated by the cluster token.
 package cluster
 
 import (
