@@ -23,6 +23,7 @@
 // # Imports
 //
 // api imports actors and scheduler (for their sentinels and structured
-// errors) and msgpack tags, nothing of gRPC, raft or memberlist. It is
+// errors), nothing of gRPC, raft, raft-wal or memberlist, and neither do
+// they (TestContractLinksNoServer checks with go list -deps). It is
 // imported by wire, transport, cluster and runtime; it never imports them.
 package api

@@ -30,7 +30,8 @@
 //
 // # Imports
 //
-// cluster imports raft, raft-wal and memberlist; a driver reaches it only
+// cluster imports raft, raft-wal and memberlist, and adapts the
+// scheduler's FSM to raft (raftFSM, fsm.go). A driver reaches it only
 // through Client today, which is why a driver binary still links them
 // (issue 23's runtime split moves the client and its messages to
 // runtime/api).

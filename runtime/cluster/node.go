@@ -233,7 +233,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("raft state: %w", err)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, ws, ws, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, raftFSM{n.fsm}, ws, ws, snaps, n.trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if n.cfg.Role == RoleHead && !existing {
