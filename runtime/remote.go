@@ -24,6 +24,18 @@ import (
 // their node in a worker process running this program's binary); calls go
 // from this process straight to the actor's worker over one shared wire
 // connection per worker address.
+//
+// Lock order of the driver (remote*.go). Held while taking another:
+//
+//	actorRef.mu → callWatch.mu → wire.Client's lock (send → incarnation.begin;
+//	                              scan calls Client.Err)
+//	actorRef.mu → wire.Client's lock (Invoke, Err)
+//	remote.mu → wire.Client's lock (conn calls Err)
+//
+// remote.upMu is held across RPCs (Status, uploads) and takes no other
+// lock of the driver. spawner.mu, spawnItem.mu and objRefs.mu are leaves:
+// nothing else is locked while one is held. Replies never run driver code
+// under a wire lock: send resolves them on a goroutine of their own.
 type remote struct {
 	addr   string
 	client *cluster.Client
@@ -33,12 +45,12 @@ type remote struct {
 	sess   jobSession // keep-alives of the job (remote_job.go)
 
 	hashOnce sync.Once
-	hash     string // sha256 of binary ("" when it could not be read)
-	upMu     sync.Mutex
+	hash     string          // sha256 of binary ("" when it could not be read)
+	upMu     sync.Mutex      // before nothing else; held across RPCs (see the lock order above)
 	uploaded map[string]bool // node gRPC addresses that have the binary
 	lastScan time.Time
 
-	mu      sync.Mutex
+	mu      sync.Mutex              // before wire.Client's lock only
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 
@@ -193,7 +205,7 @@ const (
 // spawner queues spawns for the batched CreateActors calls.
 type spawner struct {
 	r        *remote
-	mu       sync.Mutex
+	mu       sync.Mutex // a leaf
 	queue    []*spawnItem
 	inFlight int
 }
@@ -203,9 +215,9 @@ type spawnItem struct {
 	spec scheduler.ActorSpec
 	out  chan spawnOutcome // buffered: one outcome
 
-	mu      sync.Mutex
-	created bool // its create committed
-	gone    bool // SpawnActor gave up on it
+	mu      sync.Mutex // a leaf
+	created bool       // its create committed
+	gone    bool       // SpawnActor gave up on it
 }
 
 // spawnOutcome ends a spawnItem: an error of the CreateActors call, the
