@@ -105,3 +105,48 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkUpdateMiniBatch: the same GRPO update on 128 samples as one
+// optimiser step on the whole batch (the update before PPO mini-batches)
+// and as PPO mini-batches of 16 (8 optimiser steps, the default), from the
+// same weights every iteration.
+func BenchmarkUpdateMiniBatch(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		mb   int
+	}{{"whole-batch", WholeBatch}, {"minibatch16", DefaultMiniBatch}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, prompts := benchPolicy(b)
+			p.cfg.MiniBatch = bc.mb
+			out, err := p.Sample(ctx, SampleRequest{Prompts: prompts, K: 4, Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var batch []rl.Sample
+			tok := 0
+			for j, o := range out {
+				for k, c := range o {
+					batch = append(batch, rl.Sample{Prompt: prompts[j], Completion: c, Advantage: float64(k) - 1.5})
+					tok += len(prompts[j]) + 2 + len(c.Tokens)
+				}
+			}
+			w0, err := p.model.Weights()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if err := p.model.SetWeights(w0); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := p.Update(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(tok*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

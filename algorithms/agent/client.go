@@ -17,6 +17,10 @@ type Client struct {
 	// this client's Sample calls (e.g. a low-temperature evaluation client
 	// next to the training client of the same actor).
 	Temperature float32
+	// Greedy decodes by argmax (evaluation as the paper runs it).
+	Greedy bool
+	// NoLogProbs skips the scoring pass (evaluation needs only the text).
+	NoLogProbs bool
 	// Adapter, if set, names the actor's LoRA adapter (the role) every call
 	// of this client uses: one actor with one adapter per role.
 	Adapter string
@@ -32,7 +36,8 @@ func NewClient(h actors.Handle[Policy]) *Client { return &Client{H: h} }
 
 // Sample implements rl.Sampler.
 func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature, Adapter: c.Adapter}).Get(ctx)
+	out, err := actors.Call(ctx, c.H, (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
+		Greedy: c.Greedy, NoLogProbs: c.NoLogProbs, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: sample: %w", c.H, err)
 	}

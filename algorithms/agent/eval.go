@@ -16,6 +16,8 @@ import (
 type Local struct {
 	P           *Policy
 	Temperature float32 // > 0 overrides the policy's sampling temperature
+	Greedy      bool    // argmax decoding
+	NoLogProbs  bool    // skip the scoring pass (evaluation)
 }
 
 var (
@@ -25,7 +27,7 @@ var (
 
 // Sample implements rl.Sampler.
 func (l *Local) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	return l.P.Sample(ctx, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: l.Temperature})
+	return l.P.Sample(ctx, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: l.Temperature, Greedy: l.Greedy, NoLogProbs: l.NoLogProbs})
 }
 
 // LogProbs implements rl.Scorer.
@@ -57,6 +59,9 @@ type EvalSpec struct {
 	MaxTurns int
 	// Temperature of sampling (0: 1, the trained policy's own distribution).
 	Temperature float32
+	// Greedy decodes by argmax instead (temperature 0, as the AT-GRPO paper
+	// evaluates); Temperature is then ignored.
+	Greedy bool
 	// SampleSeed seeds the sampling.
 	SampleSeed int64
 }
@@ -122,7 +127,7 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 		if err != nil {
 			return res, err
 		}
-		pols = rl.Shared(&Local{P: p, Temperature: spec.Temperature})
+		pols = rl.Shared(&Local{P: p, Temperature: spec.Temperature, Greedy: spec.Greedy, NoLogProbs: true})
 		res.Policies[rl.SharedName] = spec.Shared
 	} else {
 		m := map[string]rl.Policy{}
@@ -144,7 +149,7 @@ func EvalCheckpoints(ctx context.Context, spec EvalSpec) (EvalResult, error) {
 			if err != nil {
 				return res, err
 			}
-			m[role] = &Local{P: p, Temperature: spec.Temperature}
+			m[role] = &Local{P: p, Temperature: spec.Temperature, Greedy: spec.Greedy, NoLogProbs: true}
 			res.Policies[role] = path
 		}
 		pols = rl.PerRole(m)

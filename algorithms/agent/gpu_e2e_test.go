@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"troupe/actors"
+	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
 	"troupe/gpu/cuda"
 	"troupe/gpu/cuda/emu"
@@ -54,11 +55,12 @@ func gpuCluster(t *testing.T) (runtime.Runtime, string) {
 // TestPolicyActorOnPlacedGPU: a policy actor spawned with actors.GPUs(1)
 // computes on the CUDA backend of the GPU it was placed on (not the CPU),
 // and its sampling, scoring and training step agree with the same policy on
-// the CPU within gpu/cuda/README.md's tolerance (1e-4), for the GPT and for
-// the Llama family (GQA with one key/value head).
+// the CPU within gpu/cuda/README.md's tolerance (1e-4), for the GPT, for
+// the Llama family (GQA with one key/value head) and for a LoRA adapter on
+// a frozen Llama base.
 func TestPolicyActorOnPlacedGPU(t *testing.T) {
 	rt, mode := gpuCluster(t)
-	for _, arch := range []string{"gpt", "llama"} {
+	for _, arch := range []string{"gpt", "llama", "llama-lora"} {
 		t.Run(arch, func(t *testing.T) { checkPolicyOnPlacedGPU(t, rt, mode, arch) })
 	}
 }
@@ -67,8 +69,11 @@ func checkPolicyOnPlacedGPU(t *testing.T, rt runtime.Runtime, mode, arch string)
 	ctx := context.Background()
 	cfg := tinyConfig()
 	cfg.Backend, cfg.Arch = mode, arch
-	if arch == "llama" {
-		cfg.KVHeads = 1
+	if arch != "gpt" {
+		cfg.Arch, cfg.KVHeads = "llama", 1
+	}
+	if arch == "llama-lora" { // the LoRA products and the frozen base on the device
+		cfg.LoRA = policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{"q_proj", "v_proj", "down_proj"}}
 	}
 	h, err := actors.Spawn[Policy](ctx, rt, TypeName, cfg, actors.GPUs(1), actors.Name("planner-"+arch))
 	if err != nil {

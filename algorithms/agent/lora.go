@@ -48,6 +48,14 @@ func isAdapterDir(dir string) bool {
 // asked, one adapter per name, and a PEFT adapter checkpoint if given.
 func (p *Policy) addAdapters() error {
 	cfg := &p.cfg
+	if m, ok := p.model.(*policy.Llama); ok && cfg.LoRA.Rank == 0 && cfg.Checkpoint != "" && isAdapterDir(cfg.Checkpoint) {
+		// A trained adapter given as the checkpoint brings its own settings.
+		lc, err := m.ReadAdapterConfig(cfg.Checkpoint)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+		cfg.LoRA = lc
+	}
 	if cfg.LoRA.Rank == 0 {
 		if len(cfg.Adapters) > 0 || cfg.BaseBF16 {
 			return fmt.Errorf("%w: Adapters or BaseBF16 without LoRA (LoRA.Rank is 0)", ErrConfig)

@@ -92,10 +92,18 @@ type Config struct {
 	Optim policy.Optim
 	// Loss is the GRPO loss; zero means grpo.DefaultConfig().
 	Loss grpo.Config
-	// Epochs is the number of gradient steps per Update on the same batch
-	// (PPO-style reuse; the clip keeps later epochs near the sampling
+	// Epochs is PPO's ppo_epochs: passes over the batch per Update, each
+	// split into mini-batches (the clip keeps later steps near the sampling
 	// policy). 0 means 1.
 	Epochs int
+	// MiniBatch is PPO's mini-batch: samples per optimiser step (verl's
+	// ppo_mini_batch_size). 0 means DefaultMiniBatch (16); WholeBatch (−1)
+	// is one step per epoch on the whole batch.
+	MiniBatch int
+	// Shuffle permutes the batch (seeded by the optimiser's step count)
+	// before it is split in every epoch; false keeps the buffer's order,
+	// as verl's default (actor shuffle: False).
+	Shuffle bool
 	// MicroBatch caps the sequences per forward/backward pass (gradients
 	// are accumulated, the result is the same). 0 means 64.
 	MicroBatch int
@@ -149,6 +157,9 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if cfg.MicroBatch == 0 {
 		cfg.MicroBatch = 64
 	}
+	if cfg.MiniBatch == 0 {
+		cfg.MiniBatch = DefaultMiniBatch
+	}
 	if cfg.MaxNewTokens == 0 {
 		cfg.MaxNewTokens = 8
 	}
@@ -164,6 +175,8 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	switch {
 	case cfg.Epochs < 0 || cfg.MicroBatch < 0 || cfg.MaxNewTokens < 0:
 		return nil, fmt.Errorf("%w: negative epochs %d, micro-batch %d or max new tokens %d", ErrConfig, cfg.Epochs, cfg.MicroBatch, cfg.MaxNewTokens)
+	case cfg.MiniBatch < WholeBatch:
+		return nil, fmt.Errorf("%w: mini-batch %d (want > 0, or %d for the whole batch)", ErrConfig, cfg.MiniBatch, WholeBatch)
 	case cfg.Temperature < 0:
 		return nil, fmt.Errorf("%w: temperature %v < 0", ErrConfig, cfg.Temperature)
 	}
@@ -324,6 +337,12 @@ type SampleRequest struct {
 	// (evaluation decoding); log-probs stay those of the temperature-1
 	// policy, so training samples should leave it 0.
 	Temperature float32
+	// Greedy decodes by argmax (temperature 0, as the paper evaluates);
+	// it overrides Temperature.
+	Greedy bool
+	// NoLogProbs skips the scoring pass: the completions carry no
+	// log-probs (evaluation, which needs only the text).
+	NoLogProbs bool
 	// Adapter names the LoRA adapter (the role) to sample with; "" is the
 	// actor's first.
 	Adapter string
@@ -356,6 +375,9 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 	if req.Temperature > 0 {
 		temp = req.Temperature
 	}
+	if req.Greedy {
+		temp = 0 // policy.Generate: argmax
+	}
 	gen, err := p.model.Generate(prompts, policy.GenerateOptions{
 		MaxNewTokens: p.cfg.MaxNewTokens,
 		Temperature:  temp,
@@ -373,9 +395,11 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		p.gen += int64(len(gen[i]))
 		seqs[i] = append(append([]int32(nil), prompts[i]...), gen[i]...)
 	}
-	lps, err := p.logProbsChunked(seqs)
-	if err != nil {
-		return nil, fmt.Errorf("sample: score: %w", err)
+	var lps [][]float32
+	if !req.NoLogProbs {
+		if lps, err = p.logProbsChunked(seqs); err != nil {
+			return nil, fmt.Errorf("sample: score: %w", err)
+		}
 	}
 	out := make([][]rl.Completion, len(req.Prompts))
 	for i := range out {
@@ -383,12 +407,14 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		for j := range out[i] {
 			r := i*req.K + j
 			g := gen[r]
-			c := rl.Completion{Text: p.tok.Decode(g), Tokens: make([]int, len(g)), LogProbs: make([]float32, len(g))}
-			lp := lps[r]
-			off := len(lp) - len(g)
+			c := rl.Completion{Text: p.tok.Decode(g), Tokens: make([]int, len(g))}
 			for t, id := range g {
 				c.Tokens[t] = int(id)
-				c.LogProbs[t] = lp[off+t]
+			}
+			if lps != nil {
+				lp := lps[r]
+				off := len(lp) - len(g)
+				c.LogProbs = append([]float32(nil), lp[off:]...)
 			}
 			out[i][j] = c
 		}
@@ -466,116 +492,14 @@ func (p *Policy) sequences(prompts []string, comps []rl.Completion) ([][]int32, 
 	return seqs, offs, nil
 }
 
-// Update implements rl.Learner as an actor method: Epochs AdamW steps on
-// the GRPO loss of batch (grpo.Loss → d loss/d logp → backprop).
+// Update implements rl.Learner as an actor method: PPO on the clipped GRPO
+// loss of batch (grpo.Loss → d loss/d logp → backprop), Epochs passes of
+// one AdamW step per mini-batch of MiniBatch samples (see update, ppo.go).
 func (p *Policy) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
 	if err := p.use(""); err != nil {
 		return rl.UpdateStats{}, fmt.Errorf("update %s: %w", p.cfg.Name, err)
 	}
 	return p.update(ctx, batch)
-}
-
-func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
-	var st rl.UpdateStats
-	var keep []rl.Sample
-	for _, s := range batch {
-		if len(s.Completion.Tokens) > 0 {
-			keep = append(keep, s)
-		}
-	}
-	st.Samples = len(batch)
-	if len(keep) == 0 {
-		return st, nil
-	}
-	prompts := make([]string, len(keep))
-	comps := make([]rl.Completion, len(keep))
-	for i, s := range keep {
-		prompts[i], comps[i] = s.Prompt, s.Completion
-	}
-	seqs, offs, err := p.sequences(prompts, comps)
-	if err != nil {
-		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-	}
-	totalSeq, totalTok := 0, 0
-	for _, s := range keep {
-		totalSeq++
-		totalTok += len(s.Completion.Tokens)
-	}
-	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
-		if err := p.model.ZeroGrad(); err != nil {
-			return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-		}
-		var agg grpo.Stats
-		for lo := 0; lo < len(seqs); lo += p.cfg.MicroBatch {
-			hi := min(lo+p.cfg.MicroBatch, len(seqs))
-			chunk := keep[lo:hi]
-			var res grpo.Result
-			err := p.model.AccumulateLogProbFunc(policy.Batch{Tokens: seqs[lo:hi]}, func(lp [][]float32) ([][]float32, error) {
-				gs := make([]grpo.Sequence, len(chunk))
-				for i, s := range chunk {
-					cur := make([]float64, len(s.Completion.Tokens))
-					for t := range cur {
-						cur[t] = float64(lp[i][offs[lo+i]+t])
-					}
-					g, err := s.Sequence(cur)
-					if err != nil {
-						return nil, err
-					}
-					gs[i] = g
-				}
-				var err error
-				res, err = grpo.Loss(p.cfg.Loss, gs)
-				if err != nil {
-					return nil, err
-				}
-				// The loss of a micro-batch is normalised over the
-				// micro-batch; rescale so the sum over micro-batches is the
-				// loss of the whole batch.
-				scale := float64(hi-lo) / float64(totalSeq)
-				if p.cfg.Loss.Aggregation == grpo.TokenMean {
-					scale = float64(res.Stats.Tokens) / float64(totalTok)
-				}
-				out := make([][]float32, len(chunk))
-				for i := range chunk {
-					out[i] = make([]float32, len(lp[i]))
-					for t, g := range res.Grads[i] {
-						out[i][offs[lo+i]+t] = float32(g * scale)
-					}
-				}
-				res.Stats.Loss *= scale
-				return out, nil
-			})
-			if err != nil {
-				return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
-			}
-			mergeStats(&agg, res.Stats, hi-lo, totalSeq)
-			for _, s := range seqs[lo:hi] {
-				p.train += int64(len(s))
-			}
-		}
-		norm, err := p.model.Step()
-		if err != nil {
-			return st, fmt.Errorf("update %s: step: %w", p.cfg.Name, err)
-		}
-		st.Stats, st.GradNorm = agg, norm
-	}
-	return st, nil
-}
-
-// mergeStats accumulates a micro-batch's statistics weighted by its share.
-func mergeStats(dst *grpo.Stats, s grpo.Stats, n, total int) {
-	w := float64(n) / float64(total)
-	dst.Loss += s.Loss // already rescaled
-	dst.PGLoss += w * s.PGLoss
-	dst.KL += w * s.KL
-	dst.ClipFrac += w * s.ClipFrac
-	dst.Entropy += w * s.Entropy
-	dst.RatioMean += w * s.RatioMean
-	dst.Tokens += s.Tokens
-	dst.Sequences += s.Sequences
-	if dst.Adv == (grpo.AdvStats{}) {
-		dst.Adv = s.Adv
-	}
 }
 
 // UpdateFrom is Update on buffers[Name]: the form a compiled graph's

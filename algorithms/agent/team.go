@@ -12,7 +12,6 @@ import (
 	"troupe/actors"
 	"troupe/algorithms/atgrpo"
 	"troupe/algorithms/envs"
-	"troupe/algorithms/grpo"
 	"troupe/algorithms/rl"
 )
 
@@ -266,11 +265,23 @@ func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
 
 // EvalPolicies returns the team's role routing with clients sampling at
 // temperature temp (> 0; e.g. 1 for on-policy evaluation, lower for
-// near-greedy decoding).
+// near-greedy decoding), without the scoring pass evaluation does not need.
 func (t *Team) EvalPolicies(temp float32) *rl.Policies {
+	return t.evalPolicies(Client{Temperature: temp, NoLogProbs: true})
+}
+
+// GreedyPolicies returns the team's role routing with clients decoding by
+// argmax (temperature 0, the AT-GRPO paper's evaluation).
+func (t *Team) GreedyPolicies() *rl.Policies {
+	return t.evalPolicies(Client{Greedy: true, NoLogProbs: true})
+}
+
+func (t *Team) evalPolicies(tmpl Client) *rl.Policies {
 	m := map[string]rl.Policy{}
 	for name, c := range t.Clients {
-		m[name] = &Client{H: c.H, Temperature: temp, Adapter: c.Adapter}
+		cl := tmpl
+		cl.H, cl.Adapter = c.H, c.Adapter
+		m[name] = &cl
 	}
 	if _, ok := m[rl.SharedName]; ok && len(m) == 1 {
 		return rl.Shared(m[rl.SharedName])
@@ -367,30 +378,10 @@ func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
 	if err != nil {
 		return atgrpo.StepStats{}, fmt.Errorf("step %d: %w", step, err)
 	}
-	st := atgrpo.StepStats{Step: step}
-	var advs []float64
-	for _, r := range rolls {
-		st.TeamReturn += r.TeamReturn
-		if r.Success {
-			st.SuccessRate++
-		}
-		for _, n := range r.Nodes {
-			st.Groups++
-			st.ChosenReward += n.Candidates[n.Chosen].Reward
-			for _, c := range n.Candidates {
-				st.Samples++
-				st.MeanReward += c.Reward
-				advs = append(advs, c.Advantage)
-			}
-		}
+	st, buffers, err := atgrpo.Prepare(cfg, step, rolls, buffers)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	st.TeamReturn /= float64(len(rolls))
-	st.SuccessRate /= float64(len(rolls))
-	if st.Samples > 0 {
-		st.MeanReward /= float64(st.Samples)
-		st.ChosenReward /= float64(st.Groups)
-	}
-	st.Adv = grpo.SummarizeAdvantages(advs)
 	if err := rl.FillRefs(ctx, a.Refs, buffers); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}

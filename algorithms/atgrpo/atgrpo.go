@@ -32,17 +32,31 @@
 // on its own role's buffer, and the updates run concurrently (goroutines
 // here; separate policy actors in the actor-graph version).
 //
+// # Training the policies
+//
+// Before the update, Prepare applies the options PettingLLMs and Dr. MAS
+// add: PettingLLMs' group filter (Config.Filter: drop the lowest-mean, the
+// lowest-variance or the equal-reward groups of each policy's buffer) and
+// Dr. MAS's agent-wise normalisation (Config.DrMAS: advantages over every
+// sample of an agent in one environment instance, all turns pooled, instead
+// of per (env, role, turn) group). The learner then runs PPO on its buffer
+// (agent.Policy: mini-batches of 16 samples, one optimiser step each, as
+// verl runs it).
+//
 // # Evaluation
 //
 // Evaluate runs independent (non-tree) episodes: one sample per action on
-// the real environment, reporting success rate and mean returns, as the
-// paper evaluates.
+// the real environment, reporting success rate (with its standard error)
+// and mean returns, as the paper evaluates; the policies decide how they
+// decode (agent.Team.GreedyPolicies decodes greedily, as the paper does).
 package atgrpo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sort"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -78,6 +92,16 @@ type Config struct {
 	MaxTurns  int                // rounds after which an episode is cut off
 	Advantage grpo.AdvantageMode // GRPO (std-normalised) or Dr. GRPO (mean-centred)
 	Seed      int64              // base seed for all sampling
+	// DrMAS replaces the (env, role, turn) group normalisation by Dr. MAS's
+	// agent-wise one: each sample is normalised with the mean and std of
+	// every sample of its agent (role) in its environment instance, all
+	// turns pooled (Dr. MAS's key (prompt uid, agent)).
+	DrMAS bool
+	// Filter is PettingLLMs' optional group filter, applied to each
+	// policy's buffer before its update (the advantages of the kept groups
+	// do not change, except under FilterUID and Dr. MAS, which recompute
+	// them over the kept samples).
+	Filter rl.GroupFilter
 }
 
 // DefaultConfig is K = 4, α = 1, 8 environments, at most 32 rounds, GRPO
@@ -97,6 +121,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxTurns = %d, want >= 1", ErrConfig, c.MaxTurns)
 	case c.Alpha != c.Alpha:
 		return fmt.Errorf("%w: Alpha is NaN", ErrConfig)
+	}
+	if err := c.Filter.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return nil
 }
@@ -182,10 +209,20 @@ func TreeRollouts(ctx context.Context, cfg Config, pols *Policies, es []envs.Env
 type EvalStats struct {
 	Episodes    int
 	SuccessRate float64
+	StdErr      float64            // standard error of SuccessRate: √(p(1−p)/n)
 	TeamReturn  float64            // mean Σ team reward per episode
 	RoleReward  map[string]float64 // mean Σ (α·team + local) per episode, by role
 	Turns       float64            // mean rounds per episode
 	Invalid     float64            // fraction of actions that were invalid
+}
+
+// StdErr is the standard error √(p(1−p)/n) of a success rate p measured
+// on n independent episodes (0 for n < 1).
+func StdErr(p float64, n int) float64 {
+	if n < 1 {
+		return 0
+	}
+	return math.Sqrt(p * (1 - p) / float64(n))
 }
 
 // Evaluate plays n independent episodes (one sampled action per turn, no
@@ -260,6 +297,7 @@ func Evaluate(ctx context.Context, pols *Policies, newEnv EnvFactory, n, maxTurn
 	}
 	fn := float64(n)
 	st.SuccessRate /= fn
+	st.StdErr = StdErr(st.SuccessRate, n)
 	st.TeamReturn /= fn
 	st.Turns /= fn
 	for r := range st.RoleReward {
@@ -292,13 +330,94 @@ type StepStats struct {
 	ChosenReward float64                   // mean reward of the chosen branches
 	TeamReturn   float64                   // mean team return along the tree path
 	SuccessRate  float64                   // of the tree path (optimistic: best-of-K at every turn)
-	Adv          grpo.AdvStats             // over all samples
+	SampledZero  float64                   // share of all sampled candidates whose group advantage is 0
+	Filter       rl.FilterStats            // what the group filter kept (all of it without a filter)
+	ZeroAdv      float64                   // share of the trained samples whose advantage is 0
+	Adv          grpo.AdvStats             // over the trained samples
 	Updates      map[string]rl.UpdateStats // by policy name
 }
 
+// Prepare turns a step's tree rollouts and buffers into the buffers the
+// policies train on (the group filter, then Dr. MAS or, after FilterUID,
+// group advantages recomputed over the kept samples) and the step's
+// statistics (without Updates). The input buffers are not modified.
+func Prepare(cfg Config, step int64, rolls []Rollout, buffers map[string][]rl.Sample) (StepStats, map[string][]rl.Sample, error) {
+	st := StepStats{Step: step, Updates: map[string]rl.UpdateStats{}}
+	zero := 0
+	for _, r := range rolls {
+		st.TeamReturn += r.TeamReturn
+		if r.Success {
+			st.SuccessRate++
+		}
+		for _, n := range r.Nodes {
+			st.Groups++
+			st.ChosenReward += n.Candidates[n.Chosen].Reward
+			for _, c := range n.Candidates {
+				st.Samples++
+				st.MeanReward += c.Reward
+				if c.Advantage == 0 {
+					zero++
+				}
+			}
+		}
+	}
+	if len(rolls) > 0 {
+		st.TeamReturn /= float64(len(rolls))
+		st.SuccessRate /= float64(len(rolls))
+	}
+	if st.Samples > 0 {
+		st.MeanReward /= float64(st.Samples)
+		st.ChosenReward /= float64(st.Groups)
+		st.SampledZero = float64(zero) / float64(st.Samples)
+	}
+	out := buffers
+	if cfg.Filter.Active() {
+		var err error
+		if out, st.Filter, err = rl.FilterBuffers(cfg.Filter, buffers); err != nil {
+			return st, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	} else {
+		for _, b := range buffers {
+			st.Filter.Samples += len(b)
+			st.Filter.SamplesKept += len(b)
+		}
+		st.Filter.Groups, st.Filter.GroupsKept = st.Groups, st.Groups
+	}
+	if cfg.DrMAS || (cfg.Filter.Active() && cfg.Filter.Method == rl.FilterUID) {
+		re := make(map[string][]rl.Sample, len(out))
+		for name, b := range out {
+			b = append([]rl.Sample(nil), b...)
+			if err := rl.AssignAdvantages(b, cfg.Advantage, cfg.DrMAS); err != nil {
+				return st, nil, err
+			}
+			re[name] = b
+		}
+		out = re
+	}
+	var advs []float64
+	for _, name := range sortedNames(out) {
+		for _, s := range out[name] {
+			advs = append(advs, s.Advantage)
+		}
+	}
+	st.Adv = grpo.SummarizeAdvantages(advs)
+	st.ZeroAdv = st.Adv.Zero
+	return st, out, nil
+}
+
+func sortedNames(m map[string][]rl.Sample) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Step runs one training step: Config.Envs fresh environments → tree
-// rollouts → per-policy buffers with group advantages → one Learner.Update
-// per policy (concurrently) → statistics.
+// rollouts → per-policy buffers with group advantages → Prepare (group
+// filter, Dr. MAS) → one Learner.Update per policy (concurrently) →
+// statistics.
 func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	cfg := t.Config
 	if err := cfg.Validate(); err != nil {
@@ -320,32 +439,10 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	if err != nil {
 		return StepStats{}, fmt.Errorf("step %d: %w", step, err)
 	}
-	st := StepStats{Step: step, Updates: map[string]rl.UpdateStats{}}
-	var advs []float64
-	chosen := 0
-	for _, r := range rolls {
-		st.TeamReturn += r.TeamReturn
-		if r.Success {
-			st.SuccessRate++
-		}
-		for _, n := range r.Nodes {
-			st.Groups++
-			st.ChosenReward += n.Candidates[n.Chosen].Reward
-			chosen++
-			for _, c := range n.Candidates {
-				st.Samples++
-				st.MeanReward += c.Reward
-				advs = append(advs, c.Advantage)
-			}
-		}
+	st, buffers, err := Prepare(cfg, step, rolls, buffers)
+	if err != nil {
+		return st, fmt.Errorf("step %d: %w", step, err)
 	}
-	st.TeamReturn /= float64(len(rolls))
-	st.SuccessRate /= float64(len(rolls))
-	if st.Samples > 0 {
-		st.MeanReward /= float64(st.Samples)
-		st.ChosenReward /= float64(chosen)
-	}
-	st.Adv = grpo.SummarizeAdvantages(advs)
 	if err := rl.FillRefs(ctx, t.Refs, buffers); err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}

@@ -3,6 +3,7 @@ package atgrpo
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -107,7 +108,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 					}
 					buffers[name] = append(buffers[name], rl.Sample{
 						Prompt: node.Prompt, Completion: node.Candidates[c].Completion, Group: node.Key.String(),
-						Role: role, Reward: rewards[c], Advantage: adv[c],
+						UID: uid(e), Role: role, Reward: rewards[c], Advantage: adv[c],
 					})
 				}
 				node.Chosen = best
@@ -135,3 +136,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 	}
 	return rolls, buffers, refs, nil
 }
+
+// uid is the Dr. MAS "prompt uid" of environment instance e of a step: the
+// task every sample of that instance's tree belongs to.
+func uid(e int) string { return "env" + strconv.Itoa(e) }

@@ -1,6 +1,9 @@
 package grpo
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // StdEps is the constant added to the group standard deviation before
 // dividing, so that a group whose rewards are all equal gets advantage 0
@@ -124,4 +127,46 @@ func SummarizeAdvantages(adv []float64) AdvStats {
 	s.Spread = s.Max - s.Min
 	s.Zero = float64(zero) / float64(len(adv))
 	return s
+}
+
+// KeyedAdvantages normalises each reward within the set of rewards that
+// share its key: for key k with mean μ_k and unbiased std σ_k over every
+// reward keyed k,
+//
+//	StdNormalized: A_i = (r_i − μ_k) / (σ_k + 1e-6)
+//	MeanCentered:  A_i =  r_i − μ_k
+//
+// With one key per group this is Advantages group by group; Dr. MAS
+// ("agent-wise advantage normalisation", verl's compute_grpo_outcome_advantage
+// with group_by_agent_id) keys every sample by (prompt uid, agent), pooling an
+// agent's samples over all of its turns of one task. A key held by a single
+// reward gets advantage 0 (verl would give it r/1: there is no baseline to
+// compare it with). The result is a new slice; keys and rewards of
+// different lengths are an error (ErrInput).
+func KeyedAdvantages(rewards []float64, keys []string, mode AdvantageMode) ([]float64, error) {
+	if len(keys) != len(rewards) {
+		return nil, fmt.Errorf("%w: %d rewards but %d keys", ErrInput, len(rewards), len(keys))
+	}
+	out := make([]float64, len(rewards))
+	byKey := map[string][]int{}
+	var order []string
+	for i, k := range keys {
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	r := make([]float64, 0, len(rewards))
+	for _, k := range order {
+		idx := byKey[k]
+		r = r[:0]
+		for _, i := range idx {
+			r = append(r, rewards[i])
+		}
+		adv := Advantages(r, mode)
+		for j, i := range idx {
+			out[i] = adv[j]
+		}
+	}
+	return out, nil
 }

@@ -300,3 +300,57 @@ func TestGradientFiniteDifference(t *testing.T) {
 		}
 	}
 }
+
+func TestApproxKLAndParseAggregation(t *testing.T) {
+	// Two tokens: ratio e^{0.5} and e^{-0.2}; approx KL = mean((ρ−1) − log ρ).
+	seqs := []Sequence{{LogProbs: []float64{-1, -2}, OldLogProbs: []float64{-1.5, -1.8}, Advantage: 1}}
+	res, err := Loss(DefaultConfig(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ((math.Exp(0.5) - 1 - 0.5) + (math.Exp(-0.2) - 1 + 0.2)) / 2
+	if !near(res.Stats.ApproxKL, want, 1e-12) {
+		t.Errorf("ApproxKL = %v want %v", res.Stats.ApproxKL, want)
+	}
+	on, _ := Loss(DefaultConfig(), []Sequence{{LogProbs: []float64{-1}, OldLogProbs: []float64{-1}, Advantage: 1}})
+	if on.Stats.ApproxKL != 0 {
+		t.Errorf("on-policy ApproxKL = %v", on.Stats.ApproxKL)
+	}
+	for _, a := range []Aggregation{TokenMean, SeqMean, ConstantNorm} {
+		if got, err := ParseAggregation(a.String()); err != nil || got != a {
+			t.Errorf("ParseAggregation(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if got, _ := ParseAggregation("dr-grpo"); got != ConstantNorm {
+		t.Errorf("dr-grpo = %v", got)
+	}
+	if _, err := ParseAggregation("mean"); !errors.Is(err, ErrConfig) {
+		t.Errorf("unknown aggregation: %v", err)
+	}
+}
+
+func TestKeyedAdvantages(t *testing.T) {
+	r := []float64{1, 0, 5, 3, 0, 7}
+	k := []string{"a", "a", "b", "b", "a", "c"}
+	got, err := KeyedAdvantages(r, k, MeanCentered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{1 - 1.0/3, -1.0 / 3, 1, -1, -1.0 / 3, 0}
+	for i := range want {
+		if !near(got[i], want[i], 1e-12) {
+			t.Errorf("KeyedAdvantages[%d] = %v want %v", i, got[i], want[i])
+		}
+	}
+	// One key per group is Advantages group by group.
+	g, _ := KeyedAdvantages([]float64{1, 2, 3}, []string{"x", "x", "x"}, StdNormalized)
+	a := Advantages([]float64{1, 2, 3}, StdNormalized)
+	for i := range a {
+		if g[i] != a[i] {
+			t.Errorf("keyed %v vs grouped %v", g, a)
+		}
+	}
+	if _, err := KeyedAdvantages(r, k[:2], MeanCentered); !errors.Is(err, ErrInput) {
+		t.Errorf("length mismatch: %v", err)
+	}
+}

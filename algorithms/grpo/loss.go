@@ -30,18 +30,33 @@ const (
 	ConstantNorm
 )
 
-// String names the aggregation.
+// String names the aggregation with verl's loss_agg_mode names:
+// "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm".
 func (a Aggregation) String() string {
 	switch a {
 	case SeqMean:
-		return "seq-mean"
+		return "seq-mean-token-mean"
 	case TokenMean:
 		return "token-mean"
 	case ConstantNorm:
-		return "constant-norm"
+		return "seq-mean-token-sum-norm"
 	default:
 		return "unknown"
 	}
+}
+
+// ParseAggregation reads an aggregation by its verl loss_agg_mode name
+// (String) or a short alias: "seq-mean", "dr-grpo" or "constant-norm".
+func ParseAggregation(s string) (Aggregation, error) {
+	switch s {
+	case "token-mean":
+		return TokenMean, nil
+	case "seq-mean-token-mean", "seq-mean":
+		return SeqMean, nil
+	case "seq-mean-token-sum-norm", "dr-grpo", "constant-norm":
+		return ConstantNorm, nil
+	}
+	return 0, fmt.Errorf("%w: unknown aggregation %q (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm)", ErrConfig, s)
 }
 
 // Config is the loss configuration.
@@ -146,6 +161,7 @@ type Stats struct {
 	Loss      float64  // the aggregated loss
 	PGLoss    float64  // policy-gradient part, aggregated the same way
 	KL        float64  // mean k3 KL over tokens (0 without reference)
+	ApproxKL  float64  // mean k3 estimate of KL(π_old‖π) over tokens: how far the update has moved from the sampling policy
 	ClipFrac  float64  // fraction of tokens where the clip zeroes the gradient
 	Entropy   float64  // −mean(logp) over tokens, a sampled-token entropy estimate
 	RatioMean float64  // mean ρ over tokens
@@ -201,7 +217,7 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 		return res, nil
 	}
 	var clipped int
-	var klSum, entSum, ratioSum float64
+	var klSum, entSum, ratioSum, akSum float64
 	for i, s := range seqs {
 		g := make([]float64, len(s.LogProbs))
 		res.Grads[i] = g
@@ -238,6 +254,7 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 			}
 			entSum -= lp
 			ratioSum += tok.Ratio
+			akSum += K3(s.OldLogProbs[t], lp)
 		}
 	}
 	n := float64(nTok)
@@ -246,6 +263,7 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 	res.Stats.KL = klSum / n
 	res.Stats.Entropy = entSum / n
 	res.Stats.RatioMean = ratioSum / n
+	res.Stats.ApproxKL = akSum / n
 	return res, nil
 }
 

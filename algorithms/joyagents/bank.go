@@ -20,8 +20,9 @@ type MemoryBank interface {
 	// Advise answers one query per observation: the hint to append to the
 	// prompt, or an exact high-scoring answer that skips sampling.
 	Advise(ctx context.Context, req AdviceRequest) ([]Advice, error)
-	// Evolve applies a step's groups (insert above μ + zσ, remove below
-	// μ − zσ) and then the feedback of memory answers, in order.
+	// Evolve applies a step's groups (MemoryConfig.Threshold decides which
+	// answers are inserted and which remove entries) and then the feedback
+	// of memory answers, in order.
 	Evolve(ctx context.Context, req EvolveRequest) (EvolveResult, error)
 }
 
@@ -130,12 +131,18 @@ func (b *LocalBank) Evolve(_ context.Context, req EvolveRequest) (EvolveResult, 
 		}
 	}
 	var res EvolveResult
+	bounds := b.pooledBounds(req.Groups)
 	for _, g := range req.Groups {
 		m := b.Memories[g.Role]
 		if m == nil {
 			continue
 		}
-		u := m.Observe(g.Situation, g.Answers, g.Rewards, req.Now)
+		var u GroupUpdate
+		if bd, ok := bounds[g.Role]; ok {
+			u = m.ObserveBounds(g.Situation, g.Answers, g.Rewards, bd[0], bd[1], true, req.Now)
+		} else {
+			u = m.Observe(g.Situation, g.Answers, g.Rewards, req.Now)
+		}
 		res.Update.Inserted += u.Inserted
 		res.Update.Replaced += u.Replaced
 		res.Update.Removed += u.Removed
@@ -150,6 +157,24 @@ func (b *LocalBank) Evolve(_ context.Context, req EvolveRequest) (EvolveResult, 
 		res.Sizes[r] = m.Len()
 	}
 	return res, nil
+}
+
+// pooledBounds returns, under ThresholdPooled, every role's (upper, lower)
+// bounds: the (1−Tail) and Tail quantiles of the memory rewards of all of
+// that role's answers in groups; nil under ThresholdGroupZ.
+func (b *LocalBank) pooledBounds(groups []GroupRecord) map[string][2]float64 {
+	if b.Config.Threshold != ThresholdPooled {
+		return nil
+	}
+	pooled := map[string][]float64{}
+	for _, g := range groups {
+		pooled[g.Role] = append(pooled[g.Role], g.Rewards...)
+	}
+	out := make(map[string][2]float64, len(pooled))
+	for r, x := range pooled {
+		out[r] = [2]float64{Quantile(x, 1-b.Config.Tail), Quantile(x, b.Config.Tail)}
+	}
+	return out
 }
 
 // Entries returns role's entries in insertion order (nil without memory).

@@ -24,25 +24,43 @@
 // Groups are ranked by the unbiased variance of their rewards (a group
 // whose alternatives all score the same carries no gradient); only the top
 // K groups of the step are kept, and only the agents that own them are
-// updated, each on the samples of its selected groups. K = 0 keeps all.
-// Ties keep trajectory order (environment, then node).
+// updated, each on the samples of its selected groups. K = DefaultTopK (5)
+// unless set; K = 0 keeps all. Ties keep trajectory order (environment, then
+// node).
 //
 // # Memory evolution (the paper's adaptive memory evolution)
 //
 // Each agent has a Memory of (situation, answer, reward, time) entries.
-// GRPO groups are its free supervision: inside a group with memory rewards
-// (accuracy + format, no efficiency term) of mean μ and unbiased std σ,
-// answers above μ + 1.96σ are inserted (or replace the entry with the most
-// similar situation, if they score at least as well), and entries similar to
-// answers below μ − 1.96σ are removed. Entry score = α·(reward − μ) +
-// β·exp(−age/τ), α = β = 1. Before acting, the agent's observation is
-// extended with a short hint (the best similar entry's answer, a few bytes:
-// contexts are 64–128 tokens), and an exact-situation hit scoring at least
-// SkipScore answers directly without sampling. Similarity is character
-// trigram Jaccard (see Similarity). Because a skipped node forms no group,
-// every trajectory that used a memory answer reports its memory reward back
-// (Memory.Feedback): falling short of the entry's recorded reward lowers
-// the entry's score, so wrong advice stops being used and is replaced.
+// GRPO groups are its free supervision: an answer whose memory reward
+// (accuracy + format, no efficiency term) is an outlier of the step is
+// inserted (or replaces the entry with the most similar situation, if it
+// scores at least as well), and entries similar to an answer that is an
+// outlier on the low side are removed. The paper's outlier rule, μ ± 1.96σ
+// inside each group, can barely fire at the group sizes used here (with
+// the unbiased std the largest z-score in a group of G is (G−1)/√G: 2.04 at
+// G = 6), so the default rule (ThresholdPooled) keeps its intent, the 2.5%
+// tails, on the distribution of the agent's memory rewards pooled over the
+// groups of one evolution: an answer at or above the pooled 97.5% quantile
+// that beats its group's mean is inserted, one at or below the 2.5% quantile
+// that falls short of it removes similar entries (ThresholdGroupZ is the
+// paper's rule). Entry score = α·(reward − μ_group) + β·exp(−age/τ),
+// α = β = 1. The memory evolves after every node position during sampling,
+// with that position's groups of all backbones, so that the rest of the step
+// can use it (MemoryConfig.PerStep: once per step, in the update); the
+// feedback of memory answers is applied in the update.
+//
+// The memory is read whenever an agent acts, in training (NodeSampler) and
+// in evaluation (WithMemory): a situation within SkipEdits character edits
+// of a remembered one whose entry scores at least SkipScore is answered
+// with the remembered answer without sampling (the paper's skipping of
+// repeated reasoning), and otherwise the most similar entry's answer is
+// appended to the observation as a hint (HintPrefix + answer; the training
+// scripts make the context that much longer and show hints in part of the
+// warm start). Similarity is character trigram Jaccard (see Similarity).
+// Because a skipped node forms no group, every trajectory that used a
+// memory answer reports its memory reward back (Memory.Feedback): falling
+// short of the entry's recorded reward lowers the entry's score, so wrong
+// advice stops being used and is replaced.
 //
 // # Reward
 //
@@ -55,9 +73,12 @@
 // # Dr. MAS option
 //
 // With Config.DrMAS, advantages are not normalised per group but per agent
-// (Dr. MAS, arXiv 2602.08847, "agent-wise advantage normalization"): A =
-// (R − μ_k)/(σ_k + 1e-6) with μ_k, σ_k the mean and unbiased std of all of
-// agent k's alternative rewards this step (r − μ_k under MeanCentered).
+// and task, as Dr. MAS's code does it (arXiv 2602.08847, "agent-wise
+// advantage normalization"; verl's compute_grpo_outcome_advantage with
+// group_by_agent_id keys samples by (prompt uid, agent)): A = (R − μ)/(σ +
+// 1e-6) with μ, σ the mean and unbiased std of all of agent k's alternative
+// rewards on the same backbone (the task), every node pooled (R − μ under
+// MeanCentered).
 //
 // # Actors
 //
@@ -78,6 +99,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
@@ -156,17 +178,24 @@ type Config struct {
 	MaxTurns  int                // rounds after which an episode is cut off
 	TopK      int                // groups kept by marginal-benefit selection; 0 = all
 	Advantage grpo.AdvantageMode // GRPO or Dr. GRPO advantages
-	DrMAS     bool               // normalise per agent instead of per group
+	DrMAS     bool               // Dr. MAS: normalise per (backbone, agent), every node pooled, instead of per group
 	Reward    RewardConfig
 	UseMemory bool
 	Memory    MemoryConfig
 	Seed      int64
 }
 
-// DefaultConfig: G = 8, 4 trajectories, 32 rounds, all groups, GRPO
-// advantages, memory on with DefaultMemoryConfig.
+// DefaultTopK is the default marginal-benefit selection: the 5 groups of
+// the step with the largest reward variance. The paper ablates K = 1, 2, 5
+// and all; 5 is the largest short of all, since with 4 backbones of about
+// 12 nodes (Plan-Path 6×6) a step has about 50 groups, and top-1 or top-2
+// would train on 6 or 12 samples a step.
+const DefaultTopK = 5
+
+// DefaultConfig: G = 8, 4 trajectories, 32 rounds, top-K = DefaultTopK,
+// GRPO advantages, memory on with DefaultMemoryConfig.
 func DefaultConfig() Config {
-	return Config{G: 8, Envs: 4, MaxTurns: 32, Reward: DefaultRewardConfig(), UseMemory: true, Memory: DefaultMemoryConfig()}
+	return Config{G: 8, Envs: 4, MaxTurns: 32, TopK: DefaultTopK, Reward: DefaultRewardConfig(), UseMemory: true, Memory: DefaultMemoryConfig()}
 }
 
 // Validate reports whether c is usable.
@@ -182,6 +211,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: TopK = %d, want >= 0 (0 = all)", ErrConfig, c.TopK)
 	case c.UseMemory && c.Memory.Capacity < 1:
 		return fmt.Errorf("%w: memory capacity %d, want >= 1", ErrConfig, c.Memory.Capacity)
+	case c.UseMemory && !(c.Memory.Tail >= 0 && c.Memory.Tail < 0.5):
+		return fmt.Errorf("%w: memory tail %v, want in [0, 0.5)", ErrConfig, c.Memory.Tail)
 	}
 	return nil
 }
@@ -210,6 +241,9 @@ type Group struct {
 // Key renders the group key "env0/n3/planner".
 func (g *Group) Key() string { return fmt.Sprintf("env%d/n%d/%s", g.Env, g.Node, g.Role) }
 
+// UID is the Dr. MAS "prompt uid" of the group: its backbone, "env0".
+func (g *Group) UID() string { return "env" + strconv.Itoa(g.Env) }
+
 // Trajectory is one backbone trajectory and its node groups.
 type Trajectory struct {
 	Env     int
@@ -225,6 +259,8 @@ type Counts struct {
 	NodeSamples       int // alternatives sampled at nodes (Σ L·G)
 	CompletionSamples int // single samples drawn to complete branches
 	SkippedActions    int // actions answered from memory (backbone and completions)
+	HintedActions     int // actions sampled from a prompt with a memory hint
+	Actions           int // every action taken (sampled, completed or answered from memory)
 }
 
 // NodeSampler runs node-wise Monte Carlo sampling.
@@ -239,6 +275,30 @@ type NodeSampler struct {
 	Bank   MemoryBank
 	Now    int64 // the training step, for memory decay
 	Counts Counts
+	// Evolved sums the memory evolution done during sampling (every
+	// node position's groups, unless Config.Memory.PerStep), and Sizes
+	// are the memory sizes after the last one.
+	Evolved GroupUpdate
+	Sizes   map[string]int
+}
+
+// evolveOnline applies one node position's groups to the memory during
+// sampling (see MemoryConfig.PerStep).
+func (s *NodeSampler) evolveOnline(ctx context.Context, roles []string, groups []*Group) error {
+	b := s.bank()
+	if b == nil || s.Config.Memory.PerStep || len(groups) == 0 {
+		return nil
+	}
+	req := EvolveRequest{Now: s.Now, Roles: slices.Clone(roles), Groups: groupRecords(groups)}
+	res, err := b.Evolve(ctx, req)
+	if err != nil {
+		return fmt.Errorf("memory evolution during sampling: %w", err)
+	}
+	s.Evolved.Inserted += res.Update.Inserted
+	s.Evolved.Replaced += res.Update.Replaced
+	s.Evolved.Removed += res.Update.Removed
+	s.Sizes = res.Sizes
+	return nil
 }
 
 func (s *NodeSampler) bank() MemoryBank {
@@ -365,7 +425,11 @@ func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.E
 			idx = append(idx, e)
 			prompts = append(prompts, obs[k]+adv[k].Hint)
 			situations = append(situations, obs[k])
+			if adv[k].Hint != "" {
+				s.Counts.HintedActions++
+			}
 		}
+		s.Counts.Actions += len(liveIdx)
 		if len(skipIdx) > 0 {
 			res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
 			if err != nil {
@@ -447,6 +511,9 @@ func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.E
 			trs[e].Outcome.add(back[k].Step)
 			states[e] = back[k].State
 		}
+		if err := s.evolveOnline(ctx, roles, groups); err != nil {
+			return nil, err
+		}
 	}
 	for e, tr := range trs {
 		tr.Outcome.Success = states[e].Success
@@ -497,7 +564,11 @@ func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string,
 				}
 				idx = append(idx, j)
 				prompts = append(prompts, obs[k]+adv[k].Hint)
+				if adv[k].Hint != "" {
+					s.Counts.HintedActions++
+				}
 			}
+			s.Counts.Actions += len(act)
 			if len(skipIdx) > 0 {
 				res, err := b.Step(ctx, pick(skipIdx), role, skipAns)
 				if err != nil {
@@ -549,30 +620,30 @@ func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string,
 }
 
 // Assign sets every alternative's advantage: GRPO inside each group, or
-// with drMAS per agent (role) over all of that agent's alternatives.
+// with drMAS Dr. MAS's agent-wise normalisation keyed by (prompt uid,
+// agent), i.e. (backbone Env, Role): every alternative of an agent's nodes on
+// one backbone shares that pool's mean and std (verl's
+// compute_grpo_outcome_advantage with group_by_agent_id, as Dr. MAS runs
+// it).
 func Assign(groups []*Group, mode grpo.AdvantageMode, drMAS bool) {
-	if !drMAS {
-		for _, g := range groups {
-			adv := grpo.Advantages(totals(g), mode)
-			for j := range g.Alts {
-				g.Alts[j].Advantage = adv[j]
-			}
+	var rewards []float64
+	var keys []string
+	for gi, g := range groups {
+		key := strconv.Itoa(gi)
+		if drMAS {
+			key = g.UID() + "\x00" + g.Role
 		}
-		return
-	}
-	byRole := map[string][]float64{}
-	for _, g := range groups {
-		byRole[g.Role] = append(byRole[g.Role], totals(g)...)
-	}
-	for _, g := range groups {
-		r := byRole[g.Role]
-		mean, std := grpo.MeanStd(r)
-		if len(r) < 2 {
-			mean, std = totals(g)[0], 0
+		for _, a := range g.Alts {
+			rewards = append(rewards, a.Reward.Total())
+			keys = append(keys, key)
 		}
-		adv := grpo.NormalizeWith(totals(g), mean, std, mode)
+	}
+	adv, _ := grpo.KeyedAdvantages(rewards, keys, mode) // same lengths by construction
+	i := 0
+	for _, g := range groups {
 		for j := range g.Alts {
-			g.Alts[j].Advantage = adv[j]
+			g.Alts[j].Advantage = adv[i]
+			i++
 		}
 	}
 }
@@ -612,7 +683,7 @@ func Buffers(groups []*Group) map[string][]rl.Sample {
 	for _, g := range groups {
 		for _, a := range g.Alts {
 			out[g.Policy] = append(out[g.Policy], rl.Sample{
-				Prompt: g.Prompt, Completion: a.Completion, Group: g.Key(), Role: g.Role,
+				Prompt: g.Prompt, Completion: a.Completion, Group: g.Key(), UID: g.UID(), Role: g.Role,
 				Reward: a.Reward.Total(), Advantage: a.Advantage,
 			})
 		}
@@ -666,6 +737,13 @@ type StepStats struct {
 	Adv         grpo.AdvStats // over the selected samples
 	Updates     map[string]rl.UpdateStats
 }
+
+// MemoryBank returns the agents' memory (nil without memory), e.g. for
+// evaluation with WithMemory.
+func (t *Trainer) MemoryBank() MemoryBank { return t.bank() }
+
+// Steps is the number of training steps taken (the memory's clock).
+func (t *Trainer) Steps() int64 { return t.step }
 
 // bank returns the memory the step uses (nil without memory).
 func (t *Trainer) bank() MemoryBank {
@@ -797,6 +875,9 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	}
 	if req.Memory != nil {
 		st.Memory = res.Memory.Update
+		st.Memory.Inserted += smp.Evolved.Inserted
+		st.Memory.Replaced += smp.Evolved.Replaced
+		st.Memory.Removed += smp.Evolved.Removed
 		for r, n := range res.Memory.Sizes {
 			st.MemorySize[r] = n
 		}
@@ -823,18 +904,29 @@ func (t *Trainer) updateLocal(ctx context.Context, bank MemoryBank, req UpdateRe
 	return res, nil
 }
 
-// evolveRequest is a step's memory evolution: every group's answers with
-// their memory rewards (accuracy + format), then the memory reward of
-// every trajectory that used a memory answer, backbones and branches in
-// order.
-func evolveRequest(cfg Config, step int64, roles []string, groups []*Group, outcomes []Outcome) *EvolveRequest {
-	req := &EvolveRequest{Now: step, Roles: slices.Clone(roles)}
+// groupRecords are groups as memory sees them: answers with their memory
+// rewards (accuracy + format).
+func groupRecords(groups []*Group) []GroupRecord {
+	out := make([]GroupRecord, 0, len(groups))
 	for _, g := range groups {
 		rec := GroupRecord{Role: g.Role, Situation: g.Situation, Answers: make([]string, len(g.Alts)), Rewards: make([]float64, len(g.Alts))}
 		for j, a := range g.Alts {
 			rec.Answers[j], rec.Rewards[j] = a.Completion.Text, a.Reward.Memory()
 		}
-		req.Groups = append(req.Groups, rec)
+		out = append(out, rec)
+	}
+	return out
+}
+
+// evolveRequest is a step's memory evolution at the update: with
+// MemoryConfig.PerStep every group's answers with their memory rewards
+// (otherwise the groups were applied during sampling), then the memory
+// reward of every trajectory that used a memory answer, backbones and
+// branches in order.
+func evolveRequest(cfg Config, step int64, roles []string, groups []*Group, outcomes []Outcome) *EvolveRequest {
+	req := &EvolveRequest{Now: step, Roles: slices.Clone(roles)}
+	if cfg.Memory.PerStep {
+		req.Groups = groupRecords(groups)
 	}
 	for _, o := range outcomes {
 		got := cfg.Reward.Of(o).Memory()

@@ -18,23 +18,82 @@ type Entry struct {
 	Time      int64   // training step it was inserted at
 }
 
-// MemoryConfig configures memory evolution (the paper's adaptive memory
-// evolution).
-type MemoryConfig struct {
-	Capacity     int     // entries per agent; the lowest-scoring entry is evicted
-	Z            float64 // outlier threshold in group stds (1.96)
-	Alpha, Beta  float64 // score weights of reward difference and time decay (1, 1)
-	Tau          float64 // decay time constant in training steps
-	SimThreshold float64 // similarity at or above which two texts are "similar"
-	SkipScore    float64 // an exact-situation hit scoring at least this skips sampling
-	HintMax      int     // maximum bytes of retrieved answer added to a prompt
+// Threshold selects the rule that decides which group answers enter and
+// leave the memory.
+type Threshold int
+
+const (
+	// ThresholdPooled (the default) compares each answer with the
+	// distribution of its agent's memory rewards over the groups of one
+	// evolution (a node position's, or with PerStep the step's): an
+	// answer at or above that distribution's (1−Tail) quantile that beats
+	// its own group's mean is inserted; one at or below the Tail quantile
+	// that falls short of its group's mean removes similar entries.
+	ThresholdPooled Threshold = iota
+	// ThresholdGroupZ is the paper's rule inside each group: above
+	// μ + z·σ inserted, below μ − z·σ removed. With the unbiased std no
+	// sample of a group of G lies more than (G−1)/√G stds from the mean, so
+	// z = 1.96 can fire only from G = 6 on, and then only for a lone
+	// outlier (at G = 6 the largest z is 2.04).
+	ThresholdGroupZ
+)
+
+// String names the rule.
+func (t Threshold) String() string {
+	switch t {
+	case ThresholdPooled:
+		return "pooled"
+	case ThresholdGroupZ:
+		return "group-z"
+	}
+	return "unknown"
 }
 
-// DefaultMemoryConfig: 64 entries, z = 1.96, α = β = 1, τ = 50 steps,
-// similarity 0.85, skip at score ≥ 1, hints of at most 16 bytes.
-func DefaultMemoryConfig() MemoryConfig {
-	return MemoryConfig{Capacity: 64, Z: 1.96, Alpha: 1, Beta: 1, Tau: 50, SimThreshold: 0.85, SkipScore: 1, HintMax: 16}
+// MemoryConfig configures memory evolution (the paper's adaptive memory
+// evolution) and how agents read the memory when they act.
+type MemoryConfig struct {
+	Capacity     int       // entries per agent; the lowest-scoring entry is evicted
+	Threshold    Threshold // insert/remove rule
+	Tail         float64   // ThresholdPooled: tail share of the pooled rewards (0.025)
+	Z            float64   // ThresholdGroupZ: outlier threshold in group stds (1.96)
+	Alpha, Beta  float64   // score weights of reward difference and time decay (1, 1)
+	Tau          float64   // decay time constant in training steps
+	SimThreshold float64   // similarity at or above which two texts are "similar"
+	SkipEdits    int       // a remembered answer is reused without sampling when its situation is within this many character edits of the agent's (a near-duplicate) ...
+	SkipScore    float64   // ... and its entry scores at least this
+	HintMax      int       // maximum bytes of retrieved answer added to a prompt
+	NoHint       bool      // never add retrieved answers to prompts
+	NoReuse      bool      // never answer from memory without sampling
+	// PerStep evolves the memory once per training step, after sampling
+	// (the update graph's memory node), instead of after every node
+	// position during sampling. Per position (the default), a step's later
+	// nodes and branch completions can already reuse what its earlier
+	// groups found: on tasks that do not repeat across steps (Plan-Path
+	// draws fresh grids every step) that is the only place where a
+	// situation recurs.
+	PerStep bool
 }
+
+// DefaultMemoryConfig: 64 entries, the pooled rule with 2.5% tails (the
+// share of a normal distribution beyond 1.96σ, so the paper's intent at
+// group sizes where its per-group rule cannot fire), z = 1.96 for the
+// group rule, α = β = 1, τ = 50 steps, similarity 0.85, reuse of an answer
+// whose situation is within 2 character edits (a near-duplicate) and whose
+// entry scores ≥ 1, hints of at most 16 bytes.
+//
+// Why edits and not the trigram similarity: on Plan-Path the similarity of
+// a planner observation to the same position with another tool suggestion
+// (the same decision) is as low as 0.875 (6×6) and that to the neighbouring
+// cell (another decision) as high as 0.882, so no similarity threshold
+// tells them apart; in edits they are 1 (the suggestion's letter) against at
+// least 3 (the agent's coordinate and its cell in the grid).
+func DefaultMemoryConfig() MemoryConfig {
+	return MemoryConfig{Capacity: 64, Threshold: ThresholdPooled, Tail: 0.025, Z: 1.96, Alpha: 1, Beta: 1, Tau: 50,
+		SimThreshold: 0.85, SkipEdits: 2, SkipScore: 1, HintMax: 16}
+}
+
+// HintPrefix starts the text a hint appends to a prompt.
+const HintPrefix = " h:"
 
 // Score is an entry's worth at time now:
 //
@@ -234,8 +293,9 @@ type GroupUpdate struct {
 	Mean, Std                   float64
 }
 
-// Observe applies one GRPO group to the memory: with μ and σ the mean and
-// unbiased std of the group's memory rewards (accuracy + format),
+// Observe applies one GRPO group to the memory with the paper's rule: with
+// μ and σ the mean and unbiased std of the group's memory rewards
+// (accuracy + format),
 //
 //   - each answer with reward > μ + z·σ is Put with Diff = reward − μ;
 //   - for each answer with reward < μ − z·σ, entries similar to it (similar
@@ -246,27 +306,55 @@ type GroupUpdate struct {
 // z = 1.96 needs G ≥ 6 to ever fire.
 func (m *Memory) Observe(situation string, answers []string, rewards []float64, now int64) GroupUpdate {
 	mean, std := grpo.MeanStd(rewards)
+	return m.ObserveBounds(situation, answers, rewards, mean+m.cfg.Z*std, mean-m.cfg.Z*std, false, now)
+}
+
+// ObserveBounds applies one group with given bounds: an answer whose
+// reward beats the group mean and passes hi (≥ hi when inclusive, else
+// > hi) is Put with Diff = reward − mean; one that falls short of the mean
+// and passes lo (≤ lo, or < lo) removes the entries similar to it. A group
+// whose rewards are all equal changes nothing.
+func (m *Memory) ObserveBounds(situation string, answers []string, rewards []float64, hi, lo float64, inclusive bool, now int64) GroupUpdate {
+	mean, std := grpo.MeanStd(rewards)
 	u := GroupUpdate{Mean: mean, Std: std}
 	if std == 0 || len(answers) != len(rewards) {
 		return u
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	hi, lo := mean+m.cfg.Z*std, mean-m.cfg.Z*std
 	for i, r := range rewards {
+		up := r > hi || (inclusive && r == hi)
+		down := r < lo || (inclusive && r == lo)
 		switch {
-		case r > hi:
+		case r > mean && up:
 			switch m.put(Entry{Situation: situation, Answer: answers[i], Reward: r, Diff: r - mean, Time: now}, now) {
 			case "inserted":
 				u.Inserted++
 			case "replaced":
 				u.Replaced++
 			}
-		case r < lo:
+		case r < mean && down:
 			u.Removed += m.remove(situation, answers[i])
 		}
 	}
 	return u
+}
+
+// Quantile is the q-quantile of x by linear interpolation between order
+// statistics (numpy's default, "type 7"); 0 for no values.
+func Quantile(x []float64, q float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	q = math.Min(math.Max(q, 0), 1)
+	h := q * float64(len(s)-1)
+	lo := int(math.Floor(h))
+	if lo+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[lo] + (h-float64(lo))*(s[lo+1]-s[lo])
 }
 
 // Feedback reports the memory reward a trajectory earned after the agent
@@ -338,17 +426,18 @@ func (m *Memory) retrieve(situation string, n int, now int64) []Hit {
 	return hits
 }
 
-// Skip returns the remembered answer when an entry has exactly this
-// situation and scores at least SkipScore: the agent answers from memory
-// instead of sampling (the "repetitive reasoning" memory removes).
+// Skip returns the remembered answer when an entry's situation is a
+// near-duplicate of situation (within SkipEdits character edits) and the
+// entry scores at least SkipScore: the agent answers from memory instead of
+// sampling (the "repetitive reasoning" memory removes).
 func (m *Memory) Skip(situation string, now int64) (string, bool) {
 	_, answer, skip := m.Advise(situation, now)
 	return answer, skip
 }
 
-// Hint returns the text appended to a prompt for situation: " hint:" and
-// the best similar entry's answer, cut to HintMax bytes; "" when nothing
-// is similar. Contexts are 64–128 tokens, so a hint is one short answer.
+// Hint returns the text appended to a prompt for situation: HintPrefix and
+// the best similar entry's answer, cut to HintMax bytes; "" when nothing is
+// similar or hints are off. Contexts are short, so a hint is one answer.
 func (m *Memory) Hint(situation string, now int64) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -356,24 +445,81 @@ func (m *Memory) Hint(situation string, now int64) string {
 }
 
 func (m *Memory) hint(hits []Hit) string {
-	if len(hits) == 0 || m.cfg.HintMax <= 0 {
+	if len(hits) == 0 || m.cfg.HintMax <= 0 || m.cfg.NoHint {
 		return ""
 	}
 	a := hits[0].Answer
 	if len(a) > m.cfg.HintMax {
 		a = a[:m.cfg.HintMax]
 	}
-	return " hint:" + a
+	return HintPrefix + a
 }
 
 // Advise is Skip and, when it does not skip, Hint, from one retrieval:
-// the remembered answer and true, or the hint and false.
+// the remembered answer and true, or the hint and false. Among the similar
+// entries (most similar first), the first near-duplicate that scores at
+// least SkipScore is reused.
 func (m *Memory) Advise(situation string, now int64) (hint, answer string, skip bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	hits := m.retrieve(situation, 1, now)
-	if len(hits) == 1 && hits[0].Situation == situation && hits[0].Score >= m.cfg.SkipScore {
-		return "", hits[0].Answer, true
+	hits := m.retrieve(situation, m.cfg.Capacity, now)
+	if !m.cfg.NoReuse {
+		for _, h := range hits {
+			if h.Score >= m.cfg.SkipScore && WithinEdits(h.Situation, situation, m.cfg.SkipEdits) {
+				return "", h.Answer, true
+			}
+		}
 	}
 	return m.hint(hits), "", false
+}
+
+// WithinEdits reports whether a and b are at most k character edits
+// (insertions, deletions, substitutions of a byte) apart: the Levenshtein
+// distance, computed only in the band |i − j| ≤ k, so in O(k·len).
+func WithinEdits(a, b string, k int) bool {
+	if k < 0 {
+		return false
+	}
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	if len(b)-len(a) > k {
+		return false
+	}
+	if a == b {
+		return true
+	}
+	const far = 1 << 30
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = far
+		if j <= k {
+			prev[j] = j
+		}
+	}
+	for i := 1; i <= len(a); i++ {
+		lo, hi := max(1, i-k), min(len(b), i+k)
+		for j := range cur {
+			cur[j] = far
+		}
+		if i <= k {
+			cur[0] = i
+		}
+		best := cur[0]
+		for j := lo; j <= hi; j++ {
+			d := prev[j-1]
+			if a[i-1] != b[j-1] {
+				d++
+			}
+			d = min(d, prev[j]+1, cur[j-1]+1)
+			cur[j] = d
+			best = min(best, d)
+		}
+		if best > k {
+			return false
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)] <= k
 }

@@ -146,7 +146,7 @@ func TestRetrieveHintSkip(t *testing.T) {
 	if len(hits) != 2 || hits[0].Answer != "p2-long-answer" || hits[0].Sim != 1 || hits[1].Answer != "p9" {
 		t.Fatalf("hits %+v", hits)
 	}
-	if h := m.Hint("planner: goal 2", 0); h != " hint:p2-l" {
+	if h := m.Hint("planner: goal 2", 0); h != " h:p2-l" {
 		t.Errorf("hint %q", h)
 	}
 	if h := m.Hint("nothing like it", 0); h != "" {
@@ -155,9 +155,17 @@ func TestRetrieveHintSkip(t *testing.T) {
 	if a, ok := m.Skip("planner: goal 2", 0); !ok || a != "p2-long-answer" {
 		t.Errorf("skip exact: %q %v", a, ok)
 	}
-	// Similar but not exact: no skip (the hint still applies).
+	// A near-duplicate (1 edit from "planner: goal 2!") is answered from
+	// memory; 3 edits away it is not (the hint still applies).
+	if a, ok := m.Skip("planner: goal 2!!", 0); !ok || a != "p9" {
+		t.Errorf("near-duplicate: %q %v", a, ok)
+	}
+	if _, ok := m.Skip("planner: goal 2!!!!", 0); ok {
+		t.Error("skipped 3 edits away")
+	}
+	m.cfg.SkipEdits = 0 // exact situations only
 	if _, ok := m.Skip("planner: goal 2!!", 0); ok {
-		t.Error("skipped on an inexact hit")
+		t.Error("skipped on an inexact hit with SkipEdits 0")
 	}
 	// Exact but low-scoring: no skip.
 	if _, ok := m.Skip("executor: plan p1", 0); ok {

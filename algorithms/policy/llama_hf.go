@@ -113,7 +113,7 @@ func loadLlamaAs(dir string, be gpu.Backend, bf16 bool) (*Llama, map[string]stri
 // readWeights converts every tensor of ck into the weights.
 func (m *Llama) readWeights(ck *hf.Checkpoint) error {
 	var host []float32
-	if h, ok := m.params.(hostData); ok {
+	if h, ok := m.params.(hostData); ok && m.bf == nil {
 		host = h.Data()
 	}
 	var stage []float32
@@ -210,9 +210,19 @@ func (m *Llama) SaveAs(dir string, opts hf.SaveOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("policy: save %s: %w", dir, err)
 	}
-	w, err := m.Weights()
-	if err != nil {
-		return err
+	var w []float32
+	if h, ok := m.params.(hostData); ok && m.bf == nil {
+		// float32 host memory: written straight from the weights, no
+		// second copy (a BF16 base's params hold only the small tensors)
+		if err := m.be.Sync(); err != nil {
+			return fmt.Errorf("policy: save %s: %w", dir, err)
+		}
+		w = h.Data()[:m.nparams]
+	} else {
+		var err error
+		if w, err = m.Weights(); err != nil {
+			return err
+		}
 	}
 	ts, err := m.tensors(w)
 	if err != nil {

@@ -574,6 +574,20 @@ func TestLlamaSaveLoadRoundTrip(t *testing.T) {
 				t.Fatalf("%s: BF16 weight %d: %v -> %v", name, i, w1[i], wb[i])
 			}
 		}
+		// a base held in BF16 saves what it holds
+		if err := mb.SetBaseDType(hf.BF16); err != nil {
+			t.Fatal(err)
+		}
+		if err := mb.Save(bdir + "-again"); err != nil {
+			t.Fatal(err)
+		}
+		again, err := LoadLlama(bdir+"-again", cpu.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wa, _ := again.Weights(); !slices.Equal(wa, wb) {
+			t.Fatalf("%s: a BF16 base saved and loaded changed", name)
+		}
 	}
 }
 

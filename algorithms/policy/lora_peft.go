@@ -288,6 +288,20 @@ func (m *Llama) LoadAdapter(name, dir string) (*Adapter, error) {
 	return ad, nil
 }
 
+// ReadAdapterConfig reads the LoRA settings of the PEFT adapter in dir
+// (adapter_config.json), checked against this model's layers.
+func (m *Llama) ReadAdapterConfig(dir string) (LoRAConfig, error) {
+	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+	if err != nil {
+		return LoRAConfig{}, fmt.Errorf("policy: adapter %s: %w", dir, err)
+	}
+	cfg, err := parsePEFTConfig(data, m.arch.L)
+	if err != nil {
+		return LoRAConfig{}, fmt.Errorf("policy: adapter %s: %w", dir, err)
+	}
+	return cfg, nil
+}
+
 func (m *Llama) readAdapter(name, dir string) (*Adapter, error) {
 	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
 	if err != nil {

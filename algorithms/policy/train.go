@@ -406,34 +406,7 @@ func (m *Model) Step() (float64, error) {
 
 // TrainStep is one SFT step: zero gradients, weighted mean cross-entropy
 // over batch, backward, clipped AdamW update.
-func (m *Model) TrainStep(batch Batch) (StepStats, error) {
-	if err := m.ZeroGrad(); err != nil {
-		return StepStats{}, err
-	}
-	var wsum float64
-	var ntok int
-	for b, seq := range batch.Tokens {
-		for t := 0; t < len(seq)-1; t++ {
-			w := float32(1)
-			if batch.Weights != nil && b < len(batch.Weights) && t < len(batch.Weights[b]) {
-				w = batch.Weights[b][t]
-			}
-			wsum += float64(w)
-			if w != 0 {
-				ntok++
-			}
-		}
-	}
-	if wsum == 0 {
-		return StepStats{}, fmt.Errorf("%w: all loss weights are zero", ErrBatch)
-	}
-	sum, _, err := m.AccumulateCE(batch, float32(1/wsum))
-	if err != nil {
-		return StepStats{}, err
-	}
-	norm, err := m.Step()
-	return StepStats{Loss: sum / wsum, GradNorm: norm, Tokens: ntok}, err
-}
+func (m *Model) TrainStep(batch Batch) (StepStats, error) { return trainStep(m, batch) }
 
 // LogProbs returns, for each sequence b, log p(Tokens[b][t+1] | Tokens[b][:t+1])
 // for t = 0..len(Tokens[b])-2 under the current weights (Weights ignored).
@@ -488,15 +461,8 @@ func (m *Model) AccumulateLogProbFunc(batch Batch, objective func(logp [][]float
 	}
 	a, N := m.a, B*T
 	d := a.hostW[:N]
-	clear(d)
-	if len(grads) != B {
-		return fmt.Errorf("%w: %d gradient rows for %d sequences", ErrBatch, len(grads), B)
-	}
-	for b, seq := range batch.Tokens {
-		if len(grads[b]) != len(seq)-1 {
-			return fmt.Errorf("%w: sequence %d has %d gradients for %d log-probs", ErrBatch, b, len(grads[b]), len(seq)-1)
-		}
-		copy(d[b*T:], grads[b])
+	if err := scatterLogProbGrads(d, batch, grads, T, func(b int) int { return b }); err != nil {
+		return err
 	}
 	m.be.Upload(a.dlosses, d)
 	m.be.Zero(a.dlogits) // capacity-sized; (BT,V) is small next to the layers
@@ -511,31 +477,12 @@ func (m *Model) AccumulateLogProbFunc(batch Batch, objective func(logp [][]float
 // AccumulateLogProbGrads accumulates the gradient of sum grads[b][t]·logp[b][t]
 // (grads shaped like LogProbs' result).
 func (m *Model) AccumulateLogProbGrads(batch Batch, grads [][]float32) error {
-	return m.AccumulateLogProbFunc(batch, func([][]float32) ([][]float32, error) { return grads, nil })
+	return accumulateLogProbGrads(m, batch, grads)
 }
 
 // StepFromLogProbGrads is one policy-gradient step: zero gradients,
 // accumulate d loss/d logp = grads through the model, clipped AdamW update.
 // Loss in the result is sum grads·logp at the pre-step weights.
 func (m *Model) StepFromLogProbGrads(batch Batch, grads [][]float32) (StepStats, error) {
-	if err := m.ZeroGrad(); err != nil {
-		return StepStats{}, err
-	}
-	var st StepStats
-	err := m.AccumulateLogProbFunc(batch, func(lp [][]float32) ([][]float32, error) {
-		for b := range lp {
-			for t := range lp[b] {
-				if b < len(grads) && t < len(grads[b]) {
-					st.Loss += float64(grads[b][t]) * float64(lp[b][t])
-				}
-			}
-			st.Tokens += len(lp[b])
-		}
-		return grads, nil
-	})
-	if err != nil {
-		return StepStats{}, err
-	}
-	st.GradNorm, err = m.Step()
-	return st, err
+	return stepFromLogProbGrads(m, batch, grads)
 }

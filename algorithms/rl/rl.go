@@ -61,6 +61,7 @@ type Sample struct {
 	Prompt      string
 	Completion  Completion
 	Group       string    // group key the advantage was computed in
+	UID         string    // the task instance ("prompt uid") the sample belongs to: Dr. MAS pools by (UID, Role)
 	Role        string    // the acting role
 	Reward      float64   // the reward the advantage was computed from
 	Advantage   float64   // shared by every token of the completion
@@ -103,9 +104,34 @@ func f64(x []float32) []float64 {
 
 // UpdateStats reports one Learner.Update.
 type UpdateStats struct {
-	grpo.Stats         // loss diagnostics of the last optimisation epoch
+	grpo.Stats         // loss diagnostics, token-weighted over every optimiser step of the update
 	Samples    int     // samples in the batch
-	GradNorm   float64 // norm of the parameter gradient (learner-defined; 0 if unknown)
+	GradNorm   float64 // norm of the parameter gradient before clipping, mean over the optimiser steps (learner-defined; 0 if unknown)
+	OptSteps   int     // optimiser steps taken (PPO mini-batches × epochs)
+}
+
+// AssignAdvantages recomputes the advantage of every sample of batch from
+// the rewards: within each Group (GRPO), or with drMAS within each
+// (UID, Role) pair (Dr. MAS's agent-wise normalisation: an agent's samples
+// of one task, all turns pooled). See grpo.KeyedAdvantages.
+func AssignAdvantages(batch []Sample, mode grpo.AdvantageMode, drMAS bool) error {
+	rewards := make([]float64, len(batch))
+	keys := make([]string, len(batch))
+	for i, s := range batch {
+		rewards[i] = s.Reward
+		keys[i] = s.Group
+		if drMAS {
+			keys[i] = s.UID + "\x00" + s.Role
+		}
+	}
+	adv, err := grpo.KeyedAdvantages(rewards, keys, mode)
+	if err != nil {
+		return err
+	}
+	for i := range batch {
+		batch[i].Advantage = adv[i]
+	}
+	return nil
 }
 
 // DeriveSeed mixes a base seed with any number of coordinates (step, env

@@ -10,9 +10,16 @@
 //
 // The default warm start (800 expert episodes, 16 epochs: each policy gets
 // as many SFT steps as the results table's shared policy) is the one of the
-// table's atgrpo-perrole-sft16 cell; AT-GRPO then lifts the team's held-out
-// success from 83% to 90% over 40 steps (docs/results.md; the curve is
-// noisy: one standard error is about 3–4 points on 100 episodes).
+// table's atgrpo-perrole cell. RL is PPO as verl runs it for PettingLLMs
+// (mini-batches of 16 samples, one optimiser step each; --minibatch -1 is
+// the former one step per update). Progress and metrics.jsonl show each
+// step's clip fraction, approximate KL, gradient norm and share of
+// zero-advantage samples. The team is evaluated on 100 validation grids
+// (seeds 1000000..: every default was tuned on them) before, during and
+// after RL, and on 500 test grids (seeds 3000000..: no decision looked at
+// them) before and after, greedy (as the paper decodes) and sampled, with
+// standard errors. --size 10 trains on the paper's 10×10 grid instead (the
+// context grows to 139 tokens; slower).
 //
 // Evaluate the result on other grids with
 //
@@ -31,6 +38,6 @@ func main() {
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2,
-		EvalEvery: 10, CkptEvery: 20,
+		EvalEvery: 10, TestEpisodes: 500, CkptEvery: 20,
 	})
 }

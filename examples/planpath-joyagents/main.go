@@ -1,15 +1,19 @@
 // Command planpath-joyagents trains the Plan-Path team with JoyAgents-R1
-// (node-wise Monte Carlo sampling, marginal-benefit top-K selection, memory
-// evolution) on the embedded cluster: the per-role policies and the memory
+// (node-wise Monte Carlo sampling, marginal-benefit selection of the top-5
+// groups by reward variance, memory evolved from the groups and read when an
+// agent acts: the retrieved answer as a hint in the prompt, a near-duplicate
+// situation answered from memory without sampling, in training and in
+// evaluation) on the embedded cluster: the per-role policies and the memory
 // are actors, and each update step is one run of a compiled actor graph
 // (the selected agents' policy actors train in parallel while the memory
 // actor evolves); --env-actors N also hosts the environments in N
-// environment actors (the same run, at the same CPU cost). The
-// same warm start, held-out evaluation, metrics, plot and checkpoints as
-// planpath-atgrpo.
+// environment actors (the same run, at the same CPU cost). The warm start
+// is planpath-atgrpo's with 30% of the examples shown with a memory hint
+// (the context is longer by a hint's length), and the evaluations (memory
+// read), metrics, plot and checkpoints are as in planpath-atgrpo.
 //
 //	go run ./examples/planpath-joyagents
-//	go run ./examples/planpath-joyagents --topk 4 --memory=false
+//	go run ./examples/planpath-joyagents --topk -1 --memory=false   # all groups, no memory
 //	go run ./examples/planpath-joyagents --env-actors 2
 package main
 
@@ -24,7 +28,7 @@ func main() {
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     30, K: 6, Envs: 4, LR: 3e-4, Seed: 1,
 		JoyMemory:    true,
-		WarmEpisodes: 800, WarmEpochs: 8, WarmNoise: 0.2,
-		EvalEvery: 10, CkptEvery: 20,
+		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2, WarmHints: 0.3,
+		EvalEvery: 10, TestEpisodes: 500, CkptEvery: 20,
 	})
 }

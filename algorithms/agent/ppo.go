@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/policy"
+	"troupe/algorithms/rl"
+)
+
+// DefaultMiniBatch is the PPO mini-batch of Config.MiniBatch 0: verl's
+// ppo_mini_batch_size in PettingLLMs' configs (16 samples, one optimiser
+// step each).
+const DefaultMiniBatch = 16
+
+// WholeBatch as Config.MiniBatch makes every epoch one optimiser step on
+// the whole batch (the update is then on-policy: its ratios are all 1 and
+// the clip never acts).
+const WholeBatch = -1
+
+// update is Update (of the adapter in use) as verl's actor runs it (dp_actor.update_policy):
+// for each of Epochs passes, the batch is split in order (or, with Shuffle,
+// after a seeded permutation) into mini-batches of MiniBatch samples, and
+// every mini-batch is one AdamW step on the clipped GRPO loss aggregated over
+// that mini-batch (gradients accumulated over micro-batches of MicroBatch
+// sequences). The behaviour log-probs are those the sampling policy gave
+// (rl.Sample.Old), so the first mini-batch is on-policy and every later one
+// is scored by weights that have already moved: there the ratio leaves 1 and
+// the clip acts. Statistics are token-weighted over every step; GradNorm is
+// the mean pre-clip gradient norm.
+func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
+	var st rl.UpdateStats
+	var keep []rl.Sample
+	for _, s := range batch {
+		if len(s.Completion.Tokens) > 0 {
+			keep = append(keep, s)
+		}
+	}
+	st.Samples = len(batch)
+	if len(keep) == 0 {
+		return st, nil
+	}
+	prompts := make([]string, len(keep))
+	comps := make([]rl.Completion, len(keep))
+	advs := make([]float64, len(keep))
+	for i, s := range keep {
+		prompts[i], comps[i], advs[i] = s.Prompt, s.Completion, s.Advantage
+	}
+	seqs, offs, err := p.sequences(prompts, comps)
+	if err != nil {
+		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+	}
+	mb := p.cfg.MiniBatch
+	if mb == WholeBatch || mb > len(keep) {
+		mb = len(keep)
+	}
+	order := make([]int, len(keep))
+	for i := range order {
+		order[i] = i
+	}
+	var acc statAcc
+	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
+		if p.cfg.Shuffle {
+			// Seeded by the optimiser's step count: reproducible, and
+			// different for every update and epoch.
+			r := rand.New(rand.NewPCG(uint64(p.model.Steps()), uint64(epoch)))
+			r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		for lo := 0; lo < len(order); lo += mb {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+			idx := order[lo:min(lo+mb, len(order))]
+			if err := p.miniBatchStep(keep, seqs, offs, idx, &acc); err != nil {
+				return st, fmt.Errorf("update %s: epoch %d mini-batch at %d: %w", p.cfg.Name, epoch, lo, err)
+			}
+		}
+	}
+	st.Stats = acc.stats()
+	st.Stats.Adv = grpo.SummarizeAdvantages(advs)
+	st.Stats.Sequences = len(keep)
+	st.Stats.Tokens = 0
+	for _, c := range comps {
+		st.Stats.Tokens += len(c.Tokens)
+	}
+	st.OptSteps = acc.steps
+	if acc.steps > 0 {
+		st.GradNorm = acc.norm / float64(acc.steps)
+	}
+	return st, nil
+}
+
+// miniBatchStep is one optimiser step on the samples keep[idx]: the loss is
+// aggregated over the mini-batch exactly (micro-batch losses rescaled to
+// their share), then AdamW.
+func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx []int, acc *statAcc) error {
+	if err := p.model.ZeroGrad(); err != nil {
+		return err
+	}
+	totalSeq, totalTok := len(idx), 0
+	for _, i := range idx {
+		totalTok += len(keep[i].Completion.Tokens)
+	}
+	var loss, pgLoss float64
+	for lo := 0; lo < len(idx); lo += p.cfg.MicroBatch {
+		chunk := idx[lo:min(lo+p.cfg.MicroBatch, len(idx))]
+		tokens := make([][]int32, len(chunk))
+		for k, i := range chunk {
+			tokens[k] = seqs[i]
+		}
+		var res grpo.Result
+		var scale float64
+		err := p.model.AccumulateLogProbFunc(policy.Batch{Tokens: tokens}, func(lp [][]float32) ([][]float32, error) {
+			gs := make([]grpo.Sequence, len(chunk))
+			for k, i := range chunk {
+				s := keep[i]
+				cur := make([]float64, len(s.Completion.Tokens))
+				for t := range cur {
+					cur[t] = float64(lp[k][offs[i]+t])
+				}
+				g, err := s.Sequence(cur)
+				if err != nil {
+					return nil, err
+				}
+				gs[k] = g
+			}
+			var err error
+			res, err = grpo.Loss(p.cfg.Loss, gs)
+			if err != nil {
+				return nil, err
+			}
+			// A micro-batch's loss is normalised over the micro-batch;
+			// rescale so the sum over micro-batches is the mini-batch's.
+			scale = float64(len(chunk)) / float64(totalSeq)
+			if p.cfg.Loss.Aggregation == grpo.TokenMean {
+				scale = float64(res.Stats.Tokens) / float64(totalTok)
+			}
+			out := make([][]float32, len(chunk))
+			for k, i := range chunk {
+				out[k] = make([]float32, len(lp[k]))
+				for t, g := range res.Grads[k] {
+					out[k][offs[i]+t] = float32(g * scale)
+				}
+			}
+			return out, nil
+		})
+		if err != nil {
+			return err
+		}
+		loss += scale * res.Stats.Loss
+		pgLoss += scale * res.Stats.PGLoss
+		acc.addTokens(res.Stats)
+		for _, t := range tokens {
+			p.train += int64(len(t))
+		}
+	}
+	norm, err := p.model.Step()
+	if err != nil {
+		return fmt.Errorf("step: %w", err)
+	}
+	acc.loss += loss
+	acc.pgLoss += pgLoss
+	acc.norm += norm
+	acc.steps++
+	return nil
+}
+
+// statAcc accumulates loss statistics over the micro-batches of every
+// optimiser step of an update.
+type statAcc struct {
+	tokens                             int
+	clip, kl, approxKL, entropy, ratio float64 // token-weighted sums
+	loss, pgLoss, norm                 float64 // sums over steps
+	steps                              int
+}
+
+func (a *statAcc) addTokens(s grpo.Stats) {
+	n := float64(s.Tokens)
+	a.tokens += s.Tokens
+	a.clip += n * s.ClipFrac
+	a.kl += n * s.KL
+	a.approxKL += n * s.ApproxKL
+	a.entropy += n * s.Entropy
+	a.ratio += n * s.RatioMean
+}
+
+func (a *statAcc) stats() grpo.Stats {
+	var s grpo.Stats
+	if a.steps > 0 {
+		s.Loss = a.loss / float64(a.steps)
+		s.PGLoss = a.pgLoss / float64(a.steps)
+	}
+	if a.tokens > 0 {
+		n := float64(a.tokens)
+		s.ClipFrac, s.KL, s.ApproxKL, s.Entropy, s.RatioMean = a.clip/n, a.kl/n, a.approxKL/n, a.entropy/n, a.ratio/n
+	}
+	return s
+}

@@ -1,0 +1,101 @@
+package policy
+
+import "fmt"
+
+// This file composes the training calls both families share out of each
+// model's own ZeroGrad, AccumulateCE, AccumulateLogProbFunc and Step, so the
+// GPT and the Llama family take the same steps with the same meaning.
+
+// stepper is the part of LM the composed steps need.
+type stepper interface {
+	ZeroGrad() error
+	AccumulateCE(batch Batch, scale float32) (float64, float64, error)
+	AccumulateLogProbFunc(batch Batch, objective func(logp [][]float32) ([][]float32, error)) error
+	Step() (float64, error)
+}
+
+// trainStep is ZeroGrad, the weighted mean cross-entropy's gradient and one
+// clipped AdamW step.
+func trainStep(m stepper, batch Batch) (StepStats, error) {
+	wsum, ntok := batchWeight(batch)
+	if wsum == 0 {
+		return StepStats{}, fmt.Errorf("%w: all loss weights are zero", ErrBatch)
+	}
+	if err := m.ZeroGrad(); err != nil {
+		return StepStats{}, err
+	}
+	sum, _, err := m.AccumulateCE(batch, float32(1/wsum))
+	if err != nil {
+		return StepStats{}, err
+	}
+	norm, err := m.Step()
+	return StepStats{Loss: sum / wsum, GradNorm: norm, Tokens: ntok}, err
+}
+
+// batchWeight is the sum of a batch's loss weights (1 where absent) and the
+// number of positions with a non-zero weight.
+func batchWeight(batch Batch) (float64, int) {
+	var wsum float64
+	var ntok int
+	for b, seq := range batch.Tokens {
+		for t := 0; t < len(seq)-1; t++ {
+			w := float32(1)
+			if batch.Weights != nil && b < len(batch.Weights) && t < len(batch.Weights[b]) {
+				w = batch.Weights[b][t]
+			}
+			wsum += float64(w)
+			if w != 0 {
+				ntok++
+			}
+		}
+	}
+	return wsum, ntok
+}
+
+// accumulateLogProbGrads accumulates the gradient of sum grads[b][t]·logp[b][t].
+func accumulateLogProbGrads(m stepper, batch Batch, grads [][]float32) error {
+	return m.AccumulateLogProbFunc(batch, func([][]float32) ([][]float32, error) { return grads, nil })
+}
+
+// stepFromLogProbGrads is one policy-gradient step: zero gradients,
+// accumulate d loss/d logp = grads through the model, clipped AdamW update.
+// Loss in the result is sum grads·logp at the pre-step weights.
+func stepFromLogProbGrads(m stepper, batch Batch, grads [][]float32) (StepStats, error) {
+	if err := m.ZeroGrad(); err != nil {
+		return StepStats{}, err
+	}
+	var st StepStats
+	err := m.AccumulateLogProbFunc(batch, func(lp [][]float32) ([][]float32, error) {
+		for b := range lp {
+			for t := range lp[b] {
+				if b < len(grads) && t < len(grads[b]) {
+					st.Loss += float64(grads[b][t]) * float64(lp[b][t])
+				}
+			}
+			st.Tokens += len(lp[b])
+		}
+		return grads, nil
+	})
+	if err != nil {
+		return StepStats{}, err
+	}
+	st.GradNorm, err = m.Step()
+	return st, err
+}
+
+// scatterLogProbGrads lays an objective's per-row gradients out in d, the
+// (B,T) host buffer of the backward, row b at slot(b)*T, and checks their
+// shapes against the batch.
+func scatterLogProbGrads(d []float32, batch Batch, grads [][]float32, T int, slot func(b int) int) error {
+	if len(grads) != len(batch.Tokens) {
+		return fmt.Errorf("%w: %d gradient rows for %d sequences", ErrBatch, len(grads), len(batch.Tokens))
+	}
+	clear(d)
+	for b, seq := range batch.Tokens {
+		if len(grads[b]) != len(seq)-1 {
+			return fmt.Errorf("%w: sequence %d has %d gradients for %d log-probs", ErrBatch, b, len(grads[b]), len(seq)-1)
+		}
+		copy(d[slot(b)*T:], grads[b])
+	}
+	return nil
+}
