@@ -26,7 +26,9 @@
 //
 // Errors cross processes in runtime/api's codec: ErrShutdown,
 // ErrPlacementGroupRemoved and the sentinels of actors and scheduler are
-// matched with errors.Is on either side of a process boundary.
+// matched with errors.Is on either side of a process boundary. After
+// Shutdown, a driver's spawns, lookups and calls fail at once with
+// ErrShutdown.
 //
 // # Imports
 //

@@ -113,6 +113,9 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if r.isClosed() {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, ErrShutdown)
+	}
 	hash, err := r.ensureBinary(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", spec.Type, err)
@@ -361,7 +364,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 		resp, err := r.client.WaitActors(ctx, ids, spawnWaitWindow)
 		cancel()
 		if err != nil {
-			if status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
+			if status.Code(err) == codes.Unimplemented {
 				for _, it := range items {
 					it.deliver(spawnOutcome{}) // a cluster without WaitActors: each waits alone
 				}
@@ -444,9 +447,12 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 // cluster's committed registry of named actors and waits until the actor
 // is alive.
 func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) {
+	if r.isClosed() {
+		return nil, fmt.Errorf("get actor %q: %w", name, ErrShutdown)
+	}
 	a, err := r.client.GetActor(ctx, "", name)
 	if err != nil {
-		if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+		if status.Code(err) == codes.NotFound {
 			return nil, fmt.Errorf("get actor %q: %w", name, actors.ErrNotFound)
 		}
 		return nil, fmt.Errorf("get actor %q: %w", name, err)
@@ -489,6 +495,13 @@ func (r *remote) Shutdown(ctx context.Context) error {
 	}
 	r.objs.close()
 	return errors.Join(ferr, r.client.Close())
+}
+
+// isClosed reports whether Shutdown has begun.
+func (r *remote) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
 }
 
 // conn returns the shared connection to a worker's call address.

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"context"
+	"errors"
 	goruntime "runtime"
 	"strings"
 	"testing"
@@ -49,5 +51,39 @@ func TestDriverShutdownLeak(t *testing.T) {
 	done()
 	if gs := driverGoroutines(); len(gs) > 0 {
 		t.Errorf("%d driver goroutines left after Shutdown:\n%s", len(gs), strings.Join(gs, "\n\n"))
+	}
+}
+
+// TestDriverAfterShutdown: a driver's spawns, lookups and calls after
+// Shutdown fail at once with an error that is ErrShutdown (errors.Is),
+// not a gRPC error of the closed connection after a wait.
+func TestDriverAfterShutdown(t *testing.T) {
+	const tok = "after-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.Name("after"))
+	if err != nil {
+		done()
+		t.Fatal(err)
+	}
+	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); err != nil {
+		done()
+		t.Fatal(err)
+	}
+	done()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}); !errors.Is(err, ErrShutdown) {
+		t.Errorf("spawn after shutdown: %v, want ErrShutdown", err)
+	}
+	if _, err := actors.GetActor[rcounter](ctx, rt, "after"); !errors.Is(err, ErrShutdown) {
+		t.Errorf("get actor after shutdown: %v, want ErrShutdown", err)
+	}
+	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); !errors.Is(err, ErrShutdown) {
+		t.Errorf("call after shutdown: %v, want ErrShutdown", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the calls after shutdown waited for their context")
 	}
 }

@@ -235,6 +235,9 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 // address, and connects to that address.
 func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
 	for {
+		if r.isClosed() { // the driver's connections are gone: nothing to wait for
+			return nil, 0, "", fmt.Errorf("actor %s: %w", label, ErrShutdown)
+		}
 		wait := 10 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl))
@@ -244,7 +247,7 @@ func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 			if ctx.Err() != nil {
 				return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
 			}
-			if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+			if status.Code(err) == codes.NotFound {
 				return nil, 0, "", fmt.Errorf("actor %s: %w", label, actors.ErrNotFound)
 			}
 		} else {
