@@ -1,6 +1,10 @@
 // Command planpath-atgrpo trains a tiny two-agent team (tool + planner) on
 // Plan-Path 6×6 with AT-GRPO on the embedded cluster, the policies being
-// actors: a warm start on expert transcripts, RL with tree sampling and
+// actors of the Llama family (RMSNorm, RoPE, attention, SwiGLU: the code
+// path a pretrained checkpoint takes, here from scratch with a character
+// tokenizer; --arch gpt for the GPT-2 style model, --model DIR for a
+// downloaded checkpoint, --lora-rank R for adapters): a warm start on
+// expert transcripts, RL with tree sampling and
 // per-role policies updating in parallel (a compiled actor graph),
 // evaluation on 100 fixed held-out grids before and after, JSONL metrics,
 // a PNG plot of the learning curves and safetensors checkpoints.
@@ -34,7 +38,7 @@ import (
 
 func main() {
 	recipe.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", recipe.Options{
-		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true,
+		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true, Arch: "llama",
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2,

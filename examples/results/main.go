@@ -340,7 +340,7 @@ func sizeID(size int, name string) string { return fmt.Sprintf("%dx%d-%s", size,
 // gets the same number of SFT steps.
 func cells(s settings, size int) []cell {
 	base := recipe.Options{
-		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo",
+		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo", Arch: "llama", // the main job's family
 		Steps: s.Steps, K: 4, Envs: 8, LR: s.LR, Seed: s.Seed, Layers: s.Layers, Width: s.Width,
 		WarmEpisodes: s.WarmEpisodes, WarmEpochs: s.WarmEpochs, WarmNoise: 0.2,
 		EvalEpisodes: s.EvalEpisodes, EvalEvery: s.EvalEvery, TestEpisodes: s.TestEpisodes,

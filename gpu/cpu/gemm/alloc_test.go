@@ -43,3 +43,36 @@ func TestSgemmSteadyStateAllocs(t *testing.T) {
 		SetThreads(old)
 	}
 }
+
+// TestBF16SteadyStateAllocs checks GemmBF16 (each path, serial and
+// parallel, A in float32 and BF16) and GemvBF16 for allocations.
+func TestBF16SteadyStateAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
+	r := rand.New(rand.NewSource(4))
+	const m, n, k = 170, 180, 190 // above the parallel threshold
+	a, ah, b, c := randSlice(r, m*k), randBF16(r, m*k), randBF16(r, n*k), randSlice(r, m*n)
+	paths := []string{"widen"}
+	if hasBF16 {
+		paths = append(paths, "dp")
+	}
+	for _, path := range paths {
+		bf16Path = path
+		for _, threads := range []int{1, 2} {
+			old := Threads()
+			SetThreads(threads)
+			got := testing.AllocsPerRun(10, func() {
+				GemmBF16(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
+				GemmBF16(true, false, m, n, k, 1, ah, m, b, n, 0, c, n)
+				GemmBF16(false, true, 2, n, k, 1, ah, k, b, k, 0, c, n)
+				GemvBF16(n, k, 1, b, k, a, 0, c)
+			})
+			SetThreads(old)
+			if got > 0 {
+				t.Errorf("path %s threads=%d: %.1f allocations per call set, want 0", path, threads, got)
+			}
+		}
+	}
+	bf16Path = ""
+}

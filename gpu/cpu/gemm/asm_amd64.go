@@ -6,34 +6,50 @@ package gemm
 // few-rows assembly in pack_amd64.s and gemv_amd64.s.
 
 //go:noescape
-func packBT16(blocks int, src *float32, ld int, dst *float32)
+func packBT16(blocks int, src *float32, ld int, dst *float32, pitch int)
 
 //go:noescape
 func packAT6(blocks, panels int, src *float32, ld int, dst *float32, pitch int)
 
-// packBTAsm packs a full transposed 16-column B panel (see packB) for
-// p < kc rounded down to 8 and returns how many p it did.
-func packBTAsm(d, src []float32, ld, kc int) int {
+//go:noescape
+func packAT12(blocks, panels int, src *float32, ld int, dst *float32, pitch int)
+
+// packBTAsm packs 16 columns of a transposed B panel (see packB) into d
+// (row pitch `pitch` elements) for p < kc rounded down to 8 and returns
+// how many p it did.
+func packBTAsm(kn *kernel, d, src []float32, ld, kc, pitch int) int {
 	blocks := kc / 8
-	if !useAsm || blocks == 0 {
+	if !kn.asm || blocks == 0 {
 		return 0
 	}
-	_ = src[(nr-1)*ld+blocks*8-1]
-	_ = d[blocks*8*nr-1]
-	packBT16(blocks, &src[0], ld, &d[0])
+	_ = src[15*ld+blocks*8-1]
+	_ = d[(blocks*8-1)*pitch+15]
+	packBT16(blocks, &src[0], ld, &d[0], pitch)
 	return blocks * 8
 }
 
-// packATAsm packs `panels` full 6-row panels of a transposed A (see packA)
-// for p < kc rounded down to 8 and returns how many p it did.
-func packATAsm(d, src []float32, ld, kc, panels int) int {
+// packAT6Asm and packAT12Asm pack `panels` full 6- or 12-row panels of a
+// transposed A (see packA) for p < kc rounded down to 8 and return how
+// many p they did.
+func packAT6Asm(d, src []float32, ld, kc, panels int) int {
 	blocks := kc / 8
-	if !useAsm || blocks == 0 || panels == 0 {
+	if blocks == 0 || panels == 0 {
 		return 0
 	}
-	_ = src[(blocks*8-1)*ld+panels*mr-1]
-	_ = d[(panels-1)*mr*kc+blocks*8*mr-1]
-	packAT6(blocks, panels, &src[0], ld, &d[0], mr*kc)
+	_ = src[(blocks*8-1)*ld+panels*6-1]
+	_ = d[(panels-1)*6*kc+blocks*8*6-1]
+	packAT6(blocks, panels, &src[0], ld, &d[0], 6*kc)
+	return blocks * 8
+}
+
+func packAT12Asm(d, src []float32, ld, kc, panels int) int {
+	blocks := kc / 8
+	if blocks == 0 || panels == 0 {
+		return 0
+	}
+	_ = src[(blocks*8-1)*ld+panels*12-1]
+	_ = d[(panels-1)*12*kc+blocks*8*12-1]
+	packAT12(blocks, panels, &src[0], ld, &d[0], 12*kc)
 	return blocks * 8
 }
 
@@ -42,29 +58,29 @@ func gemvRow(k int, a *float32, aps int, b *float32, bps int, c *float32, n16 in
 
 // rowAsm computes c[j] = alpha*Σp a[p*aps]*b[p*bps+j] + beta*c[j] for
 // j < n rounded down to 16 and returns how many columns it did.
-func rowAsm(k int, a []float32, aps int, b []float32, bps int, c []float32, n int, alpha, beta float32) int {
-	n16 := n / nr
-	if !useAsm || n16 == 0 || k == 0 {
+func rowAsm(kn *kernel, k int, a []float32, aps int, b []float32, bps int, c []float32, n int, alpha, beta float32) int {
+	n16 := n / 16
+	if !kn.asm || n16 == 0 || k == 0 {
 		return 0
 	}
 	_ = a[(k-1)*aps]
-	_ = b[(k-1)*bps+n16*nr-1]
-	_ = c[n16*nr-1]
+	_ = b[(k-1)*bps+n16*16-1]
+	_ = c[n16*16-1]
 	gemvRow(k, &a[0], aps, &b[0], bps, &c[0], n16, alpha, beta)
-	return n16 * nr
+	return n16 * 16
 }
 
 //go:noescape
-func packBN16(rows int, src *float32, ld int, dst *float32)
+func packBN(rows int, src *float32, ld int, dst *float32, width int)
 
-// packBNAsm packs a full 16-column panel of a row-major B (see packB) and
+// packBNAsm packs a full nr-column panel of a row-major B (see packB) and
 // reports whether it did.
-func packBNAsm(d, src []float32, ld, kc int) bool {
-	if !useAsm || kc == 0 {
+func packBNAsm(kn *kernel, d, src []float32, ld, kc int) bool {
+	if !kn.asm || kc == 0 {
 		return false
 	}
-	_ = src[(kc-1)*ld+nr-1]
-	_ = d[kc*nr-1]
-	packBN16(kc, &src[0], ld, &d[0])
+	_ = src[(kc-1)*ld+kn.nr-1]
+	_ = d[kc*kn.nr-1]
+	packBN(kc, &src[0], ld, &d[0], kn.nr)
 	return true
 }

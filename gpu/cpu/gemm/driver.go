@@ -8,21 +8,18 @@ import (
 
 // Blocking follows the BLIS/GotoBLAS scheme: C is computed in mr×nr tiles by
 // a micro-kernel reading packed A (mc×kc block, sized for L2) and packed B
-// (kc×nc block; one kc×nr micro-panel stays in L1 across the ir loop).
-// Sizes are tuned for Zen3 (32 KiB L1d, 512 KiB L2): a kc×nr B panel is
-// 16 KiB, an mc×kc A block 96 KiB (96 rows also keep a 4 KiB-strided A,
-// read in place, within the 8 ways of each L2 set).
+// (kc×nc block; one kc×nr micro-panel stays in L1 across the ir loop). The
+// tile and the kc, mc, nc sizes belong to the kernel (isa.go) and are
+// derived from the measured cache sizes.
 const (
-	mr      = 6
-	nr      = 16
-	kcBlock = 256
-	mcBlock = 96
-	ncBlock = 2048
+	// rowsMaxM: products with fewer rows and B not transposed take the
+	// row path (generation with batch 1).
+	rowsMaxM = 6
 
 	// directMaxM: with at most this many rows of C, an NN product reads B in
 	// place instead of packing it (packing B would cost as much as the
 	// multiply when few rows reuse it).
-	directMaxM = 8 * mr
+	directMaxM = 48
 
 	// parMinWork: below this many multiply-adds (about 55 µs on one core)
 	// one goroutine is as fast as paying for a fork/join (1-2 µs when the
@@ -34,39 +31,12 @@ const (
 	rowSplitMin = 64
 )
 
-// kernelFunc computes `tiles` vertically adjacent mr×nr tiles:
-// C = alpha*A·B + beta*C (C not read when beta is 0), where for tile t
-// A(i, p) = a[t*anext+i*ars+p*aps], B(p, j) = b[p*bps+j] and C starts at
-// row t*mr.
-type kernelFunc func(tiles, k int, a []float32, ars, aps, anext int, b []float32, bps int, c []float32, ldc int, alpha, beta float32)
-
-// useAsm selects the assembly kernel; tests clear it to exercise the
-// pure-Go fallback.
-var useAsm = hasAsm
-
-func pickKernel() kernelFunc {
-	if useAsm {
-		return asmKernelSlices
-	}
-	return goKernel
-}
-
-func asmKernelSlices(tiles, k int, a []float32, ars, aps, anext int, b []float32, bps int, c []float32, ldc int, alpha, beta float32) {
-	// The driver guarantees the slices cover what the kernel touches;
-	// indexing here turns a driver bug into a bounds panic rather than a
-	// wild read.
-	_ = a[(tiles-1)*anext+(mr-1)*ars+(k-1)*aps]
-	_ = b[(k-1)*bps+nr-1]
-	_ = c[(tiles*mr-1)*ldc+nr-1]
-	asmKernel(tiles, k, &a[0], ars, aps, anext, &b[0], bps, &c[0], ldc, alpha, beta)
-}
-
 // workspace holds one goroutine's packing buffers; pooled so steady-state
 // calls do not allocate.
 type workspace struct {
 	ap  []float32
 	bp  []float32
-	tmp [mr * nr]float32
+	tmp [maxMR * maxNR]float32
 }
 
 var wsPool = sync.Pool{New: func() any { return new(workspace) }}
@@ -90,58 +60,56 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
+	kn := curKernel()
 	threads := Threads()
-	if m < mr && !transB {
+	if m < rowsMaxM && !transB {
 		fillBias(bias, c, ldc, 0, m, 0, n)
-		rows(threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		rows(kn, threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	kern := pickKernel()
 	if threads > 1 && m*n*k >= parMinWork {
-		// Each part packs its own copy of the operand that is not split:
-		// split M and every part packs all of B; split N and every part
-		// packs all of A, which costs nothing when A is read in place (not
-		// transposed). With many rows, split M anyway: the extra packing of
-		// B is 1/m of the work, and each core then reads and writes whole
-		// rows, the same row halves the row-parallel kernels around the
-		// product use, so A and C stay in that core's cache instead of
-		// crossing to the other core (which costs more than the packing).
-		// Otherwise duplicate the smaller packing, as long as each part
-		// gets a couple of tiles.
-		mt, nt := (m+mr-1)/mr, (n+nr-1)/nr
-		var splitM bool
-		switch {
-		case nt < 2*threads:
-			splitM = true
-		case mt < 2*threads:
-			splitM = false
-		case !transA:
-			splitM = m >= rowSplitMin*threads
-		default:
-			splitM = n <= m
-		}
-		tiles := nt
-		if splitM {
-			tiles = mt
-		}
-		threads = min(threads, tiles)
-		if threads > 1 {
-			parallel(kern, threads, splitM, tiles, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)
+		if splitM, tiles, ok := split(kn, threads, transA, m, n); ok {
+			j := jobPool.Get().(*job)
+			*j = job{kn: kn, splitM: splitM, units: tiles, parts: min(threads, tiles),
+				transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
+				a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, bias: bias}
+			j.fork()
 			return
 		}
 	}
 	fillBias(bias, c, ldc, 0, m, 0, n)
 	ws := wsPool.Get().(*workspace)
-	block(kern, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	block(kn, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	wsPool.Put(ws)
 }
 
-func parallel(kern kernelFunc, threads int, splitM bool, tiles int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
-	j := jobPool.Get().(*job)
-	*j = job{kern: kern, splitM: splitM, units: tiles, parts: threads,
-		transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
-		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, bias: bias}
-	j.fork()
+// split chooses how a product is divided among goroutines. Each part packs
+// its own copy of the operand that is not split: split M and every part
+// packs all of B; split N and every part packs all of A, which costs
+// nothing when A is read in place (not transposed). With many rows, split
+// M anyway: the extra packing of B is 1/m of the work, and each core then
+// reads and writes whole rows, the same row halves the row-parallel kernels
+// around the product use, so A and C stay in that core's cache instead of
+// crossing to the other core (which costs more than the packing).
+// Otherwise duplicate the smaller packing, as long as each part gets a
+// couple of tiles.
+func split(kn *kernel, threads int, transA bool, m, n int) (splitM bool, tiles int, ok bool) {
+	mt, nt := (m+kn.mr-1)/kn.mr, (n+kn.nr-1)/kn.nr
+	switch {
+	case nt < 2*threads:
+		splitM = true
+	case mt < 2*threads:
+		splitM = false
+	case !transA:
+		splitM = m >= rowSplitMin*threads
+	default:
+		splitM = n <= m
+	}
+	tiles = nt
+	if splitM {
+		tiles = mt
+	}
+	return splitM, tiles, min(threads, tiles) > 1
 }
 
 // fillBias sets rows [i0,i1), columns [j0,j1) of C to bias (nothing when
@@ -161,7 +129,8 @@ func fillBias(bias, c []float32, ldc, i0, i1, j0, j1 int) {
 // and the parts run on par's persistent workers, so a parallel call does not
 // allocate.
 type job struct {
-	kern          kernelFunc // nil in rows mode
+	kn            *kernel
+	rowsMode      bool
 	splitM        bool
 	units, parts  int
 	transA        bool
@@ -188,14 +157,14 @@ func (j *job) Run(t int) { j.run(t) }
 
 func (j *job) run(t int) {
 	lo, hi := t*j.units/j.parts, (t+1)*j.units/j.parts
-	if j.kern == nil {
-		const chunk = rowChunk
-		rowRange(j.transA, j.m, lo*chunk, min(hi*chunk, j.n), j.k, j.alpha, j.a, j.lda, j.b, j.ldb, j.beta, j.c, j.ldc)
+	if j.rowsMode {
+		rowRange(j.kn, j.transA, j.m, lo*rowChunk, min(hi*rowChunk, j.n), j.k, j.alpha, j.a, j.lda, j.b, j.ldb, j.beta, j.c, j.ldc)
 		return
 	}
+	kn := j.kn
 	ws := wsPool.Get().(*workspace)
 	if j.splitM {
-		i0, i1 := lo*mr, min(hi*mr, j.m)
+		i0, i1 := lo*kn.mr, min(hi*kn.mr, j.m)
 		var aa []float32
 		if j.transA {
 			aa = j.a[i0:]
@@ -203,9 +172,9 @@ func (j *job) run(t int) {
 			aa = j.a[i0*j.lda:]
 		}
 		fillBias(j.bias, j.c, j.ldc, i0, i1, 0, j.n)
-		block(j.kern, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc)
+		block(kn, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc)
 	} else {
-		j0, j1 := lo*nr, min(hi*nr, j.n)
+		j0, j1 := lo*kn.nr, min(hi*kn.nr, j.n)
 		var bb []float32
 		if j.transB {
 			bb = j.b[j0*j.ldb:]
@@ -213,13 +182,13 @@ func (j *job) run(t int) {
 			bb = j.b[j0:]
 		}
 		fillBias(j.bias, j.c, j.ldc, 0, j.m, j0, j1)
-		block(j.kern, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc)
+		block(kn, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc)
 	}
 	wsPool.Put(ws)
 }
 
 // Packing choices. A is read in place by the kernel when it is not
-// transposed (six row streams) and, if packTransA is false, when it is;
+// transposed (mr row streams) and, if packTransA is false, when it is;
 // B is read in place for NN products with few rows (or always, with
 // packNN false). Ragged edge panels are always packed (zero padded) so the
 // kernel never reads outside the matrices.
@@ -228,17 +197,17 @@ var (
 	packNN     = true
 )
 
-// rows computes products with fewer than mr rows and B not transposed one
-// C row at a time, reading B in place: packing B would cost as much as the
-// multiply. Large ones split the columns across goroutines.
-func rows(threads int, transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// rows computes products with fewer than rowsMaxM rows and B not
+// transposed one C row at a time, reading B in place: packing B would cost
+// as much as the multiply. Large ones split the columns across goroutines.
+func rows(kn *kernel, threads int, transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	parts := min(threads, n/rowChunk)
 	if m*n*k < parMinWork || parts < 2 {
-		rowRange(transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		rowRange(kn, transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	j := jobPool.Get().(*job)
-	*j = job{units: (n + rowChunk - 1) / rowChunk, parts: parts,
+	*j = job{kn: kn, rowsMode: true, units: (n + rowChunk - 1) / rowChunk, parts: parts,
 		transA: transA, m: m, n: n, k: k, alpha: alpha, beta: beta,
 		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
 	j.fork()
@@ -251,7 +220,7 @@ const rowChunk = 64
 // rowRange computes columns [j0, j1) of every C row for rows. It walks
 // 64-column blocks of B on the outside so that, with several rows, a block
 // (k×64) is read from memory once and from cache for the other rows.
-func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func rowRange(kn *kernel, transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	for jb := j0; jb < j1; jb += rowChunk {
 		je := min(jb+rowChunk, j1)
 		for i := 0; i < m; i++ {
@@ -263,7 +232,7 @@ func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int
 				arow = a[i*lda:]
 			}
 			crow := c[i*ldc+jb : i*ldc+je]
-			done := rowAsm(k, arow, aps, b[jb:], ldb, crow, je-jb, alpha, beta)
+			done := rowAsm(kn, k, arow, aps, b[jb:], ldb, crow, je-jb, alpha, beta)
 			// Remaining columns (all of them without the assembly): scale
 			// by beta, then add alpha*a[p]*B[p, :] row by row.
 			rest := crow[done:]
@@ -283,37 +252,38 @@ func rowRange(transA bool, m, j0, j1, k int, alpha float32, a []float32, lda int
 }
 
 // block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr, ir).
-func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
 	aDirect := !transA || !packTransA
 	bDirect := !transB && (m <= directMaxM || !packNN)
-	for jc := 0; jc < n; jc += ncBlock {
-		nc := min(ncBlock, n-jc)
+	kcb := kn.kcFor(k)
+	for jc := 0; jc < n; jc += kn.nc {
+		nc := min(kn.nc, n-jc)
 		ncPad := (nc + nr - 1) / nr * nr
 		ncFull := nc / nr * nr
-		for pc := 0; pc < k; pc += kcBlock {
-			kc := min(kcBlock, k-pc)
+		for pc := 0; pc < k; pc += kcb {
+			kc := min(kcb, k-pc)
 			betaEff := beta
 			if pc > 0 {
 				betaEff = 1 // later k blocks accumulate into the partial sums
 			}
 			if !bDirect {
 				ws.bp = grow(ws.bp, kc*ncPad)
-				packB(ws.bp, transB, b, ldb, pc, jc, kc, nc)
+				packB(kn, ws.bp, transB, b, ldb, pc, jc, kc, nc)
 			} else if ncFull < nc {
 				// Only the ragged last panel needs packing.
 				ws.bp = grow(ws.bp, kc*nr)
-				packB(ws.bp, false, b, ldb, pc, jc+ncFull, kc, nc-ncFull)
+				packB(kn, ws.bp, false, b, ldb, pc, jc+ncFull, kc, nc-ncFull)
 			}
-			for ic := 0; ic < m; ic += mcBlock {
-				mc := min(mcBlock, m-ic)
-				mcPad := (mc + mr - 1) / mr * mr
+			for ic := 0; ic < m; ic += kn.mc {
+				mc := min(kn.mc, m-ic)
 				mcFull := mc / mr * mr
 				if !aDirect {
-					ws.ap = grow(ws.ap, mcPad*kc)
-					packA(ws.ap, transA, a, lda, ic, pc, mc, kc)
+					ws.ap = grow(ws.ap, (mc+mr-1)/mr*mr*kc)
+					packA(kn, ws.ap, transA, a, lda, ic, pc, mc, kc)
 				} else if mcFull < mc {
 					ws.ap = grow(ws.ap, mr*kc)
-					packA(ws.ap, transA, a, lda, ic+mcFull, pc, mc-mcFull, kc)
+					packA(kn, ws.ap, transA, a, lda, ic+mcFull, pc, mc-mcFull, kc)
 				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
@@ -343,7 +313,7 @@ func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alp
 							apan = a[ic*lda+pc:]
 							ars, aps, anext = lda, 1, mr*lda
 						}
-						kern(mcFull/mr, kc, apan, ars, aps, anext, bpan, bps, c[ic*ldc+jc+jr:], ldc, alpha, betaEff)
+						kn.fn(mcFull/mr, kc, apan, ars, aps, anext, bpan, bps, c[ic*ldc+jc+jr:], ldc, alpha, betaEff)
 						irStart = mcFull
 					}
 					// Edge tiles: compute into a scratch tile, then merge only
@@ -364,22 +334,27 @@ func block(kern kernelFunc, ws *workspace, transA, transB bool, m, n, k int, alp
 							apan = a[(ic+ir)*lda+pc:]
 							ars, aps = lda, 1
 						}
-						kern(1, kc, apan, ars, aps, 0, bpan, bps, ws.tmp[:], nr, alpha, 0)
-						coff := (ic+ir)*ldc + jc + jr
-						for i := 0; i < rows; i++ {
-							crow := c[coff+i*ldc : coff+i*ldc+cols]
-							trow := ws.tmp[i*nr : i*nr+cols]
-							if betaEff == 0 {
-								copy(crow, trow)
-								continue
-							}
-							for j, t := range trow {
-								crow[j] = t + betaEff*crow[j]
-							}
-						}
+						kn.fn(1, kc, apan, ars, aps, 0, bpan, bps, ws.tmp[:mr*nr], nr, alpha, 0)
+						mergeTile(ws.tmp[:mr*nr], nr, c[(ic+ir)*ldc+jc+jr:], ldc, rows, cols, betaEff)
 					}
 				}
 			}
+		}
+	}
+}
+
+// mergeTile writes the rows×cols corner of a scratch tile t (row stride
+// ldt) into C: C = t + beta*C, C not read when beta is 0.
+func mergeTile(t []float32, ldt int, c []float32, ldc, rows, cols int, beta float32) {
+	for i := 0; i < rows; i++ {
+		crow := c[i*ldc : i*ldc+cols]
+		trow := t[i*ldt : i*ldt+cols]
+		if beta == 0 {
+			copy(crow, trow)
+			continue
+		}
+		for j, v := range trow {
+			crow[j] = v + beta*crow[j]
 		}
 	}
 }
@@ -404,19 +379,21 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 // packA copies op(A)[i0:i0+mc, p0:p0+kc] into dst as mr-row
 // micro-panels: panel q holds element (i, p) at q*mr*kc + p*mr + i. Rows past
 // mc are zero so edge tiles can use the full kernel.
-func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
+func packA(kn *kernel, dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
+	mr := kn.mr
 	full := mc / mr * mr // rows in complete panels
 	if transA && full > 0 {
 		// op(A)(i, p) = a[p*lda+i]: walk the stored rows of A contiguously
-		// and deal each 6-value run into its panel (row-by-row reads avoid
+		// and deal each mr-value run into its panel (row-by-row reads avoid
 		// large-stride cache conflicts).
-		for p := packATAsm(dst, a[p0*lda+i0:], lda, kc, full/mr); p < kc; p++ {
+		p := 0
+		if kn.asm && kn.packAT != nil {
+			p = kn.packAT(dst, a[p0*lda+i0:], lda, kc, full/mr)
+		}
+		for ; p < kc; p++ {
 			src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+full]
 			for q := 0; q < full; q += mr {
-				s := (*[mr]float32)(src[q:])
-				dd := (*[mr]float32)(dst[q*kc+p*mr:])
-				dd[0], dd[1], dd[2] = s[0], s[1], s[2]
-				dd[3], dd[4], dd[5] = s[3], s[4], s[5]
+				copy(dst[q*kc+p*mr:q*kc+p*mr+mr], src[q:q+mr])
 			}
 		}
 	}
@@ -426,7 +403,7 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
 		switch {
 		case transA && rows == mr:
 			// Done above.
-		case !transA && rows == mr:
+		case !transA && rows == mr && mr == 6:
 			base := (i0+q)*lda + p0
 			r0 := a[base : base+kc]
 			r1 := a[base+lda : base+lda+kc]
@@ -435,23 +412,29 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
 			r4 := a[base+4*lda : base+4*lda+kc]
 			r5 := a[base+5*lda : base+5*lda+kc]
 			for p := range r0 {
-				dd := (*[mr]float32)(d[p*mr:])
+				dd := (*[6]float32)(d[p*6:])
 				dd[0], dd[1], dd[2] = r0[p], r1[p], r2[p]
 				dd[3], dd[4], dd[5] = r3[p], r4[p], r5[p]
 			}
-		default:
-			for p := 0; p < kc; p++ {
-				for i := 0; i < mr; i++ {
-					var v float32
-					if i < rows {
-						if transA {
-							v = a[(p0+p)*lda+i0+q+i]
-						} else {
-							v = a[(i0+q+i)*lda+p0+p]
-						}
+		case !transA:
+			for i := 0; i < mr; i++ {
+				if i >= rows {
+					for p := 0; p < kc; p++ {
+						d[p*mr+i] = 0
 					}
+					continue
+				}
+				src := a[(i0+q+i)*lda+p0 : (i0+q+i)*lda+p0+kc]
+				for p, v := range src {
 					d[p*mr+i] = v
 				}
+			}
+		default:
+			for p := 0; p < kc; p++ {
+				src := a[(p0+p)*lda+i0+q : (p0+p)*lda+i0+q+rows]
+				dd := d[p*mr : p*mr+mr]
+				copy(dd, src)
+				clear(dd[rows:])
 			}
 		}
 	}
@@ -460,21 +443,26 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mc, kc int) {
 // packB copies op(B)[p0:p0+kc, j0:j0+nc] into dst as nr-column
 // micro-panels: panel r holds element (p, j) at r*nr*kc + p*nr + j. Columns
 // past nc are zero.
-func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
+func packB(kn *kernel, dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
+	nr := kn.nr
 	for r := 0; r < nc; r += nr {
 		cols := min(nr, nc-r)
 		d := dst[r*kc : (r+nr)*kc]
 		switch {
 		case !transB && cols == nr:
-			if packBNAsm(d, b[p0*ldb+j0+r:], ldb, kc) {
+			if packBNAsm(kn, d, b[p0*ldb+j0+r:], ldb, kc) {
 				continue
 			}
 			for p := 0; p < kc; p++ {
-				*(*[nr]float32)(d[p*nr:]) = *(*[nr]float32)(b[(p0+p)*ldb+j0+r:])
+				copy(d[p*nr:p*nr+nr], b[(p0+p)*ldb+j0+r:])
 			}
 		case transB && cols == nr:
-			// op(B)(p, j) = b[j*ldb+p]: transpose 16 rows of B.
-			done := packBTAsm(d, b[(j0+r)*ldb+p0:], ldb, kc)
+			// op(B)(p, j) = b[j*ldb+p]: transpose nr rows of B, 16 at a
+			// time in assembly.
+			done := kc
+			for j := 0; j < nr; j += 16 {
+				done = min(done, packBTAsm(kn, d[j:], b[(j0+r+j)*ldb+p0:], ldb, kc, nr))
+			}
 			for j := 0; j < nr; j++ {
 				src := b[(j0+r+j)*ldb+p0+done : (j0+r+j)*ldb+p0+kc]
 				for p, v := range src {
@@ -483,17 +471,15 @@ func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, kc, nc int) {
 			}
 		default:
 			for p := 0; p < kc; p++ {
-				for j := 0; j < nr; j++ {
-					var v float32
-					if j < cols {
-						if transB {
-							v = b[(j0+r+j)*ldb+p0+p]
-						} else {
-							v = b[(p0+p)*ldb+j0+r+j]
-						}
+				dd := d[p*nr : p*nr+nr]
+				if transB {
+					for j := 0; j < cols; j++ {
+						dd[j] = b[(j0+r+j)*ldb+p0+p]
 					}
-					d[p*nr+j] = v
+				} else {
+					copy(dd, b[(p0+p)*ldb+j0+r:(p0+p)*ldb+j0+r+cols])
 				}
+				clear(dd[cols:])
 			}
 		}
 	}

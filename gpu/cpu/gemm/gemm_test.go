@@ -74,16 +74,27 @@ func runCase(t *testing.T, r *rand.Rand, tc gemmCase) {
 
 var oddSizes = []int{1, 2, 3, 7, 8, 16, 17, 24, 33, 65, 129}
 
-// kernels runs f once with the default kernel and once with the pure-Go
-// fallback forced, so both paths are checked on this machine.
+// allISAs are the micro-kernels the package has; a CPU runs a subset.
+var allISAs = []string{"avx512", "avx2", "go"}
+
+// withISA runs f with the named micro-kernel forced, or skips with the
+// reason when this CPU cannot run it.
+func withISA(t *testing.T, isa string, f func(t *testing.T)) {
+	t.Helper()
+	old := ISA()
+	if err := SetISA(isa); err != nil {
+		t.Skipf("%s: %v", isa, err)
+	}
+	defer SetISA(old)
+	f(t)
+}
+
+// kernels runs f with every micro-kernel this CPU supports (reporting the
+// ones it does not), so each ISA path is checked on this machine.
 func kernels(t *testing.T, f func(t *testing.T)) {
-	t.Run("default", f)
-	t.Run("purego", func(t *testing.T) {
-		old := useAsm
-		useAsm = false
-		defer func() { useAsm = old }()
-		f(t)
-	})
+	for _, isa := range allISAs {
+		t.Run(isa, func(t *testing.T) { withISA(t, isa, f) })
+	}
 	// The in-place (unpacked) operand paths the tuning chose against.
 	t.Run("unpacked", func(t *testing.T) {
 		o1, o2 := packTransA, packNN
@@ -130,6 +141,8 @@ func testLargerShapes(t *testing.T) {
 			for _, tb := range []bool{false, true} {
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+				// Several k blocks (kcFor splits 1100 into three).
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 37, n: 45, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// More than one nc block (n > 2048), small m (direct B path
 				// for NN) and larger m (packed B).
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})
@@ -144,8 +157,17 @@ func testLargerShapes(t *testing.T) {
 	}
 }
 
-func TestAsmAvailable(t *testing.T) {
-	t.Logf("assembly kernel available: %v", hasAsm)
+func TestISAs(t *testing.T) {
+	t.Logf("micro-kernels on this CPU: %v (default %s); caches %+v", ISAs(), ISA(), DetectCaches())
+	for _, k := range kernelsAvail {
+		t.Logf("%s: %d×%d tile, kc=%d mc=%d nc=%d", k.isa, k.mr, k.nr, k.kc, k.mc, k.nc)
+	}
+	if ISAs()[len(ISAs())-1] != "go" {
+		t.Fatalf("the pure-Go kernel must always be available: %v", ISAs())
+	}
+	if err := SetISA("nope"); !errors.Is(err, ErrBadArgs) {
+		t.Fatalf("SetISA(nope) = %v, want ErrBadArgs", err)
+	}
 }
 
 func TestSgemmEmpty(t *testing.T) {

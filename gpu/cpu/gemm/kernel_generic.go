@@ -5,16 +5,16 @@ package gemm
 // AVX2+FMA and for purego builds.
 func goKernel(tiles, k int, a []float32, ars, aps, anext int, b []float32, bps int, c []float32, ldc int, alpha, beta float32) {
 	for t := 0; t < tiles; t++ {
-		goTile(k, a[t*anext:], ars, aps, b, bps, c[t*mr*ldc:], ldc, alpha, beta)
+		goTile(k, a[t*anext:], ars, aps, b, bps, c[t*goMR*ldc:], ldc, alpha, beta)
 	}
 }
 
 func goTile(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, alpha, beta float32) {
 	// 2×4 register blocks: eight accumulators plus six operands fit the
 	// sixteen SSE registers the Go compiler allocates.
-	for i := 0; i < mr; i += 2 {
+	for i := 0; i < goMR; i += 2 {
 		a0, a1 := a[i*ars:], a[(i+1)*ars:]
-		for j := 0; j < nr; j += 4 {
+		for j := 0; j < goNR; j += 4 {
 			var c00, c01, c02, c03, c10, c11, c12, c13 float32
 			for p := 0; p < k; p++ {
 				x0, x1 := a0[p*aps], a1[p*aps]
@@ -40,3 +40,9 @@ func goTile(k int, a []float32, ars, aps int, b []float32, bps int, c []float32,
 		}
 	}
 }
+
+// goMR×goNR is the pure-Go kernel's tile.
+const (
+	goMR = 6
+	goNR = 16
+)

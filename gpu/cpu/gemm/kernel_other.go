@@ -2,19 +2,26 @@
 
 package gemm
 
-// hasAsm is false: this build has no assembly kernel.
-const hasAsm = false
+func asmKernels() []*kernel { return nil }
 
-func asmKernel(tiles, k int, a *float32, ars, aps, anext int, b *float32, bps int, c *float32, ldc int, alpha, beta float32) {
-	panic("gemm: assembly kernel not built") // unreachable: hasAsm is false
-}
+func packBTAsm(kn *kernel, d, src []float32, ld, kc, pitch int) int { return 0 }
 
-func packBTAsm(d, src []float32, ld, kc int) int { return 0 }
-
-func packATAsm(d, src []float32, ld, kc, panels int) int { return 0 }
-
-func rowAsm(k int, a []float32, aps int, b []float32, bps int, c []float32, n int, alpha, beta float32) int {
+func rowAsm(kn *kernel, k int, a []float32, aps int, b []float32, bps int, c []float32, n int, alpha, beta float32) int {
 	return 0
 }
 
-func packBNAsm(d, src []float32, ld, kc int) bool { return false }
+func packBNAsm(kn *kernel, d, src []float32, ld, kc int) bool { return false }
+
+const hasBF16 = false
+
+func cvtBF16Asm(dst []uint16, src []float32) int { return 0 }
+
+func packBTbfAsm(d []uint32, src []uint16, ldb, kc int) int { return 0 }
+
+func gemvBF16x4Asm(k int, w []uint16, ldw int, x []float32, dots *[4]float32) int { return 0 }
+
+func kernelBF16Asm(tiles, kq int, a []uint32, ars, aps, anext int, b []uint32, bps int, c []float32, ldc int, alpha, beta float32) {
+	panic("gemm: BF16 kernel not built") // unreachable: hasBF16 is false
+}
+
+func packBNbfAsm(d []uint32, src []uint16, ldb, kq int) int { return 0 }

@@ -2,21 +2,47 @@
 
 package gemm
 
-import "testing"
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
 
-// BenchmarkPeak is the FMA throughput ceiling of one core (register-only
-// FMAs): the most any SGEMM can reach here. Compare Sgemm's GFLOP/s-core
-// with it rather than with a nominal figure.
+// peaks are the register-only FMA loops, one per vector width: the most
+// any SGEMM can reach on this machine with that ISA (flops per call of
+// iters iterations).
+var peaks = []struct {
+	isa   string
+	ok    bool
+	run   func(n int)
+	flops float64 // per iteration
+}{
+	{"avx512", hasAVX512, fmaPeak512, 24 * 16 * 2},
+	{"avx2", hasAVX2, fmaPeak, 12 * 8 * 2},
+	{"bf16", hasBF16, dpbf16Peak, 24 * 16 * 4},
+}
+
+// BenchmarkPeak is the FMA throughput ceiling per ISA on 1 and 2 cores
+// (goroutines pinned to nothing: run with GOMAXPROCS ≥ threads on an idle
+// machine). Compare Sgemm's GFLOP/s with it rather than with a nominal
+// figure; "bf16" counts VDPBF16PS's two multiply-adds per lane.
 func BenchmarkPeak(b *testing.B) {
-	if !hasAsm {
-		b.Skip("no AVX2+FMA")
+	for _, p := range peaks {
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/t%d", p.isa, th), func(b *testing.B) {
+				if !p.ok {
+					b.Skipf("CPU lacks %s", p.isa)
+				}
+				const iters = 1 << 16
+				timeLoop(b, float64(iters)*p.flops*float64(th), func() {
+					var wg sync.WaitGroup
+					for t := 1; t < th; t++ {
+						wg.Go(func() { p.run(iters) })
+					}
+					p.run(iters)
+					wg.Wait()
+				})
+			})
+		}
 	}
-	const iters = 1 << 16
-	c0 := processCPU()
-	for b.Loop() {
-		fmaPeak(iters)
-	}
-	flops := float64(iters) * 12 * 16 * float64(b.N)
-	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-	b.ReportMetric(flops/(processCPU()-c0).Seconds()/1e9, "GFLOP/s-core")
 }

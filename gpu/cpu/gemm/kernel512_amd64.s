@@ -1,0 +1,304 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX-512F micro-kernel for a 12×32 tile of C: the contract of kernel6x16
+// (kernel_amd64.s) with 12 rows and 32 columns.
+//
+// Registers in the loop:
+//	Z0..Z23  accumulators, row i in Z(2i) (cols 0-15) and Z(2i+1) (16-31)
+//	Z24,Z25  current row of B
+//	Z26..Z31 broadcast elements of A (rotating, so rows overlap)
+//	AX, R13, R14, R10  &A(0, p), &A(3, p), &A(6, p), &A(9, p); R12 = ars bytes, R9 = aps bytes
+//	BX       &B(p, 0), R11 = bps bytes
+//	CX       steps left
+// 24 accumulators hide the FMA latency on two 512-bit FMA pipes (Intel)
+// and on Zen 4's double-pumped 256-bit ones; per step the kernel loads
+// two B vectors and twelve A scalars for 24 FMAs.
+
+// One step of p.
+#define STEP \
+	VMOVUPS      (BX), Z24;           \
+	VMOVUPS      64(BX), Z25;         \
+	ADDQ         R11, BX;             \
+	VBROADCASTSS (AX), Z26; \
+	VFMADD231PS Z24, Z26, Z0; \
+	VFMADD231PS Z25, Z26, Z1; \
+	VBROADCASTSS (AX)(R12*1), Z27; \
+	VFMADD231PS Z24, Z27, Z2; \
+	VFMADD231PS Z25, Z27, Z3; \
+	VBROADCASTSS (AX)(R12*2), Z28; \
+	VFMADD231PS Z24, Z28, Z4; \
+	VFMADD231PS Z25, Z28, Z5; \
+	VBROADCASTSS (R13), Z29; \
+	VFMADD231PS Z24, Z29, Z6; \
+	VFMADD231PS Z25, Z29, Z7; \
+	VBROADCASTSS (R13)(R12*1), Z30; \
+	VFMADD231PS Z24, Z30, Z8; \
+	VFMADD231PS Z25, Z30, Z9; \
+	VBROADCASTSS (R13)(R12*2), Z31; \
+	VFMADD231PS Z24, Z31, Z10; \
+	VFMADD231PS Z25, Z31, Z11; \
+	VBROADCASTSS (R14), Z26; \
+	VFMADD231PS Z24, Z26, Z12; \
+	VFMADD231PS Z25, Z26, Z13; \
+	VBROADCASTSS (R14)(R12*1), Z27; \
+	VFMADD231PS Z24, Z27, Z14; \
+	VFMADD231PS Z25, Z27, Z15; \
+	VBROADCASTSS (R14)(R12*2), Z28; \
+	VFMADD231PS Z24, Z28, Z16; \
+	VFMADD231PS Z25, Z28, Z17; \
+	VBROADCASTSS (R10), Z29; \
+	VFMADD231PS Z24, Z29, Z18; \
+	VFMADD231PS Z25, Z29, Z19; \
+	VBROADCASTSS (R10)(R12*1), Z30; \
+	VFMADD231PS Z24, Z30, Z20; \
+	VFMADD231PS Z25, Z30, Z21; \
+	VBROADCASTSS (R10)(R12*2), Z31; \
+	VFMADD231PS Z24, Z31, Z22; \
+	VFMADD231PS Z25, Z31, Z23; \
+	ADDQ         R9, AX;              \
+	ADDQ         R9, R13;             \
+	ADDQ         R9, R14;             \
+	ADDQ         R9, R10
+
+// Zero the accumulators.
+#define ZERO \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z15, Z15, Z15; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23
+
+// func kernel12x32(tiles, k int, a *float32, ars, aps, anext int, b *float32, bps int, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel12x32(SB), NOSPLIT, $0-88
+	MOVQ tiles+0(FP), DX
+	MOVQ a+16(FP), SI
+	MOVQ ars+24(FP), R12
+	SHLQ $2, R12
+	MOVQ aps+32(FP), R9
+	SHLQ $2, R9
+	MOVQ bps+56(FP), R11
+	SHLQ $2, R11
+	MOVQ c+64(FP), DI
+	MOVQ ldc+72(FP), R8
+	SHLQ $2, R8
+
+tile:
+	// A row pointers: rows 0, 3, 6, 9.
+	MOVQ SI, AX
+	LEAQ (R12)(R12*2), BX
+	LEAQ (AX)(BX*1), R13
+	LEAQ (R13)(BX*1), R14
+	LEAQ (R14)(BX*1), R10
+
+	// Touch the C tile early so its lines arrive during the loop.
+	LEAQ       (R8)(R8*2), CX
+	PREFETCHT0 (DI)
+	PREFETCHT0 64(DI)
+	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT0 64(DI)(R8*1)
+	PREFETCHT0 (DI)(R8*2)
+	PREFETCHT0 64(DI)(R8*2)
+	PREFETCHT0 (DI)(CX*1)
+	PREFETCHT0 64(DI)(CX*1)
+	PREFETCHT0 (DI)(R8*4)
+	PREFETCHT0 64(DI)(R8*4)
+	LEAQ       (DI)(CX*2), BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	PREFETCHT0 (BX)(R8*1)
+	PREFETCHT0 64(BX)(R8*1)
+	PREFETCHT0 (BX)(R8*2)
+	PREFETCHT0 64(BX)(R8*2)
+	PREFETCHT0 (BX)(CX*1)
+	PREFETCHT0 64(BX)(CX*1)
+	PREFETCHT0 (BX)(R8*4)
+	PREFETCHT0 64(BX)(R8*4)
+
+	MOVQ b+48(FP), BX
+	MOVQ k+8(FP), CX
+	ZERO
+
+	// Main loop, unrolled by 4 steps of p.
+	CMPQ CX, $4
+	JLT  tail
+
+loop4:
+	STEP
+	STEP
+	STEP
+	STEP
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  loop4
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+
+loop1:
+	STEP
+	DECQ CX
+	JNZ  loop1
+
+done:
+	// C row pointers: rows 0 (DI), 3 (R10), 6 (R13), 9 (R14).
+	LEAQ (R8)(R8*2), AX
+	LEAQ (DI)(AX*1), R10
+	LEAQ (R10)(AX*1), R13
+	LEAQ (R13)(AX*1), R14
+
+	// acc *= alpha
+	VBROADCASTSS alpha+80(FP), Z31
+	VMULPS       Z31, Z0, Z0
+	VMULPS       Z31, Z1, Z1
+	VMULPS       Z31, Z2, Z2
+	VMULPS       Z31, Z3, Z3
+	VMULPS       Z31, Z4, Z4
+	VMULPS       Z31, Z5, Z5
+	VMULPS       Z31, Z6, Z6
+	VMULPS       Z31, Z7, Z7
+	VMULPS       Z31, Z8, Z8
+	VMULPS       Z31, Z9, Z9
+	VMULPS       Z31, Z10, Z10
+	VMULPS       Z31, Z11, Z11
+	VMULPS       Z31, Z12, Z12
+	VMULPS       Z31, Z13, Z13
+	VMULPS       Z31, Z14, Z14
+	VMULPS       Z31, Z15, Z15
+	VMULPS       Z31, Z16, Z16
+	VMULPS       Z31, Z17, Z17
+	VMULPS       Z31, Z18, Z18
+	VMULPS       Z31, Z19, Z19
+	VMULPS       Z31, Z20, Z20
+	VMULPS       Z31, Z21, Z21
+	VMULPS       Z31, Z22, Z22
+	VMULPS       Z31, Z23, Z23
+
+	// beta == +0 or -0: overwrite C without reading it.
+	MOVL beta+84(FP), CX
+	ANDL $0x7fffffff, CX
+	JZ   store
+
+	VBROADCASTSS beta+84(FP), Z31
+	VFMADD231PS  (DI), Z31, Z0
+	VFMADD231PS  64(DI), Z31, Z1
+	VFMADD231PS  (DI)(R8*1), Z31, Z2
+	VFMADD231PS  64(DI)(R8*1), Z31, Z3
+	VFMADD231PS  (DI)(R8*2), Z31, Z4
+	VFMADD231PS  64(DI)(R8*2), Z31, Z5
+	VFMADD231PS  (R10), Z31, Z6
+	VFMADD231PS  64(R10), Z31, Z7
+	VFMADD231PS  (R10)(R8*1), Z31, Z8
+	VFMADD231PS  64(R10)(R8*1), Z31, Z9
+	VFMADD231PS  (R10)(R8*2), Z31, Z10
+	VFMADD231PS  64(R10)(R8*2), Z31, Z11
+	VFMADD231PS  (R13), Z31, Z12
+	VFMADD231PS  64(R13), Z31, Z13
+	VFMADD231PS  (R13)(R8*1), Z31, Z14
+	VFMADD231PS  64(R13)(R8*1), Z31, Z15
+	VFMADD231PS  (R13)(R8*2), Z31, Z16
+	VFMADD231PS  64(R13)(R8*2), Z31, Z17
+	VFMADD231PS  (R14), Z31, Z18
+	VFMADD231PS  64(R14), Z31, Z19
+	VFMADD231PS  (R14)(R8*1), Z31, Z20
+	VFMADD231PS  64(R14)(R8*1), Z31, Z21
+	VFMADD231PS  (R14)(R8*2), Z31, Z22
+	VFMADD231PS  64(R14)(R8*2), Z31, Z23
+
+store:
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, (DI)(R8*1)
+	VMOVUPS Z3, 64(DI)(R8*1)
+	VMOVUPS Z4, (DI)(R8*2)
+	VMOVUPS Z5, 64(DI)(R8*2)
+	VMOVUPS Z6, (R10)
+	VMOVUPS Z7, 64(R10)
+	VMOVUPS Z8, (R10)(R8*1)
+	VMOVUPS Z9, 64(R10)(R8*1)
+	VMOVUPS Z10, (R10)(R8*2)
+	VMOVUPS Z11, 64(R10)(R8*2)
+	VMOVUPS Z12, (R13)
+	VMOVUPS Z13, 64(R13)
+	VMOVUPS Z14, (R13)(R8*1)
+	VMOVUPS Z15, 64(R13)(R8*1)
+	VMOVUPS Z16, (R13)(R8*2)
+	VMOVUPS Z17, 64(R13)(R8*2)
+	VMOVUPS Z18, (R14)
+	VMOVUPS Z19, 64(R14)
+	VMOVUPS Z20, (R14)(R8*1)
+	VMOVUPS Z21, 64(R14)(R8*1)
+	VMOVUPS Z22, (R14)(R8*2)
+	VMOVUPS Z23, 64(R14)(R8*2)
+
+	// Next tile: A by anext elements, C down twelve rows (R14 + 3*ldc).
+	MOVQ anext+40(FP), CX
+	LEAQ (SI)(CX*4), SI
+	LEAQ (R14)(AX*1), DI
+	DECQ DX
+	JNZ  tile
+	VZEROUPPER
+	RET
+
+// func fmaPeak512(n int)
+//
+// Runs n iterations of 24 independent 16-wide FMAs on registers only: the
+// 512-bit FMA throughput ceiling of one core (two 512-bit FMA pipes on
+// Xeons with AVX-512, 64 flops per cycle; Zen 4 splits each into two
+// 256-bit halves, so it matches the AVX2 peak there).
+TEXT ·fmaPeak512(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	ZERO
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+
+peak:
+	VFMADD231PS Z30, Z31, Z0
+	VFMADD231PS Z30, Z31, Z1
+	VFMADD231PS Z30, Z31, Z2
+	VFMADD231PS Z30, Z31, Z3
+	VFMADD231PS Z30, Z31, Z4
+	VFMADD231PS Z30, Z31, Z5
+	VFMADD231PS Z30, Z31, Z6
+	VFMADD231PS Z30, Z31, Z7
+	VFMADD231PS Z30, Z31, Z8
+	VFMADD231PS Z30, Z31, Z9
+	VFMADD231PS Z30, Z31, Z10
+	VFMADD231PS Z30, Z31, Z11
+	VFMADD231PS Z30, Z31, Z12
+	VFMADD231PS Z30, Z31, Z13
+	VFMADD231PS Z30, Z31, Z14
+	VFMADD231PS Z30, Z31, Z15
+	VFMADD231PS Z30, Z31, Z16
+	VFMADD231PS Z30, Z31, Z17
+	VFMADD231PS Z30, Z31, Z18
+	VFMADD231PS Z30, Z31, Z19
+	VFMADD231PS Z30, Z31, Z20
+	VFMADD231PS Z30, Z31, Z21
+	VFMADD231PS Z30, Z31, Z22
+	VFMADD231PS Z30, Z31, Z23
+	DECQ        CX
+	JNZ         peak
+	VZEROUPPER
+	RET
