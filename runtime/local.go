@@ -12,6 +12,8 @@ import (
 	"troupe/actors"
 	"troupe/gpu"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // localNodeID names the one node of the embedded cluster.
@@ -198,7 +200,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 }
 
 // ErrShutdown: the runtime was shut down.
-var ErrShutdown = errors.New("runtime is shut down")
+var ErrShutdown = api.ErrShutdown
 
 // applyLocked applies a command and, when it freed resources, places the
 // actors waiting for them. The embedded cluster's commands are built from

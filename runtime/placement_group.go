@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"troupe/actors"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // PlacementStrategy is how a placement group's bundles are spread over
@@ -34,7 +35,7 @@ func (s PlacementStrategy) String() string { return scheduler.Strategy(s).String
 
 // ErrPlacementGroupRemoved: the placement group was removed (by Remove, or
 // with the job that created it).
-var ErrPlacementGroupRemoved = errors.New("placement group removed")
+var ErrPlacementGroupRemoved = api.ErrPlacementGroupRemoved
 
 // BundleInfo is one bundle of a placement group: bundle i keeps index i,
 // and once reserved a fixed node and fixed GPU indices, which the actors
@@ -268,8 +269,9 @@ func infeasible(err error) error {
 // without the words before it ("create actor x: infeasible: "), so the
 // message says "infeasible" once, through actors.ErrInfeasible.
 func infeasibleReason(err error) string {
-	if _, reason, ok := strings.Cut(err.Error(), scheduler.ErrInfeasible.Error()+": "); ok {
-		return reason
+	var ie *scheduler.InfeasibleError
+	if errors.As(err, &ie) {
+		return ie.Reason
 	}
 	return err.Error()
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +24,18 @@ import (
 // their node in a worker process running this program's binary); calls go
 // from this process straight to the actor's worker over one shared wire
 // connection per worker address.
+//
+// Lock order of the driver (remote*.go). Held while taking another:
+//
+//	actorRef.mu → callWatch.mu → wire.Client's lock (send → incarnation.begin;
+//	                              scan calls Client.Err)
+//	actorRef.mu → wire.Client's lock (Invoke, Err)
+//	remote.mu → wire.Client's lock (conn calls Err)
+//
+// remote.upMu is held across RPCs (Status, uploads) and takes no other
+// lock of the driver. spawner.mu, spawnItem.mu and objRefs.mu are leaves:
+// nothing else is locked while one is held. Replies never run driver code
+// under a wire lock: send resolves them on a goroutine of their own.
 type remote struct {
 	addr   string
 	client *cluster.Client
@@ -34,12 +45,12 @@ type remote struct {
 	sess   jobSession // keep-alives of the job (remote_job.go)
 
 	hashOnce sync.Once
-	hash     string // sha256 of binary ("" when it could not be read)
-	upMu     sync.Mutex
+	hash     string          // sha256 of binary ("" when it could not be read)
+	upMu     sync.Mutex      // before nothing else; held across RPCs (see the lock order above)
 	uploaded map[string]bool // node gRPC addresses that have the binary
 	lastScan time.Time
 
-	mu      sync.Mutex
+	mu      sync.Mutex              // before wire.Client's lock only
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 
@@ -49,11 +60,11 @@ type remote struct {
 	watch *callWatch // fails calls to vanished nodes (remote_watch.go)
 }
 
-// newRemote connects to the cluster at addr (one or more comma-separated
-// gRPC addresses) with the token from TROUPE_TOKEN, checking that a node
+// newRemote connects to the cluster at cfg.address (one or more
+// comma-separated gRPC addresses) with cfg.token, checking that a node
 // answers and accepts the token.
-func newRemote(ctx context.Context, addr string) (*remote, error) {
-	tok := os.Getenv("TROUPE_TOKEN")
+func newRemote(ctx context.Context, cfg config) (*remote, error) {
+	addr, tok := cfg.address, cfg.token
 	if tok == "" {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
 	}
@@ -76,7 +87,7 @@ func newRemote(ctx context.Context, addr string) (*remote, error) {
 	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
 	// (remote_job.go).
-	if err := r.startJob(cctx); err != nil {
+	if err := r.startJob(cctx, cfg.jobID); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
@@ -101,6 +112,9 @@ func newID() string {
 func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if r.isClosed() {
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, ErrShutdown)
 	}
 	hash, err := r.ensureBinary(ctx)
 	if err != nil {
@@ -194,7 +208,7 @@ const (
 // spawner queues spawns for the batched CreateActors calls.
 type spawner struct {
 	r        *remote
-	mu       sync.Mutex
+	mu       sync.Mutex // a leaf
 	queue    []*spawnItem
 	inFlight int
 }
@@ -204,9 +218,9 @@ type spawnItem struct {
 	spec scheduler.ActorSpec
 	out  chan spawnOutcome // buffered: one outcome
 
-	mu      sync.Mutex
-	created bool // its create committed
-	gone    bool // SpawnActor gave up on it
+	mu      sync.Mutex // a leaf
+	created bool       // its create committed
+	gone    bool       // SpawnActor gave up on it
 }
 
 // spawnOutcome ends a spawnItem: an error of the CreateActors call, the
@@ -338,7 +352,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 		r.mu.Unlock()
 		if closed {
 			for _, it := range items {
-				it.deliver(spawnOutcome{err: errors.New("runtime is shut down")})
+				it.deliver(spawnOutcome{err: ErrShutdown})
 			}
 			return
 		}
@@ -350,7 +364,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 		resp, err := r.client.WaitActors(ctx, ids, spawnWaitWindow)
 		cancel()
 		if err != nil {
-			if status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
+			if status.Code(err) == codes.Unimplemented {
 				for _, it := range items {
 					it.deliver(spawnOutcome{}) // a cluster without WaitActors: each waits alone
 				}
@@ -419,7 +433,7 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 		_, err = c.UploadBinary(ctx, r.binary, r.hash)
 		c.Close()
 		if err != nil {
-			if strings.Contains(err.Error(), cluster.ErrWrongPlatform.Error()) {
+			if errors.Is(err, cluster.ErrWrongPlatform) {
 				return "", fmt.Errorf("node %s refused the job binary: %w", nd.ID, err)
 			}
 			continue
@@ -433,9 +447,12 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 // cluster's committed registry of named actors and waits until the actor
 // is alive.
 func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) {
+	if r.isClosed() {
+		return nil, fmt.Errorf("get actor %q: %w", name, ErrShutdown)
+	}
 	a, err := r.client.GetActor(ctx, "", name)
 	if err != nil {
-		if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+		if status.Code(err) == codes.NotFound {
 			return nil, fmt.Errorf("get actor %q: %w", name, actors.ErrNotFound)
 		}
 		return nil, fmt.Errorf("get actor %q: %w", name, err)
@@ -480,12 +497,19 @@ func (r *remote) Shutdown(ctx context.Context) error {
 	return errors.Join(ferr, r.client.Close())
 }
 
+// isClosed reports whether Shutdown has begun.
+func (r *remote) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
 // conn returns the shared connection to a worker's call address.
 func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("runtime is shut down")
+		return nil, ErrShutdown
 	}
 	if cl := r.clients[addr]; cl != nil && cl.Err() == nil {
 		r.mu.Unlock()

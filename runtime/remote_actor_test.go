@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +46,66 @@ func (c *rcounter) Sleep(ctx context.Context, ms int) (int, error) {
 	return ms, nil
 }
 
+// sleepArg asks SleepSignal to sleep Ms, first telling the test it began
+// by connecting to the Unix socket at Signal.
+type sleepArg struct {
+	Ms     int
+	Signal string
+}
+
+// SleepSignal is Sleep that signals its start, so a test knows the call is
+// in flight in the worker process without sleeping to guess. A retry of
+// the call finds the test no longer listening and just sleeps.
+func (c *rcounter) SleepSignal(ctx context.Context, a sleepArg) (int, error) {
+	signalStarted(a.Signal)
+	return c.Sleep(ctx, a.Ms)
+}
+
+// callInFlight calls SleepSignal(ms) on h and returns once the actor has
+// begun it: the started-signal for tests that kill a worker or a node
+// with a call in flight.
+func callInFlight(t *testing.T, ctx context.Context, h actors.Handle[rcounter], ms int) *actors.Future[int] {
+	t.Helper()
+	path, wait := startedSignal(t, ctx)
+	f := actors.Call(ctx, h, (*rcounter).SleepSignal, sleepArg{Ms: ms, Signal: path})
+	wait(1)
+	return f
+}
+
+// startedSignal listens on a fresh Unix socket for actors (in worker
+// processes) to say they began a call; wait(n) returns once n did, and
+// stops listening.
+func startedSignal(t *testing.T, ctx context.Context) (path string, wait func(n int)) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "started")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ln.(*net.UnixListener).SetDeadline(dl)
+	}
+	return path, func(n int) {
+		t.Helper()
+		defer ln.Close()
+		for i := 0; i < n; i++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatalf("%d of %d actors began the call in flight: %v", i, n, err)
+			}
+			conn.Close()
+		}
+	}
+}
+
+// signalStarted tells the test listening at path (startedSignal) that a
+// call began; a retry of the call finds nobody listening, which is fine.
+func signalStarted(path string) {
+	if conn, err := net.Dial("unix", path); err == nil {
+		conn.Close()
+	}
+}
+
 // Boom crashes the actor (like its process dying).
 func (c *rcounter) Boom(ctx context.Context, _ int) (int, error) { panic(actors.Crash("boom")) }
 
@@ -64,7 +126,7 @@ func init() {
 // TestMain turns the test binary into a worker when a node starts it as
 // one: Init serves the registered types and exits, never returning.
 func TestMain(m *testing.M) {
-	if _, ok, _ := worker.FromEnv(); ok {
+	if _, ok := os.LookupEnv(worker.EnvVar); ok {
 		Init(context.Background())
 		os.Exit(3) // unreachable: Init exits in worker mode
 	}
@@ -118,7 +180,7 @@ func runNodeProc(spec string) int {
 		defer os.RemoveAll(dir)
 	}
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: f[0], Role: cluster.RoleWorker, DataDir: dir, BindAddr: f[1], GossipPort: gossip,
-		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Token: f[3], Join: []string{f[4]}, Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "node start:", err)
@@ -135,7 +197,7 @@ func startHeadB(t testing.TB, tok string) *cluster.Node {
 	t.Helper()
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
-		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +302,7 @@ func TestRemoteActors(t *testing.T) {
 	}
 
 	// kill -9 with a call in flight: it fails saying the actor restarted.
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +322,7 @@ func TestRemoteActors(t *testing.T) {
 	}
 
 	// Restarts exhausted: the in-flight call and later ones die.
-	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight = callInFlight(t, ctx, h, 30000)
 	if err := syscall.Kill(pid2, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +414,7 @@ func TestRemoteActorNodeLost(t *testing.T) {
 	startWorker := func(id string) *cluster.Node {
 		w, err := cluster.Start(context.Background(), cluster.Config{NodeID: id, Role: cluster.RoleWorker, DataDir: t.TempDir(),
 			BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
-			Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+			Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 			Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
 		if err != nil {
 			t.Fatal(err)
@@ -378,8 +438,7 @@ func TestRemoteActorNodeLost(t *testing.T) {
 	if info.Node == "w2" {
 		lost, other = w2, "w1"
 	}
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	lost.Shutdown()
 	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
 		t.Fatalf("in-flight call when its node went away: %v, want ErrActorRestarted", err)
@@ -406,8 +465,7 @@ func TestRemoteTaskRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 200)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 200)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -479,8 +537,7 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		t.Fatalf("placed on %q, %v", info.Node, err)
 	}
 	wpid, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
-	inflight := actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight := callInFlight(t, ctx, h, 30000)
 	procs[info.Node].Process.Kill()
 	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
 		t.Fatalf("in-flight call when its node was killed: %v, want ErrActorRestarted", err)
@@ -497,8 +554,7 @@ func TestRemoteActorNodeKilled(t *testing.T) {
 		t.Errorf("worker %d of the killed node still running", wpid)
 	}
 	// The last node with the resource goes too: no restarts left.
-	inflight = actors.Call(ctx, h, (*rcounter).Sleep, 30000)
-	time.Sleep(50 * time.Millisecond)
+	inflight = callInFlight(t, ctx, h, 30000)
 	procs[info2.Node].Process.Kill()
 	var de *actors.ActorDiedError
 	if _, err := inflight.Get(ctx); !errors.As(err, &de) || !strings.Contains(de.Error(), info2.Node) {

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,7 +47,7 @@ func (r *remote) waitGroup(ctx context.Context, id scheduler.GroupID) (*schedule
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if status.Code(errors.Unwrap(err)) == codes.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded {
+			if status.Code(err) == codes.DeadlineExceeded {
 				return nil, context.DeadlineExceeded // the deadline passed on the cluster's side first
 			}
 			return nil, err

@@ -109,7 +109,7 @@ func TestRemoteHardAffinityNodeLost(t *testing.T) {
 	defer head.Shutdown()
 	w1, err := cluster.Start(context.Background(), cluster.Config{NodeID: "w1", Role: cluster.RoleWorker, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
-		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)

@@ -24,9 +24,10 @@ type jobSession struct {
 	done      chan struct{}
 }
 
-// startJob registers the driver's job (or joins the submitted one).
-func (r *remote) startJob(ctx context.Context) error {
-	if id := os.Getenv(cluster.EnvJobID); id != "" {
+// startJob registers the driver's job, or joins the submitted one (a
+// non-empty submitted, from TROUPE_JOB_ID).
+func (r *remote) startJob(ctx context.Context, submitted string) error {
+	if id := submitted; id != "" {
 		r.job, r.sess.submitted = scheduler.JobID(id), true
 		resp, err := r.client.KeepAlive(ctx, id)
 		if err != nil {
@@ -55,24 +56,38 @@ func (r *remote) startJob(ctx context.Context) error {
 // keepAlive renews the job's lease until Shutdown, or until the cluster
 // says the job has ended (stopped with troupe stop-job, or lost).
 func (r *remote) keepAlive(every time.Duration) {
-	defer close(r.sess.done)
+	keepJobAlive(string(r.job), every, func(ctx context.Context, job string) (*cluster.KeepAliveResponse, error) {
+		return r.client.KeepAlive(ctx, job)
+	}, r.sess.stop, r.sess.done, func(why string) {
+		fmt.Fprintf(os.Stderr, "troupe: job %s was ended by the cluster (%s): its actors are gone\n", r.job, why)
+	})
+}
+
+// keepJobAlive renews job's lease with renew every interval (the cluster
+// may change it in its answer; a failed renewal waits the same interval)
+// until stop is closed or the cluster answers that the job ended, which
+// it reports to ended. It closes done when it returns. Each renewal may
+// take up to twice the interval (at least 1 s).
+func keepJobAlive(job string, every time.Duration, renew func(context.Context, string) (*cluster.KeepAliveResponse, error),
+	stop <-chan struct{}, done chan<- struct{}, ended func(why string)) {
+	defer close(done)
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.sess.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(2*every, time.Second))
-		resp, err := r.client.KeepAlive(ctx, string(r.job))
+		resp, err := renew(ctx, job)
 		cancel()
 		if err == nil {
 			if resp.Every > 0 {
 				every = resp.Every
 			}
-			if why, ended := resp.Ended[string(r.job)]; ended {
-				fmt.Fprintf(os.Stderr, "troupe: job %s was ended by the cluster (%s): its actors are gone\n", r.job, why)
+			if why, gone := resp.Ended[job]; gone {
+				ended(why)
 				return
 			}
 		}

@@ -38,7 +38,7 @@ type objRefs struct {
 	srv    *objstore.Server
 	served sync.WaitGroup
 
-	mu     sync.Mutex
+	mu     sync.Mutex              // a leaf (lock order: remote.go)
 	pins   map[*actors.Promise]int // futures in flight as arguments
 	since  int64                   // bytes referenced since the last collection we started
 	inGC   bool

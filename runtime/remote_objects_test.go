@@ -66,7 +66,7 @@ func startObjCluster(t testing.TB, tok string) (head, w *cluster.Node) {
 	logger := slog.New(slog.NewTextHandler(discard{}, nil))
 	head, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
-		Timing: cluster.FastTiming, Logger: logger,
+		Timing: cluster.FastTiming(), Logger: logger,
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"left": 4}}})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func startObjCluster(t testing.TB, tok string) (head, w *cluster.Node) {
 	t.Cleanup(func() { head.Shutdown() })
 	w, err = cluster.Start(context.Background(), cluster.Config{NodeID: "w1", Role: cluster.RoleWorker, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
-		Timing: cluster.FastTiming, Logger: logger,
+		Timing: cluster.FastTiming(), Logger: logger,
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"right": 4}}})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"troupe/actors"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // actorRef is a driver's reference to an actor of a remote cluster. It
@@ -26,7 +27,7 @@ type actorRef struct {
 	id, name, typ string
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
-	mu        sync.Mutex
+	mu        sync.Mutex   // before callWatch.mu and wire.Client's lock (lock order: remote.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
 	resolving bool
 	queue     []queued // calls waiting for a resolution, in order
@@ -177,8 +178,8 @@ func (a *actorRef) incarnationGone(cl *wire.Client, err error) bool {
 	if errors.As(err, &de) && de.Actor == a.label() {
 		return true
 	}
-	msg := err.Error()
-	return errors.Is(err, actors.ErrNotFound) && strings.HasPrefix(msg, "actor "+a.id+": ") && strings.HasSuffix(msg, "on this worker")
+	var nh *api.NotHostedError
+	return errors.As(err, &nh) && nh.Actor == a.id
 }
 
 // forget drops the cached incarnation so the next call looks it up again.
@@ -234,6 +235,9 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 // address, and connects to that address.
 func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
 	for {
+		if r.isClosed() { // the driver's connections are gone: nothing to wait for
+			return nil, 0, "", fmt.Errorf("actor %s: %w", label, ErrShutdown)
+		}
 		wait := 10 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl))
@@ -243,7 +247,7 @@ func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 			if ctx.Err() != nil {
 				return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
 			}
-			if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+			if status.Code(err) == codes.NotFound {
 				return nil, 0, "", fmt.Errorf("actor %s: %w", label, actors.ErrNotFound)
 			}
 		} else {

@@ -36,7 +36,7 @@ func TestRemoteDriver(t *testing.T) {
 	const tok = "driver-token"
 	n, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
-		Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
+		Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(discard{}, nil)),
 		Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ type callWatch struct {
 	status   func(ctx context.Context) (*cluster.ClusterStatus, error)
 	interval time.Duration
 
-	mu   sync.Mutex
+	mu   sync.Mutex // after actorRef.mu, before wire.Client's lock (lock order: remote.go)
 	incs map[*incarnation]struct{}
 	wake chan struct{} // the first incarnation was added
 	stop chan struct{}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"troupe/actors"
@@ -44,6 +45,20 @@ func (*rfrozen) Block(ctx context.Context, ms int) (int, error) {
 	case <-time.After(time.Duration(ms) * time.Millisecond):
 	}
 	return ms, nil
+}
+
+// HangSignal is Hang that signals its start (startedSignal).
+func (f *rfrozen) HangSignal(ctx context.Context, a sleepArg) (int, error) {
+	if info, _ := actors.Self(ctx); info.Restarts == 0 {
+		signalStarted(a.Signal)
+	}
+	return f.Hang(ctx, a.Ms)
+}
+
+// BlockSignal is Block that signals its start (startedSignal).
+func (f *rfrozen) BlockSignal(ctx context.Context, a sleepArg) (int, error) {
+	signalStarted(a.Signal)
+	return f.Block(ctx, a.Ms)
 }
 
 // frozenWhere says where an incarnation runs.
@@ -143,9 +158,10 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	cc := actors.Call(ctx, c, (*rfrozen).Block, 2500)
 
 	// The node vanishes with a call in flight to each actor.
-	ca := actors.Call(ctx, a, (*rfrozen).Hang, 60000)
-	cb := actors.Call(ctx, b, (*rfrozen).Hang, 60000)
-	time.Sleep(100 * time.Millisecond)
+	sig, started := startedSignal(t, ctx)
+	ca := actors.Call(ctx, a, (*rfrozen).HangSignal, sleepArg{Ms: 60000, Signal: sig})
+	cb := actors.Call(ctx, b, (*rfrozen).HangSignal, sleepArg{Ms: 60000, Signal: sig})
+	started(2)
 	freeze(wa.Node, wa.Pid)
 	start := time.Now()
 	if _, err := ca.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
@@ -164,8 +180,9 @@ func TestRemoteNodeFrozen(t *testing.T) {
 	}
 
 	// The other node vanishes too: a has no restarts left.
-	ca = actors.Call(ctx, a, (*rfrozen).Block, 60000)
-	time.Sleep(100 * time.Millisecond)
+	sig, started = startedSignal(t, ctx)
+	ca = actors.Call(ctx, a, (*rfrozen).BlockSignal, sleepArg{Ms: 60000, Signal: sig})
+	started(1)
 	freeze(wa2.Node, wa2.Pid)
 	start = time.Now()
 	var de *actors.ActorDiedError
@@ -180,7 +197,9 @@ func TestRemoteNodeFrozen(t *testing.T) {
 // and the cluster no longer runs it (dead, or restarted since); a
 // connection still answering, or with an incarnation the cluster still
 // runs, stays open; incarnations with nothing in flight are dropped.
-func TestCallWatch(t *testing.T) {
+func TestCallWatch(t *testing.T) { synctest.Test(t, testCallWatch) }
+
+func testCallWatch(t *testing.T) {
 	state := map[string]*cluster.ActorView{}
 	var mu sync.Mutex
 	asked := map[string]int{}
@@ -205,7 +224,7 @@ func TestCallWatch(t *testing.T) {
 		select {
 		case <-cl.Done():
 			return true
-		case <-time.After(2 * time.Second): // generous: Close runs on its own goroutine
+		case <-time.After(2 * time.Second): // bubble time: Close runs on its own goroutine
 			return false
 		}
 	}

@@ -1,14 +1,3 @@
-// Package runtime makes actors real: it provides the embedded local cluster
-// that a training script gets with no configuration, and (as the cluster
-// issues land) the node daemon, transport and membership of multi-node
-// clusters.
-//
-// A program calls Init and uses the result as the actors.Runtime:
-//
-//	rt, err := runtime.Init(ctx)
-//	if err != nil { ... }
-//	defer rt.Shutdown(context.Background())
-//	h, err := actors.Spawn[Counter](ctx, rt, "Counter", cfg)
 package runtime
 
 import (
@@ -20,6 +9,10 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/worker"
+
+	"troupe/runtime/cluster"
+
+	"troupe/runtime/wire"
 )
 
 // Runtime is a connection to a cluster: the embedded local one or, with an
@@ -77,6 +70,8 @@ type Option func(*config)
 
 type config struct {
 	address      string
+	token        string // cluster token (TROUPE_TOKEN)
+	jobID        string // the submitted job this driver runs as (TROUPE_JOB_ID)
 	simulateGPUs string
 	cpus         float64
 	memoryBytes  int64
@@ -88,6 +83,10 @@ type config struct {
 // Address connects to the cluster at addr ("host:port") instead of starting
 // an embedded one. TROUPE_ADDRESS sets it too.
 func Address(addr string) Option { return func(c *config) { c.address = addr } }
+
+// Token is the cluster token a driver presents (with Address).
+// TROUPE_TOKEN sets it too.
+func Token(tok string) Option { return func(c *config) { c.token = tok } }
 
 // SimulateGPUs gives the embedded cluster simulated GPUs: a count such as
 // "4" or a profile name. TROUPE_SIMULATE_GPUS sets it too.
@@ -123,22 +122,26 @@ func NodeResources(m map[string]float64) Option {
 // node tells it to exit, then exits the process, so main's driver code
 // never runs in a worker. Register actor types before calling Init.
 func Init(ctx context.Context, opts ...Option) (Runtime, error) {
-	if _, ok, err := worker.FromEnv(); ok {
-		if err == nil {
-			err = worker.ServeFromEnv(ctx)
-		}
-		if err != nil {
+	// The environment is read here, at the edge, and passed down.
+	if d, err := wire.ParseSpin(os.Getenv(wire.SpinEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "troupe: %v; using the default %v\n", err, wire.DefaultSpin)
+	} else {
+		wire.SetSpin(d)
+	}
+	if env, ok := os.LookupEnv(worker.EnvVar); ok {
+		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar)); err != nil {
 			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
 	}
-	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
+	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(cluster.EnvJobID),
+		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		return newRemote(ctx, cfg.address)
+		return newRemote(ctx, cfg)
 	}
 	return newLocal(cfg)
 }

@@ -11,7 +11,9 @@
 //     ScoreCrossCPU) supplied by the caller from NVML.
 //   - State, the replicated cluster state (nodes, actors, placement groups,
 //     named actors, jobs), changed only by Commands (a type byte plus a
-//     msgpack body), and FSM, its raft.FSM wrapper with msgpack snapshots.
+//     msgpack body), and FSM, the state machine raft drives (through
+//     runtime/cluster's adapter; this package imports no raft), with msgpack
+//     snapshots.
 //   - Planner, which the raft leader uses to decide placements BEFORE it
 //     proposes a command: the decision (node, GPU indices, fractions, bundle)
 //     travels inside the command and Apply only checks that it still fits,
@@ -43,7 +45,7 @@
 //
 // # Use on the raft leader
 //
-//	fsm := scheduler.NewFSM()                  // give it to raft.NewRaft
+//	fsm := scheduler.NewFSM()                  // cluster gives raftFSM{fsm} to raft.NewRaft
 //	p := scheduler.Planner{}
 //
 //	// A node joins (from memberlist): commit its registration.
@@ -79,8 +81,8 @@
 // NodeDraining) stops new placements there; its actors leave as they die or
 // are killed with KillActor{Restart: true} and are re-placed elsewhere.
 //
-// FSM implements raft.BatchingFSM (entries committed together are applied
-// under one lock); its Response carries each command's error. The state
+// FSM applies entries one by one (ApplyEntry) or as committed together
+// under one lock (ApplyEntries); its Response carries each command's error. The state
 // remembers at most MaxDeadActors dead actors, forgetting the oldest.
 // PlanPending and NodeDied plan on a deep copy of the state (milliseconds
 // for a 1,000-node cluster), so call them from the leader loop, not per RPC.

@@ -1,6 +1,9 @@
 package scheduler
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Functions wrap them with detail, so test with errors.Is.
 var (
@@ -27,3 +30,18 @@ var (
 	// ErrMalformed means a command's bytes could not be decoded.
 	ErrMalformed = errors.New("malformed command")
 )
+
+// InfeasibleError is an ErrInfeasible with its reason kept apart from the
+// words callers put before it, so a caller can restate the reason without
+// cutting text.
+type InfeasibleError struct{ Reason string }
+
+func (e *InfeasibleError) Error() string { return ErrInfeasible.Error() + ": " + e.Reason }
+
+// Is reports that an InfeasibleError is an ErrInfeasible.
+func (e *InfeasibleError) Is(target error) bool { return target == ErrInfeasible }
+
+// infeasible returns an *InfeasibleError with the formatted reason.
+func infeasible(format string, args ...any) error {
+	return &InfeasibleError{Reason: fmt.Sprintf(format, args...)}
+}

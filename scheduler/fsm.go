@@ -7,7 +7,6 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -93,9 +92,11 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// FSM is the raft finite state machine of the control plane: it applies
+// FSM is the finite state machine of the control plane: it applies
 // committed commands to a State, snapshots it and restores it. It is safe
-// for concurrent use: raft calls Apply while readers call Read.
+// for concurrent use: the log applies entries while readers call Read.
+// runtime/cluster adapts it to raft; this package does not import raft, so
+// a program that only encodes commands (a driver) does not link it.
 type FSM struct {
 	mu sync.RWMutex
 	st *State
@@ -134,7 +135,8 @@ func NewFSM() *FSM {
 	return &FSM{st: st}
 }
 
-// Response is what FSM.Apply returns (raft's ApplyFuture.Response()).
+// Response is the outcome of one applied entry (what raft's
+// ApplyFuture.Response() gives through the adapter).
 type Response struct {
 	// Err is nil when the command was applied; for a Batch with refused
 	// entries it is a *BatchError.
@@ -143,38 +145,36 @@ type Response struct {
 	Index uint64
 }
 
-var _ raft.BatchingFSM = (*FSM)(nil)
+// Entry is one committed command of the log: its index and encoded bytes.
+type Entry struct {
+	Index uint64
+	Data  []byte
+}
 
-// Apply implements raft.FSM: it decodes and applies a LogCommand entry
-// and returns a *Response. Other entry types are ignored (nil response).
-func (f *FSM) Apply(l *raft.Log) interface{} {
-	if l.Type != raft.LogCommand {
-		return nil
-	}
-	c, err := DecodeCommand(l.Data) // outside the lock: readers keep going
+// ApplyEntry decodes and applies one committed command and returns the
+// outcome. The raft adapter (runtime/cluster) calls it for each command
+// entry, so this package does not import raft.
+func (f *FSM) ApplyEntry(index uint64, data []byte) *Response {
+	c, err := DecodeCommand(data) // outside the lock: readers keep going
 	f.mu.Lock()
-	r := f.apply(l.Index, c, err)
+	r := f.apply(index, c, err)
 	f.mu.Unlock()
 	f.notify()
 	return r
 }
 
-// ApplyBatch implements raft.BatchingFSM: the entries raft commits together
-// are applied under one lock acquisition.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
-	out := make([]interface{}, len(logs))
-	cmds := make([]Command, len(logs))
-	errs := make([]error, len(logs))
-	for i, l := range logs {
-		if l.Type == raft.LogCommand {
-			cmds[i], errs[i] = DecodeCommand(l.Data)
-		}
+// ApplyEntries applies the commands committed together under one lock
+// acquisition, in order, and returns one outcome per entry.
+func (f *FSM) ApplyEntries(entries []Entry) []*Response {
+	out := make([]*Response, len(entries))
+	cmds := make([]Command, len(entries))
+	errs := make([]error, len(entries))
+	for i, e := range entries {
+		cmds[i], errs[i] = DecodeCommand(e.Data)
 	}
 	f.mu.Lock()
-	for i, l := range logs {
-		if l.Type == raft.LogCommand {
-			out[i] = f.apply(l.Index, cmds[i], errs[i])
-		}
+	for i, e := range entries {
+		out[i] = f.apply(e.Index, cmds[i], errs[i])
 	}
 	f.mu.Unlock()
 	f.notify()
@@ -203,19 +203,19 @@ func (f *FSM) Read(fn func(*State)) {
 	fn(f.st)
 }
 
-// Snapshot implements raft.FSM: it encodes the whole state (under the read
-// lock, so it is a consistent point in the log) for Persist to write.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+// SnapshotBytes encodes the whole state (under the read lock, so it is a
+// consistent point in the log).
+func (f *FSM) SnapshotBytes() ([]byte, error) {
 	f.mu.RLock()
 	b, err := f.st.MarshalBinary()
 	f.mu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	return &fsmSnapshot{data: b}, nil
+	return b, nil
 }
 
-// Restore implements raft.FSM: it replaces the state with a snapshot.
+// Restore replaces the state with a snapshot SnapshotBytes wrote.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
@@ -234,17 +234,3 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.notify()
 	return nil
 }
-
-type fsmSnapshot struct{ data []byte }
-
-// Persist writes the encoded state to the sink.
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("persist snapshot: %w", err)
-	}
-	return sink.Close()
-}
-
-// Release does nothing: the snapshot holds its own copy.
-func (s *fsmSnapshot) Release() {}

@@ -289,13 +289,13 @@ func (p Planner) place(v *view, req Request, o searchOpts) (Placement, error) {
 		n := s.d.Nodes[af.Node]
 		if !af.Soft {
 			if n == nil {
-				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which is not in the cluster", ErrInfeasible, af.Node)
+				return Placement{}, infeasible("hard affinity to node %s, which is not in the cluster", af.Node)
 			}
 			if n.State == NodeDead {
-				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which is dead", ErrInfeasible, af.Node)
+				return Placement{}, infeasible("hard affinity to node %s, which is dead", af.Node)
 			}
 			if miss := totalShortfall(n, req); len(miss) > 0 {
-				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, which can never hold %s: short of %s", ErrInfeasible, af.Node, req.Resources, strings.Join(miss, ", "))
+				return Placement{}, infeasible("hard affinity to node %s, which can never hold %s: short of %s", af.Node, req.Resources, strings.Join(miss, ", "))
 			}
 			if o.exclude[n.ID] {
 				return Placement{}, fmt.Errorf("%w: hard affinity to node %s, already used by this group", ErrPending, af.Node)
@@ -555,9 +555,9 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 	r := req.Resources
 	if !feasible {
 		if closestTotal == "" {
-			return fmt.Errorf("%w: %s: no live node in the cluster", ErrInfeasible, r)
+			return infeasible("%s: no live node in the cluster", r)
 		}
-		return fmt.Errorf("%w: %s exceeds every node's total; closest: %s, short of %s", ErrInfeasible, r, closestTotal, strings.Join(closestTotalMiss, ", "))
+		return infeasible("%s exceeds every node's total; closest: %s, short of %s", r, closestTotal, strings.Join(closestTotalMiss, ", "))
 	}
 	if bestID == "" {
 		return fmt.Errorf("%w: %s: every node that could hold it is draining, suspect or already used", ErrPending, r)
@@ -572,12 +572,12 @@ func (p Planner) diagnose(v *view, req Request, o searchOpts) error {
 func (p Planner) placeInGroup(s *State, req Request) (Placement, error) {
 	g := s.d.Groups[req.Group]
 	if g == nil {
-		return Placement{}, fmt.Errorf("%w: placement group %s does not exist", ErrInfeasible, req.Group)
+		return Placement{}, infeasible("placement group %s does not exist", req.Group)
 	}
 	lo, hi := 0, len(g.Bundles)
 	if req.Bundle != AnyBundle {
 		if req.Bundle >= len(g.Bundles) {
-			return Placement{}, fmt.Errorf("%w: bundle %d of group %s with %d bundles", ErrInfeasible, req.Bundle, req.Group, len(g.Bundles))
+			return Placement{}, infeasible("bundle %d of group %s with %d bundles", req.Bundle, req.Group, len(g.Bundles))
 		}
 		lo, hi = req.Bundle, req.Bundle+1
 	}
@@ -613,7 +613,7 @@ func (p Planner) placeInGroup(s *State, req Request) (Placement, error) {
 		which = fmt.Sprintf("bundle %d", req.Bundle)
 	}
 	if !everFits {
-		return Placement{}, fmt.Errorf("%w: %s exceeds %s of placement group %s", ErrInfeasible, r, which, req.Group)
+		return Placement{}, infeasible("%s exceeds %s of placement group %s", r, which, req.Group)
 	}
 	if waiting && lastMiss == nil {
 		return Placement{}, fmt.Errorf("%w: %s of placement group %s is waiting to be reserved", ErrPending, which, req.Group)
@@ -741,7 +741,7 @@ func (p Planner) planBundles(s *State, spec GroupSpec, todo []int, fixed map[int
 		}
 	}
 	if spec.Strategy == StrictSpread && len(spec.Bundles) > live {
-		return nil, fmt.Errorf("%w: STRICT_SPREAD of %d bundles over %d live nodes", ErrInfeasible, len(spec.Bundles), live)
+		return nil, infeasible("STRICT_SPREAD of %d bundles over %d live nodes", len(spec.Bundles), live)
 	}
 	// Place big bundles first: they are the hardest to fit.
 	order := append([]int(nil), todo...)

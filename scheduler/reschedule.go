@@ -77,7 +77,7 @@ func (p Planner) planPending(scratch *State, at int64) (cmds []Command, waiting 
 		if cause := neverPlaceable(scratch, a.Spec.Request); cause != "" {
 			c := &KillActor{Actor: a.Spec.ID, Cause: cause, At: at}
 			if err := scratch.Apply(c); err != nil {
-				waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: fmt.Errorf("%w: %s (kill refused: %v)", ErrInfeasible, cause, err)})
+				waiting = append(waiting, Waiting{Actor: a.Spec.ID, Err: infeasible("%s (kill refused: %v)", cause, err)})
 				continue
 			}
 			cmds = append(cmds, c)

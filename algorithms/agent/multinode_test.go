@@ -20,7 +20,7 @@ import (
 // TestMain turns the test binary into a worker process when a cluster node
 // starts it as one (the multi-node test's actors run in workers).
 func TestMain(m *testing.M) {
-	if _, ok, _ := worker.FromEnv(); ok {
+	if _, ok := os.LookupEnv(worker.EnvVar); ok {
 		runtime.Init(context.Background())
 		os.Exit(3) // unreachable: Init exits in worker mode
 	}
@@ -33,7 +33,7 @@ func startNode(t *testing.T, id string, role cluster.Role, tok, label string, jo
 	t.Helper()
 	cfg := cluster.Config{NodeID: id, Role: role, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", testnet.Port(t, "127.0.0.1")), GossipPort: testnet.Port(t, "127.0.0.1"), RaftPort: testnet.Port(t, "127.0.0.1"),
-		Token: tok, Join: join, Timing: cluster.FastTiming, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JoinTimeout: 20 * time.Second,
+		Token: tok, Join: join, Timing: cluster.FastTiming(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JoinTimeout: 20 * time.Second,
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 4 << 30, GPUs: 2, Custom: scheduler.CustomResources{label: 1}},
 		GPUs:      []scheduler.GPUInfo{{Index: 0, UUID: id + "-gpu0", Model: "simulated"}, {Index: 1, UUID: id + "-gpu1", Model: "simulated"}},
 		Labels:    map[string]string{"troupe.gpus": "simulated"},

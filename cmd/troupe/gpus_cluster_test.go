@@ -45,7 +45,7 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 			t.Fatal(err)
 		}
 		cfg := cluster.Config{NodeID: id, Role: role, DataDir: t.TempDir(), BindAddr: fmt.Sprintf("127.0.0.1:%d", port),
-			GossipPort: port + 1, RaftPort: port + 2, Token: c.token, Timing: cluster.FastTiming, Join: join,
+			GossipPort: port + 1, RaftPort: port + 2, Token: c.token, Timing: cluster.FastTiming(), Join: join,
 			Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, GPUs: gpus, Topology: topo,
 			Labels: map[string]string{"troupe.gpus": "simulated"}, Logger: log}
 		n, err := cluster.Start(ctx, cfg)

@@ -30,7 +30,7 @@ import (
 const gpuDriverEnv = "TROUPE_TEST_GPU_DRIVER"
 
 func TestGPUsDriverHelperProcess(t *testing.T) {
-	_, isWorker, _ := worker.FromEnv()
+	_, isWorker := os.LookupEnv(worker.EnvVar)
 	if !isWorker && os.Getenv(gpuDriverEnv) == "" {
 		t.Skip("helper process for TestGPUsFollowWorkerProcesses")
 	}
@@ -93,7 +93,7 @@ func TestGPUsFollowWorkerProcesses(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := cluster.Start(ctx, cluster.Config{NodeID: "gpu-head", Role: cluster.RoleHead, DataDir: t.TempDir(),
-		BindAddr: fmt.Sprintf("127.0.0.1:%d", p), GossipPort: p + 1, RaftPort: p + 2, Token: tok, Timing: cluster.FastTiming,
+		BindAddr: fmt.Sprintf("127.0.0.1:%d", p), GossipPort: p + 1, RaftPort: p + 2, Token: tok, Timing: cluster.FastTiming(),
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, GPUs: gpus, Topology: topo, Logger: log,
 		Labels: map[string]string{"troupe.gpus": "simulated"}}) // as troupe start --simulate-gpus labels it
 	if err != nil {

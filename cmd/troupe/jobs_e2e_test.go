@@ -43,7 +43,7 @@ func init() {
 }
 
 func TestJobDriverHelperProcess(t *testing.T) {
-	_, isWorker, _ := worker.FromEnv()
+	_, isWorker := os.LookupEnv(worker.EnvVar)
 	mode := os.Getenv(jobDriverEnv)
 	if !isWorker && mode == "" {
 		t.Skip("helper process for the job tests")

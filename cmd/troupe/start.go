@@ -94,7 +94,7 @@ func runStart(ctx context.Context, args []string) error {
 		}
 	}
 	if *fast {
-		cfg.Timing = cluster.FastTiming
+		cfg.Timing = cluster.FastTiming()
 	}
 	tok, err := clusterToken(*token, *dataDir)
 	generated := false

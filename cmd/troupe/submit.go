@@ -172,7 +172,7 @@ func runSubmit(ctx context.Context, args []string) error {
 	cancel()
 	if err != nil {
 		var se interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &se) && strings.Contains(se.GRPCStatus().Message(), cluster.ErrWrongPlatform.Error()) {
+		if errors.Is(err, cluster.ErrWrongPlatform) && errors.As(err, &se) {
 			return fmt.Errorf("node %s cannot run %s: %s", node, prog, se.GRPCStatus().Message())
 		}
 		return err

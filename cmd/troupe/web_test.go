@@ -81,7 +81,7 @@ func TestWebShowsTheCluster(t *testing.T) {
 	defer cancel()
 	p := testnet.Ports(t, "127.0.0.1", 3)
 	cfg := cluster.Config{NodeID: "head-1", Role: cluster.RoleHead, DataDir: t.TempDir(), BindAddr: fmt.Sprintf("127.0.0.1:%d", p),
-		GossipPort: p + 1, RaftPort: p + 2, Token: "web-test-token", Timing: cluster.FastTiming,
+		GossipPort: p + 1, RaftPort: p + 2, Token: "web-test-token", Timing: cluster.FastTiming(),
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	n, err := cluster.Start(ctx, cfg)
 	if err != nil {

@@ -169,3 +169,17 @@ func TestCompileErrorLog(t *testing.T) {
 		t.Fatalf("compile of a broken kernel: %v; want an error quoting the NVRTC log", err)
 	}
 }
+
+// TestEmbeddedPTXRefuses: an architecture with no PTX and a PTX without
+// the committed .target line are errors, never a wrong module.
+func TestEmbeddedPTXRefuses(t *testing.T) {
+	if _, err := EmbeddedPTX("matmul", "sm_70"); err == nil {
+		t.Error("EmbeddedPTX for sm_70: no error")
+	}
+	if _, err := EmbeddedPTX("nosuchkernel", "sm_80"); err == nil {
+		t.Error("EmbeddedPTX of a missing source: no error")
+	}
+	if _, err := retarget([]byte(".version 7.8\n.target sm_75\n"), "sm_90"); err == nil {
+		t.Error("retarget of PTX for another arch: no error")
+	}
+}

@@ -2,18 +2,17 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // ServiceName is the gRPC name of the control service every node serves.
@@ -23,7 +22,7 @@ const ServiceName = "troupe.Control"
 var (
 	// ErrNoLeader: no raft leader could be reached within the bounded retry
 	// (ApplyTimeout); the control plane has lost its quorum or is electing.
-	ErrNoLeader = errors.New("no raft leader")
+	ErrNoLeader = api.ErrNoLeader
 )
 
 // InfoRequest asks a node who it is.
@@ -50,8 +49,8 @@ type ApplyRequest struct {
 // have refused it (Err), which is not a transport failure.
 type ApplyResponse struct {
 	Index     uint64       `msgpack:"index"`
-	Err       *WireError   `msgpack:"err,omitempty"`
-	BatchErrs []*WireError `msgpack:"batch,omitempty"`
+	Err       *api.Error   `msgpack:"err,omitempty"`
+	BatchErrs []*api.Error `msgpack:"batch,omitempty"`
 }
 
 // CreateActorsRequest asks the leader to place and commit new actors. The
@@ -73,7 +72,7 @@ type CreateResult struct {
 	// (Pending says why) or failed (Err).
 	Placement *scheduler.Placement `msgpack:"place,omitempty"`
 	Pending   string               `msgpack:"pending,omitempty"`
-	Err       *WireError           `msgpack:"err,omitempty"`
+	Err       *api.Error           `msgpack:"err,omitempty"`
 	Index     uint64               `msgpack:"index,omitempty"`
 	// Bundles is a created placement group's reservation (groups.go).
 	Bundles []scheduler.BundlePlacement `msgpack:"bundles,omitempty"`
@@ -161,58 +160,6 @@ type WaitActorsResponse struct {
 // GetActorResponse is the named actor's committed state.
 type GetActorResponse struct {
 	Actor ActorView `msgpack:"actor"`
-}
-
-// WireError carries an error across the wire keeping which sentinel it
-// wraps, so errors.Is works on the receiving side.
-type WireError struct {
-	Kind string `msgpack:"kind,omitempty"`
-	Msg  string `msgpack:"msg"`
-}
-
-var wireKinds = []struct {
-	name string
-	err  error
-}{
-	{"infeasible", scheduler.ErrInfeasible}, {"pending", scheduler.ErrPending}, {"invalid", scheduler.ErrInvalid},
-	{"notfound", scheduler.ErrNotFound}, {"conflict", scheduler.ErrConflict}, {"unknown", scheduler.ErrUnknownCommand},
-	{"malformed", scheduler.ErrMalformed}, {"noleader", ErrNoLeader},
-}
-
-// toWire converts err (nil gives nil).
-func toWire(err error) *WireError {
-	if err == nil {
-		return nil
-	}
-	w := &WireError{Msg: err.Error()}
-	for _, k := range wireKinds {
-		if errors.Is(err, k.err) {
-			w.Kind = k.name
-			break
-		}
-	}
-	return w
-}
-
-// Error implements error.
-func (w *WireError) Error() string { return w.Msg }
-
-// Unwrap returns the sentinel the error wrapped on the sending side.
-func (w *WireError) Unwrap() error {
-	for _, k := range wireKinds {
-		if k.name == w.Kind {
-			return k.err
-		}
-	}
-	return nil
-}
-
-// AsError returns w as an error (a nil *WireError gives a nil error).
-func (w *WireError) AsError() error {
-	if w == nil {
-		return nil
-	}
-	return w
 }
 
 // controlServer is what the Control service's handlers call.
@@ -305,14 +252,6 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 // invoke calls a Control method on the first reachable address.
 func (c *Client) invoke(ctx context.Context, method string, req, resp any) error {
 	return c.invokeService(ctx, ServiceName, method, req, resp)
-}
-
-// fromStatus maps gRPC statuses that mean "no leader" back to ErrNoLeader.
-func fromStatus(err error) error {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), ErrNoLeader.Error()) {
-		return fmt.Errorf("%w: %s", ErrNoLeader, st.Message())
-	}
-	return err
 }
 
 // Info returns who the node at the first reachable address is.

@@ -17,6 +17,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"troupe/runtime/api"
+
+	"troupe/runtime/transport"
 )
 
 // Job binaries are stored content-addressed in <data-dir>/binaries/<sha256>:
@@ -27,7 +31,7 @@ import (
 
 // ErrWrongPlatform: an uploaded binary is not an executable for this node's
 // OS/architecture.
-var ErrWrongPlatform = errors.New("binary is for another OS or architecture")
+var ErrWrongPlatform = api.ErrWrongPlatform
 
 // BinaryChunk is the upload chunk size (well under the gRPC message limit).
 const BinaryChunk = 1 << 20
@@ -97,7 +101,7 @@ func (n *Node) storePath(kind, hash string) (string, error) {
 func (c *controlImpl) hasBinary(ctx context.Context, r *HasBinaryRequest) (*HasBinaryResponse, error) {
 	p, err := c.node().storePath(r.Kind, r.Hash)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, transport.Status(codes.InvalidArgument, err)
 	}
 	_, err = os.Stat(p)
 	return &HasBinaryResponse{Present: err == nil}, nil
@@ -107,7 +111,7 @@ func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutB
 	n := c.node()
 	p, err := n.storePath(r.Kind, r.Hash)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, transport.Status(codes.InvalidArgument, err)
 	}
 	if r.Kind == kindPackage && r.Offset+int64(len(r.Data)) > MaxPackageBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "working dir %.12s: more than %d MiB", r.Hash, MaxPackageBytes>>20)
@@ -153,9 +157,9 @@ func (c *controlImpl) putBinary(ctx context.Context, r *PutBinaryRequest) (*PutB
 	if err := check(part, r.Hash); err != nil {
 		os.Remove(part)
 		if errors.Is(err, ErrWrongPlatform) {
-			return nil, status.Error(codes.FailedPrecondition, err.Error())
+			return nil, transport.Status(codes.FailedPrecondition, err)
 		}
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, transport.Status(codes.InvalidArgument, err)
 	}
 	if err := os.Rename(part, p); err != nil {
 		return nil, status.Errorf(codes.Internal, "store binary: %v", err)

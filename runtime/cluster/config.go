@@ -59,12 +59,16 @@ type Timing struct {
 
 // LANTiming is the default: a fast LAN, leader failover well under 2 s,
 // failure detection in about 3 s.
-var LANTiming = Timing{RaftTimeout: 300 * time.Millisecond, ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond,
+func LANTiming() Timing { return lanTiming }
+
+var lanTiming = Timing{RaftTimeout: 300 * time.Millisecond, ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond,
 	SuspicionMult: 3, GossipInterval: 100 * time.Millisecond, Reconcile: time.Second}
 
 // FastTiming shortens the timers for loopback clusters (tests, one
 // machine): failure detection in about 1 s.
-var FastTiming = Timing{RaftTimeout: 300 * time.Millisecond, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond,
+func FastTiming() Timing { return fastTiming }
+
+var fastTiming = Timing{RaftTimeout: 300 * time.Millisecond, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond,
 	SuspicionMult: 2, GossipInterval: 50 * time.Millisecond, Reconcile: 250 * time.Millisecond}
 
 // Config configures a node.
@@ -182,7 +186,7 @@ func (c *Config) normalize() (resolved, error) {
 		r.raftPort = p + 2
 	}
 	if c.Timing == (Timing{}) {
-		c.Timing = LANTiming
+		c.Timing = LANTiming()
 	}
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = 5 * time.Second

@@ -45,7 +45,7 @@ func newInmemCluster(t *testing.T, n int) []*inmemRaft {
 		if err := raft.BootstrapCluster(c, s.logs, s.logs, s.snaps, s.trans, raft.Configuration{Servers: servers}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := raft.NewRaft(c, s.fsm, s.logs, s.logs, s.snaps, s.trans)
+		r, err := raft.NewRaft(c, raftFSM{s.fsm}, s.logs, s.logs, s.snaps, s.trans)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -128,27 +128,14 @@ type gpuService struct {
 	profile string
 }
 
-// gpuServices finds a node's service (ServeGPUs is called after Start).
-var gpuServices sync.Map // *Node → *gpuService
-
-func init() {
-	registerNodeService(&gpuDesc, func(n *Node) any {
-		s := &gpuService{n: n}
-		gpuServices.Store(n, s)
-		go func() { <-n.ctx.Done(); gpuServices.Delete(n) }()
-		return s
-	})
-}
-
 // ServeGPUs makes the node serve its GPUs from src (a running sampler);
 // profile names the simulated profile ("" for real GPUs). Until it is
 // called the node answers with an error saying it samples no GPUs.
 func (n *Node) ServeGPUs(src GPUSource, profile string) {
-	v, ok := gpuServices.Load(n)
-	if !ok {
+	if n.ctx.Err() != nil {
 		return // shut down
 	}
-	s := v.(*gpuService)
+	s := n.gpus
 	s.mu.Lock()
 	s.src, s.profile = src, profile
 	s.mu.Unlock()
@@ -156,11 +143,10 @@ func (n *Node) ServeGPUs(src GPUSource, profile string) {
 
 // GPUs returns every node's GPUs, gathered by this node (see ClusterGPUs).
 func (n *Node) GPUs(ctx context.Context, r *ClusterGPUsRequest) (*ClusterGPUs, error) {
-	v, ok := gpuServices.Load(n)
-	if !ok {
+	if n.ctx.Err() != nil {
 		return nil, fmt.Errorf("GPUs: node %s is shut down", n.cfg.NodeID)
 	}
-	return v.(*gpuService).cluster(ctx, r)
+	return n.gpus.cluster(ctx, r)
 }
 
 // ClusterGPUs returns every node's GPUs as the contacted node gathers

@@ -11,6 +11,8 @@ import (
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Placement groups through the cluster: a driver asks the leader to create
@@ -75,10 +77,8 @@ var groupDesc = grpc.ServiceDesc{
 	Metadata: "troupe/runtime/cluster/groups.go",
 }
 
-func init() { registerNodeService(&groupDesc, func(n *Node) any { return (*groupImpl)(n) }) }
-
-// groupImpl is the Node seen as the placement group service.
-type groupImpl Node
+// groupImpl is a node's placement group service.
+type groupImpl struct{ n *Node }
 
 // groupWork is the placement-group part of a placer request.
 type groupWork struct {
@@ -114,7 +114,7 @@ func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res
 		}
 		cg, err := n.planner.CreateGroup(scratch, spec, at)
 		if err != nil {
-			res.Err = toWire(err)
+			res.Err = api.Encode(err)
 			return nil
 		}
 		res.Bundles, res.Pending = cg.Bundles, cg.PendingReason
@@ -123,19 +123,19 @@ func (w *groupWork) plan(n *Node, scratch *scheduler.State, i int, at int64, res
 		id := w.remove[i-len(w.create)]
 		if scratch.Group(id) == nil {
 			if !w.retry {
-				res.Err = toWire(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
+				res.Err = api.Encode(fmt.Errorf("remove placement group %s: %w", id, scheduler.ErrNotFound))
 			}
 			return nil
 		}
 		c = &scheduler.RemovePlacementGroup{Group: id, At: at}
 	}
 	if err := scratch.Apply(c); err != nil {
-		*res = CreateResult{Err: toWire(err)}
+		*res = CreateResult{Err: api.Encode(err)}
 		return nil
 	}
 	b, err := scheduler.EncodeCommand(c)
 	if err != nil {
-		*res = CreateResult{Err: toWire(err)}
+		*res = CreateResult{Err: api.Encode(err)}
 		return nil
 	}
 	return b
@@ -155,7 +155,7 @@ func (g *groupImpl) commit(ctx context.Context, r *GroupsRequest) (*GroupsRespon
 	case total > maxGroupsPerCall:
 		return nil, status.Errorf(codes.InvalidArgument, "placement groups: %d in one call, at most %d", total, maxGroupsPerCall)
 	}
-	n := (*Node)(g)
+	n := g.n
 	out := new(GroupsResponse)
 	tried := r.Retry // an earlier attempt may have committed
 	err := n.onLeader(ctx, r.Hops, func() error {
@@ -180,7 +180,7 @@ func (n *Node) groupsLocal(ctx context.Context, w *groupWork) ([]CreateResult, e
 // get answers from the leader's state when it can (read-your-writes after
 // a create), else from this server's copy; a worker node forwards.
 func (g *groupImpl) get(ctx context.Context, r *GetGroupRequest) (*GetGroupResponse, error) {
-	n := (*Node)(g)
+	n := g.n
 	if !n.isLeader() && r.Hops < maxHops {
 		if addr := n.leaderGRPC(); addr != "" && addr != n.r.grpcAddr() {
 			out := new(GetGroupResponse)

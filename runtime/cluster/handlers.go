@@ -10,12 +10,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"troupe/scheduler"
+
+	"troupe/runtime/transport"
 )
 
-// controlImpl is the Node seen as the Control service's implementation.
-type controlImpl Node
+// controlImpl is a node's Control service.
+type controlImpl struct{ n *Node }
 
-func (c *controlImpl) node() *Node { return (*Node)(c) }
+func (c *controlImpl) node() *Node { return c.n }
 
 func (c *controlImpl) info(ctx context.Context, r *InfoRequest) (*InfoResponse, error) {
 	n := c.node()
@@ -32,7 +34,7 @@ func (c *controlImpl) apply(ctx context.Context, r *ApplyRequest) (*ApplyRespons
 
 func (c *controlImpl) createActors(ctx context.Context, r *CreateActorsRequest) (*CreateActorsResponse, error) {
 	if len(r.Specs) == 0 {
-		return nil, status.Error(codes.InvalidArgument, errEmpty.Error())
+		return nil, transport.Status(codes.InvalidArgument, errEmpty)
 	}
 	if len(r.Specs) > 16*maxPlaceBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "create actors: %d specs in one call, at most %d", len(r.Specs), 16*maxPlaceBatch)

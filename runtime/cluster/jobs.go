@@ -208,16 +208,6 @@ var jobsDesc = grpc.ServiceDesc{
 	Metadata: "troupe/runtime/cluster/jobs.go",
 }
 
-// Each node gets a job manager when it registers its services; it is the
-// service's implementation, and its loop ends with the node.
-func init() {
-	registerNodeService(&jobsDesc, func(n *Node) any {
-		m := newJobManager(n)
-		m.start()
-		return m
-	})
-}
-
 // SubmitJob runs the binary with that hash (uploaded to the node at the
 // client's first address with UploadBinary) as a job's driver there.
 func (c *Client) SubmitJob(ctx context.Context, r *SubmitJobRequest) (*SubmitJobResponse, error) {

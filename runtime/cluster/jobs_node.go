@@ -19,6 +19,8 @@ import (
 
 	"troupe/runtime/worker"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // jobManager runs the submitted drivers of one node and, while the node
@@ -357,7 +359,7 @@ func (m *jobManager) commitEnd(id scheduler.JobID, st scheduler.JobState, msg st
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		_, err := n.applyCommand(ctx, &scheduler.JobFinished{Job: id, State: st, Message: msg, At: time.Now().UnixNano()})
 		cancel()
-		var we *WireError
+		var we *api.Error
 		switch {
 		case err == nil:
 			n.poke()

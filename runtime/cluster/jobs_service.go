@@ -15,6 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
+
+	"troupe/runtime/transport"
 )
 
 // The Jobs service's unary handlers (Logs is in jobs_logs.go, KeepAlive in
@@ -23,7 +27,7 @@ import (
 func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJobResponse, error) {
 	n := m.n
 	if err := checkSubmit(r); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, transport.Status(codes.InvalidArgument, err)
 	}
 	var stored string // the binary, or the working dir's archive
 	var err error
@@ -33,14 +37,14 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 		stored, err = n.BinaryPath(r.Hash)
 	}
 	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, transport.Status(codes.FailedPrecondition, err)
 	}
 	if _, err := os.Stat(stored); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%.12s is not stored on node %s: upload it first", r.Hash+r.Package, n.cfg.NodeID)
 	}
 	jobsDir, err := m.jobsDir()
 	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, transport.Status(codes.FailedPrecondition, err)
 	}
 	if err := pruneJobDirs(jobsDir, keptJobs); err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.log.Warn("removing old job directories", "err", err)
@@ -58,11 +62,11 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 		wd = filepath.Join(dir, "wd")
 		if err := unpackPackage(stored, wd); err != nil {
 			os.RemoveAll(dir)
-			return nil, status.Errorf(codes.Internal, "job %s: unpack working dir %.12s: %v", id, r.Package, err)
+			return nil, transport.Status(codes.Internal, fmt.Errorf("job %s: unpack working dir %.12s: %w", id, r.Package, err))
 		}
 		if bin, err = ResolveCommand(wd, r.Program); err != nil {
 			os.RemoveAll(dir)
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s: %v", n.cfg.NodeID, err)
+			return nil, transport.Status(codes.FailedPrecondition, fmt.Errorf("node %s: %w", n.cfg.NodeID, err))
 		}
 	}
 	entry := strings.TrimSpace(r.Program + " " + strings.Join(r.Args, " "))
@@ -223,7 +227,7 @@ func (m *jobManager) stopJob(ctx context.Context, r *StopJobRequest) (*StopJobRe
 	// No driver process here to signal (started by hand, or its node is
 	// gone): end the job, which kills its actors.
 	if _, err := n.applyCommand(ctx, &scheduler.JobFinished{Job: id, State: scheduler.JobStopped, Message: "stopped (" + reason + ")", At: time.Now().UnixNano()}); err != nil {
-		var we *WireError
+		var we *api.Error
 		if errors.As(err, &we) && errors.Is(err, scheduler.ErrConflict) {
 			return &StopJobResponse{Job: r.Job, State: "ended"}, nil
 		}

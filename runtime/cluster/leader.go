@@ -13,6 +13,10 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
+
+	"troupe/runtime/transport"
 )
 
 func sortServers(s []raft.Server) { sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID }) }
@@ -284,7 +288,7 @@ func (n *Node) placer(ctx context.Context) {
 					b, err = scheduler.EncodeCommand(c)
 				}
 				if err != nil {
-					res.Err = toWire(err)
+					res.Err = api.Encode(err)
 					continue
 				}
 				res.Placement, res.Pending = c.Placement, c.PendingReason
@@ -389,9 +393,9 @@ send:
 
 // CreateActors places and commits actors through the leader.
 func (n *Node) CreateActors(ctx context.Context, specs []scheduler.ActorSpec) ([]CreateResult, error) {
-	resp, err := (*controlImpl)(n).createActors(ctx, &CreateActorsRequest{Specs: specs})
+	resp, err := n.control.createActors(ctx, &CreateActorsRequest{Specs: specs})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, transport.FromStatus(err)
 	}
 	return resp.Results, nil
 }

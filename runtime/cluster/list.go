@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -17,6 +16,8 @@ import (
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Listing, as `ray list` does it: one call lists one kind of the cluster's
@@ -60,9 +61,9 @@ const (
 // Errors of listing.
 var (
 	// ErrBadFilter: a filter is malformed or names no field of the kind.
-	ErrBadFilter = errors.New("bad filter")
+	ErrBadFilter = api.ErrBadFilter
 	// ErrUnknownKind: List was asked for a kind it does not know.
-	ErrUnknownKind = errors.New("unknown kind")
+	ErrUnknownKind = api.ErrUnknownKind
 )
 
 // Filter keeps the entries whose field Key equals Value (Op "=") or does
@@ -149,13 +150,9 @@ var listDesc = grpc.ServiceDesc{
 }
 
 // listImpl is a node's State service.
-type listImpl Node
+type listImpl struct{ n *Node }
 
-func (l *listImpl) node() *Node { return (*Node)(l) }
-
-func init() {
-	registerNodeService(&listDesc, func(n *Node) any { return (*listImpl)(n) })
-}
+func (l *listImpl) node() *Node { return l.n }
 
 // List lists one kind of the cluster's entities (see ListRequest).
 func (c *Client) List(ctx context.Context, r *ListRequest) (*ListResponse, error) {
@@ -168,18 +165,18 @@ func (c *Client) List(ctx context.Context, r *ListRequest) (*ListResponse, error
 
 // List answers r from this node (a worker forwards to a server).
 func (n *Node) List(ctx context.Context, r *ListRequest) (*ListResponse, error) {
-	return (*listImpl)(n).list(ctx, r)
+	return n.list.list(ctx, r)
 }
 
 func (l *listImpl) list(ctx context.Context, r *ListRequest) (*ListResponse, error) {
 	n := l.node()
 	proto, ok := listProto[r.Kind]
 	if !ok {
-		return nil, status.Errorf(codes.InvalidArgument, "list: %v %q (want one of %s)", ErrUnknownKind, r.Kind, strings.Join(ListKinds, ", "))
+		return nil, transport.Status(codes.InvalidArgument, fmt.Errorf("list: %w %q (want one of %s)", ErrUnknownKind, r.Kind, strings.Join(ListKinds, ", ")))
 	}
 	for _, f := range r.Filters {
 		if err := checkKey(proto, f); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, transport.Status(codes.InvalidArgument, err)
 		}
 	}
 	if n.raft == nil { // a worker keeps no state: a server answers
@@ -256,7 +253,7 @@ func (l *listImpl) list(ctx context.Context, r *ListRequest) (*ListResponse, err
 	for _, it := range items {
 		match, err := matchAll(it, r.Filters)
 		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, transport.Status(codes.InvalidArgument, err)
 		}
 		if !match {
 			continue

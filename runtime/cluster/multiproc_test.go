@@ -43,7 +43,7 @@ type procSpec struct {
 	Join   []string `json:"join"`
 	Expect int      `json:"expect"`
 	Token  string   `json:"token"`
-	LAN    bool     `json:"lan,omitempty"` // LANTiming (the default of troupe start) instead of FastTiming
+	LAN    bool     `json:"lan,omitempty"` // LANTiming() (the default of troupe start) instead of FastTiming()
 }
 
 func TestMain(m *testing.M) {
@@ -63,9 +63,9 @@ func runNodeProcess(specJSON string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	timing := FastTiming
+	timing := FastTiming()
 	if ps.LAN {
-		timing = LANTiming
+		timing = LANTiming()
 	}
 	n, err := Start(ctx, Config{NodeID: ps.ID, Role: ps.Role, DataDir: ps.Dir, BindAddr: ps.Bind, GossipPort: ps.Gossip, RaftPort: ps.Raft,
 		Join: ps.Join, BootstrapExpect: ps.Expect, Token: ps.Token, Timing: timing, Logger: log, JoinTimeout: 10 * time.Second,
@@ -258,7 +258,7 @@ func TestMultiProcessCluster(t *testing.T) {
 			st, err := statusFrom(all, tok)
 			return err == nil && nodeState(st, "wrk1") == "dead"
 		})
-		t.Logf("worker marked dead %v after kill -9 (memberlist probe %v, suspicion mult %d)", time.Since(start).Round(time.Millisecond), FastTiming.ProbeInterval, FastTiming.SuspicionMult)
+		t.Logf("worker marked dead %v after kill -9 (memberlist probe %v, suspicion mult %d)", time.Since(start).Round(time.Millisecond), FastTiming().ProbeInterval, FastTiming().SuspicionMult)
 		st, _ := statusFrom(all, tok)
 		for _, a := range st.Actors {
 			if a.ID == "a00" && (a.Node == "wrk1" || a.Restarts != 1) {

@@ -1,15 +1,3 @@
-// Package cluster is the node daemon of a multi-node troupe cluster: a gRPC
-// server (the Control service, msgpack over troupe/runtime/transport), raft
-// (hashicorp/raft with raft-wal storage and file snapshots, the
-// scheduler.FSM as state machine) on server nodes, and memberlist gossip
-// among all nodes for liveness. The raft leader turns membership changes
-// into committed node states, reconciles periodically so a lost event is
-// not lost for good, and decides actor placements with scheduler.Planner.
-//
-// Ports: a node listens for gRPC on its bind port P (default 7370), gossips
-// on P+1 (TCP and UDP) and, on servers, speaks raft on P+2; each can be set
-// explicitly. Every gRPC call, gossip message and raft connection is
-// authenticated by the cluster token.
 package cluster
 
 import (
@@ -35,6 +23,8 @@ import (
 
 	"troupe/runtime/transport"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Node is a running node daemon.
@@ -57,7 +47,15 @@ type Node struct {
 	planner  scheduler.Planner
 
 	workers *workerSet // the job worker processes this node runs
-	binMu   sync.Mutex // serializes job binary uploads
+
+	// The gRPC services the node serves besides raft and gossip, built in
+	// Start (services.go).
+	control *controlImpl // Control: info, apply, actors
+	jobs    *jobManager  // Jobs: submitted drivers, leases, logs
+	groups  *groupImpl   // placement groups
+	gpus    *gpuService  // GPU views
+	list    *listImpl    // State: troupe list
+	binMu   sync.Mutex   // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq
@@ -84,6 +82,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		placeCh: make(chan *placeReq), stopReq: make(chan struct{}), startedAt: time.Now()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.workers = newWorkerSet(n)
+	n.newServices()
 	n.peers = newPeerPool(transport.Options{Token: cfg.Token})
 	n.members = &members{byID: map[string]*member{}, changed: n.poke, log: n.log.Warn}
 	meta := memberMeta{ID: cfg.NodeID, Role: cfg.Role, GRPC: r.grpcAddr(), Expect: cfg.BootstrapExpect}
@@ -112,6 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.grpcSrv = transport.NewServer(transport.Options{Token: cfg.Token})
 	n.registerServices(n.grpcSrv)
+	n.jobs.start() // its loop ends with the node
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.grpcSrv.Serve(n.grpcLn) }()
 
@@ -233,7 +233,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("raft state: %w", err)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, ws, ws, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, raftFSM{n.fsm}, ws, ws, snaps, n.trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if n.cfg.Role == RoleHead && !existing {
@@ -364,7 +364,7 @@ func (n *Node) registerLoop() {
 			n.log.Info("node registered", "resources", n.cfg.Resources.String(), "gpus", len(n.cfg.GPUs))
 			return
 		}
-		var we *WireError
+		var we *api.Error
 		if errors.As(err, &we) { // refused by the FSM: retrying will not help
 			n.log.Error("node registration refused", "err", err)
 			return
@@ -458,7 +458,7 @@ func (n *Node) onLeader(ctx context.Context, hops int, local func() error, remot
 			if last == nil {
 				last = errors.New("no leader known")
 			}
-			return status.Errorf(codes.Unavailable, "%v after retrying for %v (last: %v)", ErrNoLeader, n.cfg.ApplyTimeout, last)
+			return transport.Status(codes.Unavailable, fmt.Errorf("%w after retrying for %v (last: %v)", ErrNoLeader, n.cfg.ApplyTimeout, last))
 		}
 		select {
 		case <-ctx.Done():
@@ -485,10 +485,10 @@ func (n *Node) applyLocal(cmd []byte) (*ApplyResponse, error) {
 		var be *scheduler.BatchError
 		if errors.As(r.Err, &be) {
 			for _, e := range be.Errs {
-				out.BatchErrs = append(out.BatchErrs, toWire(e))
+				out.BatchErrs = append(out.BatchErrs, api.Encode(e))
 			}
 		}
-		out.Err = toWire(r.Err)
+		out.Err = api.Encode(r.Err)
 	}
 	return out, nil
 }
@@ -499,7 +499,7 @@ func (n *Node) applyLocal(cmd []byte) (*ApplyResponse, error) {
 func (n *Node) Apply(ctx context.Context, cmd []byte) (*ApplyResponse, error) {
 	resp, err := n.apply(ctx, &ApplyRequest{Cmd: cmd})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, transport.FromStatus(err)
 	}
 	return resp, nil
 }
@@ -521,7 +521,7 @@ func (n *Node) apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, erro
 }
 
 // applyCommand encodes and commits c; the FSM's refusal is an error (a
-// *WireError wrapping the scheduler sentinel).
+// *api.Error wrapping the scheduler sentinel).
 func (n *Node) applyCommand(ctx context.Context, c scheduler.Command) (uint64, error) {
 	b, err := scheduler.EncodeCommand(c)
 	if err != nil {

@@ -35,7 +35,7 @@ func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
 // testConfig returns a config for an in-process node on fresh ports.
 func testConfig(t testing.TB, id string, role Role, token string) Config {
 	return Config{NodeID: id, Role: role, DataDir: t.TempDir(), BindAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		GossipPort: freePort(t), RaftPort: freePort(t), Token: token, Timing: FastTiming, Logger: testLogger(t),
+		GossipPort: freePort(t), RaftPort: freePort(t), Token: token, Timing: FastTiming(), Logger: testLogger(t),
 		Resources: scheduler.Resources{MilliCPU: 4000, MemoryBytes: 8 << 30}, JoinTimeout: 5 * time.Second}
 }
 

@@ -21,6 +21,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"troupe/runtime/api"
 )
 
 // Working directories: `troupe submit --working-dir DIR -- CMD ARGS` packs
@@ -48,9 +50,9 @@ const keptPackages = 32
 var (
 	// ErrBadPackage: an archive is not a working directory troupe packed
 	// (not a gzipped tar, a path leaving the directory, too large).
-	ErrBadPackage = errors.New("bad working-directory archive")
+	ErrBadPackage = api.ErrBadPackage
 	// ErrNotRunnable: the command of a job cannot be run as given.
-	ErrNotRunnable = errors.New("cannot run")
+	ErrNotRunnable = api.ErrNotRunnable
 )
 
 // kindPackage marks a HasBinary/PutBinary call about a working-directory

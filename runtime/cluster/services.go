@@ -9,30 +9,24 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A nodeService is a gRPC service a node serves beside Control. Each
-// concern (jobs, placement groups, GPU views) declares its own service in
-// its own file and adds it with registerNodeService from an init function,
-// so the Control descriptor does not grow with every feature.
-type nodeService struct {
-	desc *grpc.ServiceDesc
-	impl func(n *Node) any
+// newServices builds the node's services. Each concern (jobs, placement
+// groups, GPU views, lists) declares its service in its own file; this is
+// the one place that says what a node serves.
+func (n *Node) newServices() {
+	n.control = &controlImpl{n: n}
+	n.jobs = newJobManager(n)
+	n.groups = &groupImpl{n: n}
+	n.gpus = &gpuService{n: n}
+	n.list = &listImpl{n: n}
 }
 
-var nodeServices []nodeService
-
-// registerNodeService adds a service every node serves on its gRPC port;
-// impl returns the handler value for a node (usually a named type
-// converted from *Node). It must be called from init.
-func registerNodeService(desc *grpc.ServiceDesc, impl func(n *Node) any) {
-	nodeServices = append(nodeServices, nodeService{desc: desc, impl: impl})
-}
-
-// registerServices registers Control and every node service on srv.
+// registerServices registers every service of the node on srv.
 func (n *Node) registerServices(srv *grpc.Server) {
-	srv.RegisterService(&controlDesc, (*controlImpl)(n))
-	for _, s := range nodeServices {
-		srv.RegisterService(s.desc, s.impl(n))
-	}
+	srv.RegisterService(&controlDesc, n.control)
+	srv.RegisterService(&gpuDesc, n.gpus)
+	srv.RegisterService(&groupDesc, n.groups)
+	srv.RegisterService(&jobsDesc, n.jobs)
+	srv.RegisterService(&listDesc, n.list)
 }
 
 // invokeService calls service/method on the first reachable address, like
@@ -57,7 +51,7 @@ func (c *Client) invokeService(ctx context.Context, service, method string, req,
 			c.mu.Unlock()
 			return nil
 		}
-		last = fmt.Errorf("%s at %s: %w", method, addr, fromStatus(err))
+		last = fmt.Errorf("%s at %s: %w", method, addr, err)
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return last
 		}

@@ -205,7 +205,7 @@ func (n *Node) clusterObjects(ctx context.Context) (objs []ObjectView, partial [
 			var resp *NodeObjectsResponse
 			var err error
 			if t.id == n.cfg.NodeID {
-				resp, err = (*listImpl)(n).nodeObjects(ctx, &NodeObjectsRequest{})
+				resp, err = n.list.nodeObjects(ctx, &NodeObjectsRequest{})
 			} else {
 				resp = new(NodeObjectsResponse)
 				cc, derr := n.peers.get(t.addr)

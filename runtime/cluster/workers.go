@@ -13,6 +13,8 @@ import (
 	"troupe/actors"
 	"troupe/runtime/worker"
 	"troupe/scheduler"
+
+	"troupe/runtime/api"
 )
 
 // Launch is what a driver puts in an actor's ActorSpec.Args: the actor's
@@ -188,7 +190,7 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 		req.After, req.Wait = seen, wait
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second+wait)
-	resp, err := (*controlImpl)(n).nodeActors(ctx, req)
+	resp, err := n.control.nodeActors(ctx, req)
 	cancel()
 	if err != nil {
 		select { // no server reachable now; try again soon
@@ -574,7 +576,7 @@ func (w *workerSet) commit(c scheduler.Command) {
 			}
 			return
 		}
-		var we *WireError
+		var we *api.Error
 		if errors.As(err, &we) || w.n.ctx.Err() != nil {
 			w.n.log.Debug("worker report refused", "cmd", fmt.Sprintf("%T", c), "err", err)
 			return // refused (stale incarnation, already dead): nothing to retry

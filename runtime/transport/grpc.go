@@ -41,7 +41,7 @@ func NewServer(o Options, extra ...grpc.ServerOption) *grpc.Server {
 		grpc.MaxRecvMsgSize(o.maxSize()),
 		grpc.MaxSendMsgSize(o.maxSize()),
 		grpc.InTapHandle(a.TapHandle),
-		grpc.ChainUnaryInterceptor(a.UnaryInterceptor),
+		grpc.ChainUnaryInterceptor(a.UnaryInterceptor, errorInterceptor),
 		grpc.ChainStreamInterceptor(a.StreamInterceptor),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
@@ -55,6 +55,7 @@ func Dial(addr string, o Options, extra ...grpc.DialOption) (*grpc.ClientConn, e
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(TokenCredentials{Token: o.Token}),
+		grpc.WithChainUnaryInterceptor(decodeInterceptor),
 		grpc.WithDefaultCallOptions(
 			grpc.CallContentSubtype(CodecName),
 			grpc.MaxCallRecvMsgSize(o.maxSize()),

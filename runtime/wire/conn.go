@@ -195,7 +195,7 @@ type frameReader struct {
 var errInterrupted = errors.New("wire: read interrupted")
 
 func (c *conn) newFrameReader() *frameReader {
-	return &frameReader{c: c, br: bufio.NewReaderSize(newSpinReader(c.nc, spinMax), 64<<10)}
+	return &frameReader{c: c, br: bufio.NewReaderSize(newSpinReader(c.nc, spinMax()), 64<<10)}
 }
 
 // next reads one frame, and reports whether more input is already

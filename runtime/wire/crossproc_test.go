@@ -33,6 +33,11 @@ import (
 const peerEnv = "TROUPE_WIRE_BENCH_PEER"
 
 func TestMain(m *testing.M) {
+	// The test binary is an edge: it reads TROUPE_WIRE_SPIN as Init does,
+	// so the measurements with TROUPE_WIRE_SPIN=0 keep working.
+	if d, err := ParseSpin(os.Getenv(SpinEnv)); err == nil {
+		SetSpin(d)
+	}
 	if os.Getenv(peerEnv) == "1" {
 		runPeer()
 		return

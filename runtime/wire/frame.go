@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"troupe/runtime/api"
 )
 
 // Frame kinds.
@@ -42,11 +44,11 @@ const DefaultMaxFrame = 64 << 20
 
 var (
 	// ErrFrameTooLarge: a frame exceeds the connection's limit.
-	ErrFrameTooLarge = errors.New("wire: frame too large")
+	ErrFrameTooLarge = api.ErrFrameTooLarge
 	// ErrMalformed: a frame could not be decoded.
-	ErrMalformed = errors.New("wire: malformed frame")
+	ErrMalformed = api.ErrMalformedFrame
 	// ErrClosed: the connection is closed.
-	ErrClosed = errors.New("wire: connection closed")
+	ErrClosed = api.ErrClosed
 )
 
 // frame is one decoded frame. Byte slices alias the frame's buffer.

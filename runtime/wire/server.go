@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"troupe/actors"
+
+	"troupe/runtime/api"
 )
 
 // Target receives invocations for one actor; *actors.Instance is one.
@@ -281,7 +283,7 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 		tracked := f.flags&(flagArgLater|flagCancel) != 0
 		t, ok := sc.s.host.Lookup(f.actor)
 		if !ok {
-			sc.reply(f.callID, false, nil, fmt.Errorf("actor %s: %w on this worker", f.actor, actors.ErrNotFound))
+			sc.reply(f.callID, false, nil, &api.NotHostedError{Actor: f.actor})
 			break
 		}
 		if sc.chained.Load() {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,30 +29,47 @@ import (
 // than the wake-up it saves. A spinning goroutine yields to the others of
 // its process (runtime.Gosched) between polls.
 
-// spinEnv sets the longest poll before parking, as a Go duration ("0"
+// SpinEnv sets the longest poll before parking, as a Go duration ("0"
 // disables polling), for measuring and for hosts where CPU matters more
-// than latency.
-const spinEnv = "TROUPE_WIRE_SPIN"
+// than latency. The process's edge reads it (runtime.Init) and calls
+// SetSpin; this package reads no environment.
+const SpinEnv = "TROUPE_WIRE_SPIN"
 
-// defaultSpin is the longest poll: above the round trips it is meant to
+const spinEnv = SpinEnv
+
+// DefaultSpin is the longest poll: above the round trips it is meant to
 // catch (a few to a few tens of µs), below a wait that would be cheap to
 // sleep through.
-const defaultSpin = 50 * time.Microsecond
+const DefaultSpin = 50 * time.Microsecond
 
-// spinMax is the configured longest poll.
-var spinMax = spinSetting()
+const defaultSpin = DefaultSpin
 
-// spinSetting reads spinEnv; a bad value is reported and the default kept.
-func spinSetting() time.Duration {
-	d, err := parseSpin(os.Getenv(spinEnv))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "troupe: %v; using the default %v\n", err, defaultSpin)
-		return defaultSpin
-	}
-	return d
+// spinNanos is the longest poll set by SetSpin; spinSet says whether it
+// was. Atomics, as connections read it while a process sets it at start.
+var (
+	spinNanos atomic.Int64
+	spinSet   atomic.Bool
+)
+
+// SetSpin sets the longest poll of connections opened from now on (0
+// disables polling). Without it, DefaultSpin.
+func SetSpin(d time.Duration) {
+	spinNanos.Store(int64(d))
+	spinSet.Store(true)
 }
 
-// parseSpin parses a spinEnv value; empty means the default.
+// spinMax is the configured longest poll.
+func spinMax() time.Duration {
+	if spinSet.Load() {
+		return time.Duration(spinNanos.Load())
+	}
+	return defaultSpin
+}
+
+// ParseSpin parses a SpinEnv value; empty means DefaultSpin. An error
+// names the variable.
+func ParseSpin(v string) (time.Duration, error) { return parseSpin(v) }
+
 func parseSpin(v string) (time.Duration, error) {
 	if v == "" {
 		return defaultSpin, nil

@@ -76,7 +76,7 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 	cmd := exec.Command(o.Binary, o.Args...)
 	cmd.Env = append(os.Environ(), EnvVar+fmt.Sprintf("=fd:%d/%s", ctrlFD, o.Job))
 	if o.Host != "" {
-		cmd.Env = append(cmd.Env, "TROUPE_WORKER_HOST="+o.Host)
+		cmd.Env = append(cmd.Env, HostEnvVar+"="+o.Host)
 	}
 	cmd.Env = append(cmd.Env, o.Env...)
 	cmd.ExtraFiles = []*os.File{theirs}

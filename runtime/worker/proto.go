@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 
@@ -120,16 +119,13 @@ func (c *ctrl) recv() (*msg, error) {
 	return m, nil
 }
 
-// FromEnv reports whether this process was started as a worker, and its job
-// ID. A malformed variable is an error wrapping ErrBadEnv.
-func FromEnv() (job string, ok bool, err error) {
-	v, set := os.LookupEnv(EnvVar)
-	if !set {
-		return "", false, nil
-	}
+// ParseEnv parses the value of EnvVar, which the node set for a worker
+// process, and returns its job ID. A malformed value is an error wrapping
+// ErrBadEnv.
+func ParseEnv(v string) (job string, err error) {
 	job, found := strings.CutPrefix(v, fmt.Sprintf("fd:%d/", ctrlFD))
 	if !found || job == "" {
-		return "", true, fmt.Errorf("%w: %q (want fd:%d/<job id>)", ErrBadEnv, v, ctrlFD)
+		return "", fmt.Errorf("%w: %q (want fd:%d/<job id>)", ErrBadEnv, v, ctrlFD)
 	}
-	return job, true, nil
+	return job, nil
 }

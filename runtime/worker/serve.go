@@ -176,18 +176,22 @@ func (h *host_) killAll(cause string) {
 	}
 }
 
-// ServeFromEnv is Serve for a process the node started: the control
-// channel is file descriptor 3, and the wire server listens on the host of
-// TROUPE_WORKER_HOST (default 127.0.0.1).
-func ServeFromEnv(ctx context.Context) error {
-	if _, _, err := FromEnv(); err != nil {
+// HostEnvVar is set by the node for a worker process when its wire server
+// must listen on another host than 127.0.0.1.
+const HostEnvVar = "TROUPE_WORKER_HOST"
+
+// ServeProcess is Serve for a process the node started, given the values
+// of EnvVar and HostEnvVar that the process's edge (runtime.Init) read:
+// the control channel is file descriptor 3, and the wire server listens
+// on host (default 127.0.0.1).
+func ServeProcess(ctx context.Context, env, host string) error {
+	if _, err := ParseEnv(env); err != nil {
 		return err
 	}
 	f := os.NewFile(ctrlFD, "troupe-worker-control")
 	if f == nil {
 		return fmt.Errorf("worker: file descriptor %d is not open", ctrlFD)
 	}
-	host := os.Getenv("TROUPE_WORKER_HOST")
 	if host == "" {
 		host = "127.0.0.1"
 	}

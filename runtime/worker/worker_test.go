@@ -41,8 +41,8 @@ func init() {
 
 // TestMain serves as a worker when the test starts itself as one.
 func TestMain(m *testing.M) {
-	if _, ok, _ := FromEnv(); ok {
-		if err := ServeFromEnv(context.Background()); err != nil {
+	if v, ok := os.LookupEnv(EnvVar); ok {
+		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar)); err != nil {
 			os.Stderr.WriteString("worker: " + err.Error() + "\n")
 			os.Exit(2)
 		}
@@ -140,14 +140,12 @@ func TestWorkerProcess(t *testing.T) {
 	}
 }
 
-func TestFromEnv(t *testing.T) {
-	t.Setenv(EnvVar, "fd:3/j7")
-	if j, ok, err := FromEnv(); j != "j7" || !ok || err != nil {
-		t.Errorf("FromEnv = %q %v %v", j, ok, err)
+func TestParseEnv(t *testing.T) {
+	if j, err := ParseEnv("fd:3/j7"); j != "j7" || err != nil {
+		t.Errorf("ParseEnv = %q %v", j, err)
 	}
-	t.Setenv(EnvVar, "bogus")
-	if _, ok, err := FromEnv(); !ok || !errors.Is(err, ErrBadEnv) {
-		t.Errorf("bad env: %v %v", ok, err)
+	if _, err := ParseEnv("bogus"); !errors.Is(err, ErrBadEnv) {
+		t.Errorf("bad env: %v", err)
 	}
 }
 

@@ -6,10 +6,12 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"troupe/gpu/cuda"
 )
@@ -31,22 +33,34 @@ func run(resources bool) error {
 	if resources {
 		return printResources(srcs)
 	}
-	for _, arch := range cuda.Archs {
-		dir := filepath.Join("ptx", arch)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("mkdir %s: %w", dir, err)
+	// One copy per real difference: the PTX is committed for the first
+	// arch, and the others must differ from it only in .target (what
+	// cuda.EmbeddedPTX rewrites), or the generator refuses.
+	dir := "ptx"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	base := cuda.Archs[0]
+	for _, s := range srcs {
+		ptx, _, err := cuda.CompileKernel(s, base)
+		if err != nil {
+			return err
 		}
-		for _, s := range srcs {
-			ptx, _, err := cuda.CompileKernel(s, arch)
+		for _, arch := range cuda.Archs[1:] {
+			other, _, err := cuda.CompileKernel(s, arch)
 			if err != nil {
 				return err
 			}
-			p := filepath.Join(dir, s.Name+".ptx")
-			if err := os.WriteFile(p, ptx, 0o644); err != nil {
-				return fmt.Errorf("write %s: %w", p, err)
+			want := bytes.Replace(ptx, []byte("\n.target "+base+"\n"), []byte("\n.target "+arch+"\n"), 1)
+			if !bytes.Equal(other, want) {
+				return fmt.Errorf("%s: the %s PTX differs from the %s PTX beyond .target; commit a copy per arch (gpu/cuda/kernels.go)", s.Name, arch, base)
 			}
-			fmt.Printf("wrote %s (%d bytes)\n", p, len(ptx))
 		}
+		p := filepath.Join(dir, s.Name+".ptx")
+		if err := os.WriteFile(p, ptx, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		fmt.Printf("wrote %s (%d bytes, for %s)\n", p, len(ptx), strings.Join(cuda.Archs, ", "))
 	}
 	return nil
 }

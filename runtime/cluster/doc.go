@@ -1,0 +1,38 @@
+// Package cluster is the node daemon of a multi-node troupe cluster: a gRPC
+// server (the Control service, msgpack over troupe/runtime/transport), raft
+// (hashicorp/raft with raft-wal storage and file snapshots, the
+// scheduler.FSM as state machine) on server nodes, and memberlist gossip
+// among all nodes for liveness. The raft leader turns membership changes
+// into committed node states, reconciles periodically so a lost event is
+// not lost for good, and decides actor placements with scheduler.Planner.
+//
+// Ports: a node listens for gRPC on its bind port P (default 7370), gossips
+// on P+1 (TCP and UDP) and, on servers, speaks raft on P+2; each can be set
+// explicitly. Every gRPC call, gossip message and raft connection is
+// authenticated by the cluster token.
+//
+// # What a node runs
+//
+// Node has a field per service it serves on its gRPC port, built in Start
+// (newServices, services.go): control (Control: info, apply, actors), jobs
+// (submitted drivers, leases, logs), groups (placement groups), gpus (GPU
+// views) and list (troupe list). Start also starts the node's loops:
+// gossip, raft on servers, the leader's reconcile and placer, the worker
+// processes and the job manager; Shutdown stops them.
+//
+// # Errors
+//
+// Handlers return plain errors or transport.Status for a chosen code;
+// either way the error crosses to the client in runtime/api's codec, so
+// callers match ErrNoLeader, ErrWrongPlatform and the scheduler's
+// sentinels with errors.Is. Replies that carry the state machine's verdict
+// (ApplyResponse, CreateResult) hold an *api.Error.
+//
+// # Imports
+//
+// cluster imports raft, raft-wal and memberlist, and adapts the
+// scheduler's FSM to raft (raftFSM, fsm.go). A driver reaches it only
+// through Client today, which is why a driver binary still links them
+// (issue 23's runtime split moves the client and its messages to
+// runtime/api).
+package cluster

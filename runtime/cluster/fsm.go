@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"troupe/scheduler"
+)
+
+// raftFSM adapts scheduler.FSM to raft (raft.BatchingFSM). The scheduler
+// does not import raft, so programs that link it to encode commands (a
+// driver) do not link raft through it.
+type raftFSM struct{ *scheduler.FSM }
+
+var _ raft.BatchingFSM = raftFSM{}
+
+// Apply implements raft.FSM: it applies a LogCommand entry and returns a
+// *scheduler.Response. Other entry types are ignored (nil response).
+func (f raftFSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return f.ApplyEntry(l.Index, l.Data)
+}
+
+// ApplyBatch implements raft.BatchingFSM: the commands raft commits
+// together are applied under one lock acquisition.
+func (f raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	entries := make([]scheduler.Entry, 0, len(logs))
+	for _, l := range logs {
+		if l.Type == raft.LogCommand {
+			entries = append(entries, scheduler.Entry{Index: l.Index, Data: l.Data})
+		}
+	}
+	resps := f.ApplyEntries(entries)
+	k := 0
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = resps[k]
+			k++
+		}
+	}
+	return out
+}
+
+// Snapshot implements raft.FSM: the encoded state, for Persist to write.
+func (f raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	b, err := f.SnapshotBytes()
+	if err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{data: b}, nil
+}
+
+type fsmSnapshot struct{ data []byte }
+
+// Persist writes the encoded state to the sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release does nothing: the snapshot holds its own copy.
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,39 @@
+// Package runtime makes actors real: Init connects a program to a cluster
+// and returns the actors.Runtime that Spawn and GetActor take.
+//
+//	rt, err := runtime.Init(ctx)
+//	if err != nil { ... }
+//	defer rt.Shutdown(context.Background())
+//	h, err := actors.Spawn[Counter](ctx, rt, "Counter", cfg)
+//
+// # What runs where
+//
+//   - Init and its options (runtime.go) are the edge: they read the
+//     environment (TROUPE_ADDRESS, TROUPE_TOKEN, TROUPE_JOB_ID,
+//     TROUPE_SIMULATE_GPUS, TROUPE_WIRE_SPIN, and TROUPE_WORKER in a
+//     worker process) and pass it down as configuration.
+//   - With no address, the embedded cluster (local*.go): one node in this
+//     process running the same scheduler state machine as a real cluster.
+//   - With an address, the driver (remote*.go): actors are placed through
+//     the control plane (cluster.Client over gRPC) and called directly over
+//     runtime/wire; results of 256 KiB or more stay with their owner
+//     (runtime/objstore); the call watcher fails calls to vanished nodes;
+//     the job's keep-alives end its actors when the driver is lost.
+//   - In a worker process (started by a node), Init serves the registered
+//     actor types (runtime/worker) and exits when the node says so.
+//
+// # Errors
+//
+// Errors cross processes in runtime/api's codec: ErrShutdown,
+// ErrPlacementGroupRemoved and the sentinels of actors and scheduler are
+// matched with errors.Is on either side of a process boundary. After
+// Shutdown, a driver's spawns, lookups and calls fail at once with
+// ErrShutdown.
+//
+// # Imports
+//
+// runtime imports actors, scheduler, gpu and its subpackages; nothing below
+// it imports runtime. Still to do (issue 23): split local and driver into
+// runtime/local and runtime/driver, so that a driver-only binary does not
+// link raft, memberlist or raft-wal.
+package runtime
