@@ -64,6 +64,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	episodes := fs.Int("episodes", 100, "number of episodes")
 	seed := fs.Int64("seed-start", 1_000_000, "first episode seed (episodes use seeds seed-start .. seed-start+episodes-1; the training scripts hold out 1000000..1000099)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: 1, the policy's own distribution)")
+	greedy := fs.Bool("greedy", false, "decode by argmax (temperature 0), as the AT-GRPO paper evaluates; overrides --temperature")
 	sampleSeed := fs.Int64("sample-seed", 7, "sampling seed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	model := fs.String("model", "", "pretrained Hugging Face model directory the checkpoints were trained from (alone: evaluate the model itself for every role)")
@@ -115,7 +116,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	res, err := agent.EvalCheckpoints(ctx, agent.EvalSpec{
 		Env: *env, EnvConfig: cfg, Shared: *shared, Roles: roles, ModelDir: *model,
-		Episodes: *episodes, SeedStart: *seed, MaxTurns: *budget, Temperature: float32(*temp), SampleSeed: *sampleSeed,
+		Episodes: *episodes, SeedStart: *seed, MaxTurns: *budget, Temperature: float32(*temp), SampleSeed: *sampleSeed, Greedy: *greedy,
 	})
 	if err != nil {
 		return err

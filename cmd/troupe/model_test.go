@@ -176,7 +176,7 @@ func TestEvalPretrainedModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	err = runEval(context.Background(), []string{"--env", "planpath", "--size", "5", "--episodes", "2", "--model", dir, "--json"}, &out, &errb)
+	err = runEval(context.Background(), []string{"--env", "planpath", "--size", "5", "--episodes", "2", "--model", dir, "--greedy", "--json"}, &out, &errb)
 	if err != nil {
 		t.Fatalf("%v: %s", err, errb.String())
 	}
