@@ -438,7 +438,11 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	} else if w.Family != "gpt" {
 		shape = w.Family + " " + shape
 	}
-	logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
+	if o.SharedBase {
+		logf("%s: 1 policy actor holding adapters %v on one base, %d trainable params each (%s), roles %v", o.Name, team.Names, res.Params, shape, roles)
+	} else {
+		logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, res.Params, shape, roles)
+	}
 	logf("%s", placements(ctx, team, ws))
 	mbDesc := fmt.Sprint(o.MiniBatch)
 	switch o.MiniBatch {
