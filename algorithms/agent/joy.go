@@ -21,12 +21,31 @@ func (p *Policy) UpdateJoy(ctx context.Context, req joyagents.UpdateRequest) (jo
 	return joyagents.UpdatePart{Policy: p.cfg.Name, Stats: st}, nil
 }
 
+// UpdateJoyAdapters is a shared-base actor's node in the JoyAgents-R1
+// update graph (TeamConfig.SharedBase): every adapter trains on
+// req.Buffers[its name] (an empty buffer is a no-op), as the agents' own
+// actors would, and the part reports their statistics by agent.
+func (p *Policy) UpdateJoyAdapters(ctx context.Context, req joyagents.UpdateRequest) (joyagents.UpdatePart, error) {
+	ns, err := p.UpdateAdapters(ctx, req.Buffers)
+	if err != nil {
+		return joyagents.UpdatePart{}, err
+	}
+	part := joyagents.UpdatePart{Updates: map[string]rl.UpdateStats{}}
+	for _, n := range ns {
+		part.Updates[n.Name] = n.Stats
+	}
+	return part, nil
+}
+
 // JoyGraph is the JoyAgents-R1 update step as a compiled actor graph: the
 // step's UpdateRequest fans out to one node per policy actor
 // ("update-<name>", each training on its own buffer, all in parallel) and,
 // with memory, to the memory actor's node ("memory", evolving every agent's
-// memory at the same time), and a Gather node collects their parts. The
-// graph is static; the marginal-benefit selection changes only which
+// memory at the same time), and a Gather node collects their parts. A
+// shared-base team (TeamConfig.SharedBase) has one policy node instead,
+// "update-shared", whose actor updates each agent's adapter on the agent's
+// buffer one after another; each adapter has its own optimiser state, so
+// the results are those of one actor per agent. The graph is static; the marginal-benefit selection changes only which
 // buffers are non-empty. It implements joyagents.Updater. A failing node
 // fails the run with an error naming it (actors.GraphError); the graph
 // stays usable. The nodes run concurrently, so when one policy node fails
@@ -46,13 +65,14 @@ func NewJoyGraph(team *Team, mem *joyagents.MemoryClient) (*JoyGraph, error) {
 	if team == nil || len(team.Names) == 0 {
 		return nil, fmt.Errorf("%w: update graph without policies", ErrConfig)
 	}
-	if team.shared {
-		return nil, fmt.Errorf("%w: JoyAgents-R1 needs one policy actor per agent; the team has one shared-base actor (TeamConfig.SharedBase)", ErrConfig)
-	}
 	g, in := actors.NewGraph[joyagents.UpdateRequest]()
 	var outs []*actors.GraphNode[joyagents.UpdatePart]
-	for _, name := range team.Names {
-		outs = append(outs, actors.Node(g, "update-"+name, team.Handles[name], (*Policy).UpdateJoy, in))
+	if team.shared {
+		outs = append(outs, actors.Node(g, "update-"+rl.SharedName, team.Handles[team.Names[0]], (*Policy).UpdateJoyAdapters, in))
+	} else {
+		for _, name := range team.Names {
+			outs = append(outs, actors.Node(g, "update-"+name, team.Handles[name], (*Policy).UpdateJoy, in))
+		}
 	}
 	if mem != nil {
 		outs = append(outs, actors.Node(g, "memory", mem.H, (*joyagents.MemoryActor).UpdateStep, in))
@@ -86,6 +106,11 @@ func (j *JoyGraph) Update(ctx context.Context, req joyagents.UpdateRequest) (joy
 			res.Memory = *p.Memory
 		case p.Policy != "" && p.Stats.Samples > 0:
 			res.Updates[p.Policy] = p.Stats
+		}
+		for name, st := range p.Updates {
+			if st.Samples > 0 {
+				res.Updates[name] = st
+			}
 		}
 	}
 	return res, nil

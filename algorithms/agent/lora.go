@@ -131,7 +131,7 @@ func (p *Policy) UpdateAdapters(ctx context.Context, buffers map[string][]rl.Sam
 	for _, name := range p.cfg.Adapters {
 		st, err := p.UpdateAdapter(ctx, AdapterUpdate{Adapter: name, Batch: buffers[name]})
 		if err != nil {
-			return out, err
+			return out, fmt.Errorf("adapter %s: %w", name, err)
 		}
 		out = append(out, NamedStats{Name: name, Stats: st})
 	}

@@ -7,12 +7,16 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
+	"troupe/actors"
 	"troupe/algorithms/envs"
+	"troupe/algorithms/joyagents"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/hftest"
+	"troupe/algorithms/rl"
 	"troupe/runtime"
 )
 
@@ -173,16 +177,102 @@ func TestLoRATeamSharedBaseMatchesActorPerRole(t *testing.T) {
 	if !reflect.DeepEqual(perRole.w, shared.w) || perRole.w["tool"].Steps != 3 {
 		t.Fatalf("adapters: actor per role %+v, shared base %+v", perRole.w, shared.w)
 	}
-	team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), PerRole: true, SharedBase: true, Policy: pc})
+	if _, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), SharedBase: true, Policy: pc}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("SharedBase without PerRole: %v", err)
+	}
+}
+
+// TestLoRAJoyAgentsSharedBaseMatchesActorPerAgent: JoyAgents-R1 (node-wise
+// sampling, top-K selection, the memory actor, the update graph) over one
+// actor holding one adapter per agent gives exactly what one actor per agent
+// gives: step statistics, adapter weights and memories. Sampling every
+// agent through one adapter does not, so the routing is what is checked.
+func TestLoRAJoyAgentsSharedBaseMatchesActorPerAgent(t *testing.T) {
+	ctx := context.Background()
+	rt := initRT(t)
+	roles := []string{"planner", "tool"}
+	pc := loraConfig()
+	pc.MaxNewTokens = 2
+	type run struct {
+		steps []joyagents.StepStats
+		w     map[string]WeightStats
+		mem   map[string][]joyagents.Entry
+	}
+	do := func(shared, oneAdapter bool) run {
+		team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: roles, PerRole: true, SharedBase: shared, Policy: pc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer team.Kill(context.Background())
+		if oneAdapter { // every agent samples and scores with planner's adapter
+			for _, c := range team.Clients {
+				c.Adapter = roles[0]
+			}
+		}
+		ja, err := SpawnJoyAgents(ctx, rt, team, JoyConfig{Config: joyConfig(), Env: "planpath", EnvConfig: joyEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ja.Kill(context.Background())
+		var r run
+		both := false
+		for range 2 {
+			st, err := ja.Trainer.Step(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			both = both || len(st.Updates) == len(roles)
+			r.steps = append(r.steps, st)
+		}
+		if !both {
+			t.Fatalf("shared=%v: no step trained both agents: %+v", shared, r.steps)
+		}
+		if r.w, err = team.Weights(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for n, w := range r.w {
+			w.Backend, w.GenTokens, w.TrainTok = "", 0, 0 // per actor, not per agent
+			r.w[n] = w
+		}
+		r.mem = map[string][]joyagents.Entry{}
+		for _, role := range roles {
+			if r.mem[role], err = ja.Memory.Entries(ctx, role); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r
+	}
+	perAgent, shared := do(false, false), do(true, false)
+	for i := range perAgent.steps {
+		if !reflect.DeepEqual(perAgent.steps[i], shared.steps[i]) {
+			t.Fatalf("step %d: actor per agent %+v\nshared base %+v", i, perAgent.steps[i], shared.steps[i])
+		}
+		t.Logf("step %d: agents %v, %d groups", i, shared.steps[i].Agents, shared.steps[i].Groups)
+	}
+	if !reflect.DeepEqual(perAgent.w, shared.w) {
+		t.Fatalf("adapters: actor per agent %+v, shared base %+v", perAgent.w, shared.w)
+	}
+	if !reflect.DeepEqual(perAgent.mem, shared.mem) {
+		t.Fatalf("memories: actor per agent %+v, shared base %+v", perAgent.mem, shared.mem)
+	}
+	if wrong := do(true, true); reflect.DeepEqual(wrong.steps, shared.steps) || reflect.DeepEqual(wrong.w, shared.w) {
+		t.Fatal("sampling every agent through one adapter gave the same run: the routing is not tested")
+	}
+	// A bad buffer fails the shared actor's node, naming the adapter.
+	team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: roles, PerRole: true, SharedBase: true, Policy: pc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer team.Kill(context.Background())
-	if _, err := NewJoyGraph(team, nil); !errors.Is(err, ErrConfig) {
-		t.Fatalf("JoyAgents over a shared-base team: %v", err)
+	g, err := NewJoyGraph(team, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := SpawnTeam(ctx, rt, TeamConfig{Roles: env.Roles(), SharedBase: true, Policy: pc}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("SharedBase without PerRole: %v", err)
+	badTok := rl.Sample{Prompt: "x", Completion: rl.Completion{Tokens: []int{9999}, LogProbs: []float32{-1}}}
+	_, err = g.Update(ctx, joyagents.UpdateRequest{Buffers: map[string][]rl.Sample{"tool": {badTok}}})
+	var ge *actors.GraphError
+	if !errors.As(err, &ge) || ge.Node != "update-shared" || !strings.Contains(err.Error(), "adapter tool") {
+		t.Fatalf("bad token: %v", err)
 	}
 }
 

@@ -119,11 +119,14 @@ type UpdateRequest struct {
 }
 
 // UpdatePart is one node's part of an update step's output: a policy's
-// update statistics (Policy is its name) or the memory's evolution.
+// update statistics (Policy is its name), several policies' statistics by
+// name (Updates: one actor holding every agent's adapter on a shared base)
+// or the memory's evolution.
 type UpdatePart struct {
-	Policy string
-	Stats  rl.UpdateStats
-	Memory *EvolveResult
+	Policy  string
+	Stats   rl.UpdateStats
+	Updates map[string]rl.UpdateStats
+	Memory  *EvolveResult
 }
 
 // UpdateResult is a whole update step's output.
