@@ -7,7 +7,8 @@ import "time"
 // Free) to c's memory. now is the clock (time.Now if nil; tests inject
 // one). Bind a backend this way to the GPU its actor was placed on so that
 // a simulated GPU's utilization follows the actor's work (see BusyMeter).
-// The result implements MatmulTransposer and DecoderBackend when b does.
+// The result implements MatmulTransposer, DecoderBackend and BF16Matmuler
+// when b does.
 //
 // Like every Backend it is not safe for concurrent use. The cost is two
 // clock reads per op, negligible next to a kernel.
@@ -16,17 +17,31 @@ func Metered(b Backend, c *BusyCounter, now func() time.Time) Backend {
 		now = time.Now
 	}
 	m := &metered{b: b, c: c, now: now, sizes: map[any]int64{}}
+	var core Backend = m
 	t, isT := b.(MatmulTransposer)
 	d, isD := b.(DecoderBackend)
 	switch {
 	case isT && isD:
-		return &meteredTD{&meteredT{metered: m, t: t}, &meteredDec{m: m, d: d}}
+		core = &meteredTD{&meteredT{metered: m, t: t}, &meteredDec{m: m, d: d}}
 	case isT:
-		return &meteredT{metered: m, t: t}
+		core = &meteredT{metered: m, t: t}
 	case isD:
-		return &meteredD{m, &meteredDec{m: m, d: d}}
+		core = &meteredD{m, &meteredDec{m: m, d: d}}
 	}
-	return m
+	f, isF := b.(BF16Matmuler)
+	if !isF {
+		return core
+	}
+	mf := &meteredBF{m: m, f: f}
+	switch x := core.(type) {
+	case *meteredTD:
+		return &meteredTDB{x, mf}
+	case *meteredT:
+		return &meteredTB{x, mf}
+	case *meteredD:
+		return &meteredDB{x, mf}
+	}
+	return &meteredB{m, mf}
 }
 
 type metered struct {
@@ -230,6 +245,41 @@ type (
 	}
 )
 
+// meteredBF times the BF16Matmuler ops; meteredB, meteredTB, meteredDB
+// and meteredTDB add them to the combinations above.
+type (
+	meteredBF struct {
+		m *metered
+		f BF16Matmuler
+	}
+	meteredB struct {
+		*metered
+		*meteredBF
+	}
+	meteredTB struct {
+		*meteredT
+		*meteredBF
+	}
+	meteredDB struct {
+		*meteredD
+		*meteredBF
+	}
+	meteredTDB struct {
+		*meteredTD
+		*meteredBF
+	}
+)
+
+func (o *meteredBF) MatmulForwardBF16(out, inp Buffer, weight []uint16, bias Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.f.MatmulForwardBF16(out, inp, weight, bias, N, C, OC)
+}
+
+func (o *meteredBF) MatmulBackwardInputBF16(dinp, dout Buffer, weight []uint16, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.f.MatmulBackwardInputBF16(dinp, dout, weight, N, C, OC)
+}
+
 // meteredDec times the ops DecoderBackend adds to Backend.
 type meteredDec struct {
 	m *metered
@@ -294,7 +344,7 @@ func (o *meteredDec) SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int) {
 // BindActorBackend returns b metered to the GPU an actor was placed on:
 // the first of gpus on node, counted in this process's meter under actor.
 // With no GPU it returns b unchanged. The result keeps b's optional
-// extensions (MatmulTransposer, DecoderBackend), as Metered does. Actor constructors call it with
+// extensions (MatmulTransposer, DecoderBackend, BF16Matmuler), as Metered does. Actor constructors call it with
 // their actors.Self information.
 func BindActorBackend(b Backend, node string, gpus []int, actor string) Backend {
 	if len(gpus) == 0 {

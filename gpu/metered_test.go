@@ -17,15 +17,36 @@ func TestMeteredKeepsExtensions(t *testing.T) {
 		gpu.MatmulTransposer
 	}
 	type plain struct{ gpu.Backend }
+	type tAndD struct {
+		gpu.DecoderBackend
+		gpu.MatmulTransposer
+	}
+	type decoderBF struct {
+		gpu.DecoderBackend
+		gpu.BF16Matmuler
+	}
+	type tBF struct {
+		gpu.Backend
+		gpu.MatmulTransposer
+		gpu.BF16Matmuler
+	}
+	type plainBF struct {
+		gpu.Backend
+		gpu.BF16Matmuler
+	}
 	for _, tc := range []struct {
-		name         string
-		be           gpu.Backend
-		wantT, wantD bool
+		name                string
+		be                  gpu.Backend
+		wantT, wantD, wantF bool
 	}{
-		{"cpu", cpu.New(), true, true},
-		{"decoder", onlyDecoder{cpu.New()}, false, true},
-		{"transposer", onlyT{cpu.New(), cpu.New()}, true, false},
-		{"plain", plain{cpu.New()}, false, false},
+		{"cpu", cpu.New(), true, true, true},
+		{"transposer+decoder", tAndD{cpu.New(), cpu.New()}, true, true, false},
+		{"decoder", onlyDecoder{cpu.New()}, false, true, false},
+		{"transposer", onlyT{cpu.New(), cpu.New()}, true, false, false},
+		{"plain", plain{cpu.New()}, false, false, false},
+		{"decoder+bf16", decoderBF{cpu.New(), cpu.New()}, false, true, true},
+		{"transposer+bf16", tBF{cpu.New(), cpu.New(), cpu.New()}, true, false, true},
+		{"bf16", plainBF{cpu.New(), cpu.New()}, false, false, true},
 	} {
 		m := gpu.Metered(tc.be, gpu.NewBusyMeter().Counter(gpu.BusyKey{Node: "n", GPU: 0}), nil)
 		if _, ok := m.(gpu.MatmulTransposer); ok != tc.wantT {
@@ -34,9 +55,65 @@ func TestMeteredKeepsExtensions(t *testing.T) {
 		if _, ok := m.(gpu.DecoderBackend); ok != tc.wantD {
 			t.Errorf("%s: DecoderBackend %v, want %v", tc.name, ok, tc.wantD)
 		}
+		if _, ok := m.(gpu.BF16Matmuler); ok != tc.wantF {
+			t.Errorf("%s: BF16Matmuler %v, want %v", tc.name, ok, tc.wantF)
+		}
 	}
-	if _, ok := gpu.BindActorBackend(cpu.New(), "n", []int{1}, "a").(gpu.DecoderBackend); !ok {
+	be := gpu.BindActorBackend(cpu.New(), "n", []int{1}, "a")
+	if _, ok := be.(gpu.DecoderBackend); !ok {
 		t.Error("BindActorBackend lost DecoderBackend")
+	}
+	if _, ok := be.(gpu.BF16Matmuler); !ok {
+		t.Error("BindActorBackend lost BF16Matmuler")
+	}
+}
+
+// The BF16 matmuls are timed and reach the wrapped backend.
+func TestMeteredBF16Ops(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
+	c := gpu.NewBusyMeter().Counter(gpu.BusyKey{Node: "n", GPU: 0})
+	be := gpu.Metered(cpu.New(), c, clock.now)
+	f := be.(gpu.BF16Matmuler)
+	const N, C, OC = 2, 3, 2
+	buf := func(x ...float32) gpu.Buffer {
+		b, err := be.Alloc(len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.Upload(b, x)
+		return b
+	}
+	// weight [[1,2,3],[0.5,-1,2]] in BF16 (all exact)
+	w := []uint16{0x3f80, 0x4000, 0x4040, 0x3f00, 0xbf80, 0x4000}
+	inp, out, dinp := buf(1, 1, 1, 2, 0, -1), buf(0, 0, 0, 0), buf(0, 0, 0, 0, 0, 0)
+	bias, dout := buf(10, 20), buf(1, 0, 0, 1)
+	before := c.Busy()
+	f.MatmulForwardBF16(out, inp, w, bias, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulForwardBF16 metered %v, want %v", d, step)
+	}
+	before = c.Busy()
+	f.MatmulBackwardInputBF16(dinp, dout, w, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulBackwardInputBF16 metered %v, want %v", d, step)
+	}
+	got, gotD := make([]float32, N*OC), make([]float32, N*C)
+	be.Download(got, out)
+	be.Download(gotD, dinp)
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want, wantD := []float32{16, 21.5, 9, 19}, []float32{1, 2, 3, 0.5, -1, 2}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("forward %v, want %v", got, want)
+		}
+	}
+	for i := range wantD {
+		if gotD[i] != wantD[i] {
+			t.Fatalf("backward %v, want %v", gotD, wantD)
+		}
 	}
 }
 

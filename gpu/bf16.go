@@ -1,0 +1,22 @@
+package gpu
+
+// BF16Matmuler is an optional Backend extension for a frozen base kept in
+// BF16: the matmuls read the weight as BF16 bits in host memory (PyTorch's
+// [OC, C] layout, a Linear's weight) instead of a float32 copy widened
+// before every use, which halves the bytes a decode step reads. Callers test
+// for it with a type assertion and fall back to widening into a float32
+// buffer and MatmulForward / MatmulBackward.
+//
+// Sums are float32. An implementation may round the float32 activations to
+// BF16 before multiplying (as PyTorch's BF16 matmul does, and gpu/cpu on
+// CPUs with AVX512_BF16), so results agree with the widened float32 matmul
+// to about BF16 precision of the activations, not bit for bit.
+type BF16Matmuler interface {
+	// MatmulForwardBF16: out[n,o] = sum_c inp[n,c]*weight[o,c] + bias[o].
+	// out (N,OC), inp (N,C), weight len OC*C, bias (OC) may be nil.
+	MatmulForwardBF16(out, inp Buffer, weight []uint16, bias Buffer, N, C, OC int)
+	// MatmulBackwardInputBF16 accumulates dinp[n,c] += sum_o dout[n,o]*weight[o,c]
+	// (the input gradient of MatmulForwardBF16; the weight is frozen).
+	// dinp (N,C), dout (N,OC), weight len OC*C.
+	MatmulBackwardInputBF16(dinp, dout Buffer, weight []uint16, N, C, OC int)
+}
