@@ -23,6 +23,16 @@ import (
 // decode step's memory traffic, so BF16 trades decode speed for memory.
 // The weights live in host memory: on a GPU backend every layer is also an
 // upload per pass.
+//
+// A backend with the gpu.BF16Matmuler extension (gpu/cpu) skips all that:
+// the projections and the head read the BF16 matrices in place, forward
+// (MatmulForwardBF16) and backward (MatmulBackwardInputBF16, the input
+// gradient; the base is frozen), and there is no float32 scratch. A decode
+// step then reads half the bytes of a float32 base. On AVX512_BF16 CPUs the
+// products of six or more rows round the float32 activations (and, in the
+// backward, the output gradients) to BF16 as PyTorch's BF16 matmul does,
+// so such a model agrees with its widened twin to BF16 precision of the
+// activations, not to float32 rounding.
 
 // bf16Kinds are the matrices held in BF16.
 var bf16Kinds = [...]int{kEmbed, kQ, kK, kV, kO, kGate, kUp, kDown, kHead}
@@ -38,6 +48,11 @@ func isBF16Kind(k int) bool {
 // headRows is how many vocabulary rows of a BF16 head are widened at once.
 var headRows = 4096
 
+// bf16Kernels lets a model use the backend's gpu.BF16Matmuler. Only the
+// benchmarks turn it off, to measure widening against the kernels in one
+// run; it is read when the BF16 base is set up.
+var bf16Kernels = true
+
 // bf16Base is a Llama's BF16 matrices and the float32 scratch they are
 // widened into.
 type bf16Base struct {
@@ -45,6 +60,7 @@ type bf16Base struct {
 	layer gpu.Buffer         // one layer's q, k, v, o, gate, up, down
 	lv    llayerViews        // views of layer plus the layer's float32 small kinds
 	cur   int                // the layer in the scratch, -1 none
+	mm    gpu.BF16Matmuler   // the backend's BF16 matmuls; nil: widen into the scratch
 	head  gpu.Buffer         // headRows rows of the head (headRows, C)
 	hout  gpu.Buffer         // a head chunk's products (rows, headRows), grown
 	stage []float32          // host staging (embedding rows; uploads on device backends)
@@ -170,13 +186,20 @@ func (m *Llama) freeBF16() {
 	m.bf = nil
 }
 
-// allocBF16 allocates the host matrices and the float32 scratch.
+// allocBF16 allocates the host matrices and, unless the backend multiplies
+// BF16 weights itself, the float32 scratch.
 func (m *Llama) allocBF16() error {
 	bf, ar := m.bf, &m.arch
 	for _, k := range bf16Kinds {
 		if bf.mats[k] == nil {
 			bf.mats[k] = make([]uint16, m.sizes[k])
 		}
+	}
+	if bf16Kernels {
+		bf.mm, _ = m.be.(gpu.BF16Matmuler)
+	}
+	if bf.mm != nil {
+		return nil // no scratch: nothing is widened
 	}
 	QD, KD := ar.NH*ar.HD, ar.KVH*ar.HD
 	per := 2*ar.C*QD + 2*ar.C*KD + 3*ar.C*ar.I
@@ -217,6 +240,8 @@ func (m *Llama) devSize(k int) int {
 
 // layerWeights returns layer l's weights as float32 views: the model's own,
 // or with a BF16 base the scratch, widened now unless it holds l already.
+// With the backend's BF16 matmuls the matrices' views are nil: baseForward
+// and baseBackward read the BF16 matrices instead.
 func (m *Llama) layerWeights(l int) *llayerViews {
 	bf := m.bf
 	if bf == nil {
@@ -226,7 +251,7 @@ func (m *Llama) layerWeights(l int) *llayerViews {
 	lv := &bf.lv
 	lv.attnNorm, lv.qb, lv.kb, lv.vb, lv.qNorm, lv.kNorm, lv.ob = small.attnNorm, small.qb, small.kb, small.vb, small.qNorm, small.kNorm, small.ob
 	lv.mlpNorm, lv.gateb, lv.upb, lv.downb = small.mlpNorm, small.gateb, small.upb, small.downb
-	if bf.cur != l {
+	if bf.cur != l && bf.mm == nil {
 		for _, k := range []int{kQ, kK, kV, kO, kGate, kUp, kDown} {
 			per := m.sizes[k] / m.arch.L
 			m.widen(*lv.kind(k), bf.mats[k][l*per:(l+1)*per])
@@ -234,6 +259,41 @@ func (m *Llama) layerWeights(l int) *llayerViews {
 		bf.cur = l
 	}
 	return lv
+}
+
+// layerBF16 is layer l's BF16 matrix of kind k.
+func (m *Llama) layerBF16(k, l int) []uint16 {
+	per := m.sizes[k] / m.arch.L
+	return m.bf.mats[k][l*per : (l+1)*per]
+}
+
+// baseForward is MatmulForward of layer l's base matrix of kind k (w, its
+// float32 view from layerWeights), out (N, OC) = inp (N, C)·wᵀ + bias; with
+// the backend's BF16 matmuls it reads the BF16 matrix in place.
+func (m *Llama) baseForward(l, k int, out, inp, w, bias gpu.Buffer, N, C, OC int) {
+	if bf := m.bf; bf != nil && bf.mm != nil {
+		bf.mm.MatmulForwardBF16(out, inp, m.layerBF16(k, l), bias, N, C, OC)
+		return
+	}
+	m.be.MatmulForward(out, inp, w, bias, N, C, OC)
+}
+
+// baseBackward is MatmulBackward of layer l's base matrix of kind k: dinp
+// += dout·w and the weight's and bias's gradients where not nil. With the
+// backend's BF16 matmuls dinp reads the BF16 matrix in place and the
+// gradients (which need no weight) go through MatmulBackward.
+func (m *Llama) baseBackward(l, k int, dinp, dweight, dbias, dout, inp, w gpu.Buffer, N, C, OC int) {
+	bf := m.bf
+	if bf == nil || bf.mm == nil {
+		m.be.MatmulBackward(dinp, dweight, dbias, dout, inp, w, N, C, OC)
+		return
+	}
+	if dinp != nil {
+		bf.mm.MatmulBackwardInputBF16(dinp, dout, m.layerBF16(k, l), N, C, OC)
+	}
+	if dweight != nil || dbias != nil {
+		m.be.MatmulBackward(nil, dweight, dbias, dout, inp, nil, N, C, OC)
+	}
 }
 
 // widen writes src, widened to float32, into dst.
@@ -289,6 +349,10 @@ func (m *Llama) headMatmul(out, inp gpu.Buffer, n int) {
 		be.MatmulForward(out, inp, m.pv.head, nil, n, C, V)
 		return
 	}
+	if m.bf.mm != nil {
+		m.bf.mm.MatmulForwardBF16(out, inp, m.headBF16(), nil, n, C, V)
+		return
+	}
 	hout := m.headOut(n)
 	for v0 := 0; v0 < V; v0 += headRows {
 		vc := min(headRows, V-v0)
@@ -307,6 +371,10 @@ func (m *Llama) headMatmulBackward(dinp, dout, inp gpu.Buffer, n int) {
 	be, C, V := m.be, m.arch.C, m.arch.V
 	if m.bf == nil {
 		be.MatmulBackward(dinp, m.gv.head, nil, dout, inp, m.pv.head, n, C, V)
+		return
+	}
+	if m.bf.mm != nil {
+		m.bf.mm.MatmulBackwardInputBF16(dinp, dout, m.headBF16(), n, C, V)
 		return
 	}
 	hout := m.headOut(n)

@@ -203,8 +203,11 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD := NH*HD, KVH*HD
 	scale := float32(1 / math.Sqrt(float64(HD)))
-	mm := func(out, inp, w, wT, bias gpu.Buffer, C, OC int) {
-		if tw != nil {
+	l := 0 // the layer mm runs
+	mm := func(k int, out, inp, w, wT, bias gpu.Buffer, C, OC int) {
+		if m.bf != nil {
+			m.baseForward(l, k, out, inp, w, bias, B, C, OC)
+		} else if tw != nil {
 			be.(gpu.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, B, C, OC)
 		} else {
 			be.MatmulForward(out, inp, w, bias, B, C, OC)
@@ -217,7 +220,7 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	m.setGroups(d.rows, 1)
 	lf := func(l, t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
 	var tq, tk, tv, to, tg, tu, td, th gpu.Buffer
-	for l := range p.layers {
+	for l = range p.layers {
 		lp := m.layerWeights(l)
 		if tw != nil {
 			t := &tw.layers[l]
@@ -225,33 +228,33 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 		}
 		be.RMSNormForward(d.ln, d.r, d.x, lp.attnNorm, B, C, ar.eps)
 		if ar.qkNorm {
-			mm(d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
+			mm(kQ, d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
 			lf(l, tQ, d.qr, d.ln)
-			mm(d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
+			mm(kK, d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
 			lf(l, tK, d.kr, d.ln)
 			be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
 			be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
 		} else {
-			mm(d.q, d.ln, lp.q, tq, lp.qb, C, QD)
+			mm(kQ, d.q, d.ln, lp.q, tq, lp.qb, C, QD)
 			lf(l, tQ, d.q, d.ln)
-			mm(d.k, d.ln, lp.k, tk, lp.kb, C, KD)
+			mm(kK, d.k, d.ln, lp.k, tk, lp.kb, C, KD)
 			lf(l, tK, d.k, d.ln)
 		}
-		mm(d.v, d.ln, lp.v, tv, lp.vb, C, KD)
+		mm(kV, d.v, d.ln, lp.v, tv, lp.vb, C, KD)
 		lf(l, tV, d.v, d.ln)
 		be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
 		be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
 		be.GQAttentionDecode(d.o, d.cache[l], d.q, d.k, d.v, d.pos, B, d.maxT, NH, KVH, HD, scale)
-		mm(d.tmp, d.o, lp.o, to, lp.ob, QD, C)
+		mm(kO, d.tmp, d.o, lp.o, to, lp.ob, QD, C)
 		lf(l, tO, d.tmp, d.o)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 		be.RMSNormForward(d.ln, d.r, d.x, lp.mlpNorm, B, C, ar.eps)
-		mm(d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
+		mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
 		lf(l, tGate, d.gate, d.ln)
-		mm(d.up, d.ln, lp.up, tu, lp.upb, C, I)
+		mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)
 		lf(l, tUp, d.up, d.ln)
 		be.SwiGLUForward(d.act, d.gate, d.up, B*I)
-		mm(d.tmp, d.act, lp.down, td, lp.downb, I, C)
+		mm(kDown, d.tmp, d.act, lp.down, td, lp.downb, I, C)
 		lf(l, tDown, d.tmp, d.act)
 		be.ResidualForward(d.x, d.x, d.tmp, B*C)
 	}
