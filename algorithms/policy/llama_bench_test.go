@@ -363,3 +363,72 @@ func countTokens(out [][]int32) int {
 	}
 	return n
 }
+
+// BenchmarkBF16Base measures a BF16 base both ways in one run: widened
+// into float32 scratch before every use (widen) and multiplied in place by
+// the backend's BF16 kernels (kernel, gpu.BF16Matmuler):
+//
+//	smollm2-135m/decode-batch1: one 16-token prompt, 32 new tokens, no
+//	adapter; weight-GB/s is the BF16 matrices' bytes (the tied head
+//	included) times the passes over them (one per new token, the prefill
+//	being the first) over the wall time, prefill and all.
+//	…/train-…: BenchmarkLoRA's BF16 rows (4×128-token LoRA steps).
+//
+//	go test -run '^$' -bench 'BF16Base' -benchtime 2x ./algorithms/policy
+func BenchmarkBF16Base(b *testing.B) {
+	defer func(k bool) { bf16Kernels = k }(bf16Kernels)
+	modes := []struct {
+		name    string
+		kernels bool
+	}{{"widen", false}, {"kernel", true}}
+	for _, mode := range modes {
+		b.Run("smollm2-135m/decode-batch1/"+mode.name, func(b *testing.B) {
+			bf16Kernels = mode.kernels
+			benchBF16Decode(b, smolLM2Config(b), 32)
+		})
+	}
+	for _, mode := range modes {
+		b.Run("smollm2-135m/train-lora-r16-4x128/"+mode.name, func(b *testing.B) {
+			bf16Kernels = mode.kernels
+			benchLoRATrain(b, smolLM2Config(b), true, []string{"a"}, 4, 128)
+		})
+	}
+	for _, mode := range modes {
+		b.Run("qwen2.5-0.5b/train-2xlora-r16-4x128/"+mode.name, func(b *testing.B) {
+			bf16Kernels = mode.kernels
+			benchLoRATrain(b, qwen25Config(b), true, []string{"planner", "tool"}, 4, 128)
+		})
+	}
+}
+
+func benchBF16Decode(b *testing.B, cfg hf.Config, n int) {
+	m := loraBenchModel(b, cfg, true, nil)
+	defer m.Free()
+	if (m.bf.mm != nil) != bf16Kernels {
+		b.Fatalf("BF16 kernels in use %v, want %v", m.bf.mm != nil, bf16Kernels)
+	}
+	prompt := make([]int32, 16)
+	for j := range prompt {
+		prompt[j] = int32(j * 7 % cfg.VocabSize)
+	}
+	opt := GenerateOptions{MaxNewTokens: n}
+	if _, err := m.Generate([][]int32{prompt}, opt); err != nil {
+		b.Fatal(err)
+	}
+	bytes := m.bf16Bytes()
+	if !m.arch.tied { // the embedding is read a row a token, not whole
+		bytes -= 2 * len(m.bf.mats[kEmbed])
+	}
+	b.ResetTimer()
+	c0 := cpuTime().Seconds()
+	tok := 0
+	for i := 0; i < b.N; i++ {
+		out, err := m.Generate([][]int32{prompt}, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok += countTokens(out)
+	}
+	reportLlama(b, tok, c0)
+	b.ReportMetric(float64(tok)*float64(bytes)/b.Elapsed().Seconds()/1e9, "weight-GB/s")
+}
