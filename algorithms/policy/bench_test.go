@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"troupe/gpu/cpu"
+	"troupe/gpu/cpu/gemm"
 )
 
 // The benchmark configs (llm.c reference: 4.7K and 808 tokens/s
@@ -124,5 +125,30 @@ func BenchmarkTrainMemory48M(b *testing.B) {
 		b.ReportMetric(peak/need, "peak/need")
 		b.ReportMetric(peak/own, "peak/own-acts")
 		runtime.KeepAlive(m)
+	}
+}
+
+// BenchmarkTrainISA: the end-to-end training steps of the GPT configs and of
+// the Llama family (SmolLM2-135M shape) under every matmul micro-kernel this
+// CPU runs (gemm.SetISA: avx512, avx2, go), in one run, so a kernel change
+// shows in tokens/s beside the one it replaced.
+func BenchmarkTrainISA(b *testing.B) {
+	defer gemm.SetISA(gemm.ISA())
+	for _, isa := range gemm.ISAs() {
+		if isa == "go" {
+			continue // minutes per step at these sizes; its tests cover it
+		}
+		b.Run(isa+"/gpt-0.8M", func(b *testing.B) { must(b, gemm.SetISA(isa)); benchTrain(b, cfg08) })
+		b.Run(isa+"/gpt-4.8M", func(b *testing.B) { must(b, gemm.SetISA(isa)); benchTrain(b, cfg48) })
+		b.Run(isa+"/smollm2-135m-4x128", func(b *testing.B) {
+			must(b, gemm.SetISA(isa))
+			benchLlamaTrain(b, smolLM2Config(b), 4, 128)
+		})
+	}
+}
+
+func must(b *testing.B, err error) {
+	if err != nil {
+		b.Fatal(err)
 	}
 }
