@@ -596,14 +596,12 @@ func (m *Llama) Step() (float64, error) {
 			return 0, err
 		}
 	}
-	norm := math.Sqrt(be.SumSquares(m.grads, m.nparams))
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, fmt.Errorf("policy: gradient norm is %v; step skipped", norm)
+	norm, h, err := adamwStep(be, m.grads, m.nparams, m.step+1, m.Optim)
+	if err != nil {
+		return norm, err
 	}
 	m.step++
 	o := m.Optim
-	h := gpu.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, Step: m.step,
-		GradScale: gpu.ClipScale(norm, float64(o.ClipNorm))}
 	for k, kd := range m.kinds {
 		if m.sizes[k] == 0 {
 			continue

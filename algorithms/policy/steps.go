@@ -1,6 +1,11 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+
+	"troupe/gpu"
+)
 
 // This file composes the training calls both families share out of each
 // model's own ZeroGrad, AccumulateCE, AccumulateLogProbFunc and Step, so the
@@ -98,4 +103,17 @@ func scatterLogProbGrads(d []float32, batch Batch, grads [][]float32, T int, slo
 		copy(d[slot(b)*T:], grads[b])
 	}
 	return nil
+}
+
+// adamwStep measures the global norm of n gradients and returns the AdamW
+// settings of update number step with the clip scale for that norm
+// (WeightDecay left 0: the caller sets it per tensor group). A non-finite
+// norm is an error: the step must be skipped.
+func adamwStep(be gpu.Backend, grads gpu.Buffer, n, step int, o Optim) (float64, gpu.AdamW, error) {
+	norm := math.Sqrt(be.SumSquares(grads, n))
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm, gpu.AdamW{}, fmt.Errorf("policy: gradient norm is %v; step skipped", norm)
+	}
+	return norm, gpu.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, Step: step,
+		GradScale: gpu.ClipScale(norm, float64(o.ClipNorm))}, nil
 }
