@@ -221,7 +221,7 @@ func NewClient(addrs string, token string) (*Client, error) {
 	if len(list) == 0 {
 		return nil, fmt.Errorf("cluster client: no address given")
 	}
-	return &Client{addrs: list, opts: transport.Options{Token: token}, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{addrs: list, opts: transport.Options{Security: transport.Security{Token: token}}, conns: map[string]*grpc.ClientConn{}}, nil
 }
 
 // Close closes the connections.

@@ -83,7 +83,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.workers = newWorkerSet(n)
 	n.newServices()
-	n.peers = newPeerPool(transport.Options{Token: cfg.Token})
+	n.peers = newPeerPool(transport.Options{Security: transport.Security{Token: cfg.Token}})
 	n.members = &members{byID: map[string]*member{}, changed: n.poke, log: n.log.Warn}
 	meta := memberMeta{ID: cfg.NodeID, Role: cfg.Role, GRPC: r.grpcAddr(), Expect: cfg.BootstrapExpect}
 	if cfg.Role.isServer() {
@@ -109,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.grpcSrv = transport.NewServer(transport.Options{Token: cfg.Token})
+	n.grpcSrv = transport.NewServer(transport.Options{Security: transport.Security{Token: cfg.Token}})
 	n.registerServices(n.grpcSrv)
 	n.jobs.start() // its loop ends with the node
 	n.wg.Add(1)

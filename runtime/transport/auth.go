@@ -34,28 +34,37 @@ func (c TokenCredentials) GetRequestMetadata(ctx context.Context, uri ...string)
 	return map[string]string{tokenKey: bearer + c.Token}, nil
 }
 
-// RequireTransportSecurity implements credentials.PerRPCCredentials. The
-// cluster runs on trusted networks without TLS; the token authenticates,
-// it does not encrypt.
+// RequireTransportSecurity implements credentials.PerRPCCredentials. It is
+// false so that --insecure clusters (plaintext, on a network the operator
+// trusts) still check the token; by default every connection is TLS.
 func (TokenCredentials) RequireTransportSecurity() bool { return false }
 
 // Authenticator checks the token of incoming RPCs.
 type Authenticator struct {
-	sum [32]byte // SHA-256 of the token: compared in constant time
-	off bool
+	sum    [32]byte // SHA-256 of the token: compared in constant time
+	off    bool
+	public map[string]bool // full method names answered without the token
 }
 
 // NewAuthenticator returns an Authenticator for token. An empty token turns
 // auth off (every RPC is accepted); the node daemon never does that unless
 // told to with --insecure.
-func NewAuthenticator(token string) *Authenticator {
-	return &Authenticator{sum: sha256.Sum256([]byte(token)), off: token == ""}
+// Methods listed in public (full names) are answered without the token.
+func NewAuthenticator(token string, public ...string) *Authenticator {
+	a := &Authenticator{sum: sha256.Sum256([]byte(token)), off: token == "", public: map[string]bool{}}
+	for _, m := range public {
+		a.public[m] = true
+	}
+	return a
 }
 
 // Check returns nil when ctx carries the token, and otherwise a status error
 // with codes.Unauthenticated saying what was wrong.
 func (a *Authenticator) Check(ctx context.Context) error {
 	if a.off {
+		return nil
+	}
+	if m, ok := grpc.Method(ctx); ok && a.public[m] {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -82,6 +91,9 @@ func (a *Authenticator) checkMD(md metadata.MD) error {
 // read (grpc.InTapHandle), so an unauthenticated peer never reaches the
 // decoder.
 func (a *Authenticator) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if a.public[info.FullMethodName] {
+		return ctx, nil
+	}
 	return ctx, a.checkMD(info.Header)
 }
 

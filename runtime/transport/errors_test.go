@@ -50,11 +50,11 @@ func TestSentinelsCrossGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Options{Token: "t"})
+	srv := NewServer(Options{Security: Security{Token: "t"}})
 	srv.RegisterService(&failDesc, failServer{})
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	cc, err := Dial(lis.Addr().String(), Options{Token: "t"})
+	cc, err := Dial(lis.Addr().String(), Options{Security: Security{Token: "t"}})
 	if err != nil {
 		t.Fatal(err)
 	}

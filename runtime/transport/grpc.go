@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
@@ -18,8 +19,14 @@ const DefaultMaxMessageSize = 16 << 20
 
 // Options configure a server or a client connection.
 type Options struct {
-	// Token is the cluster token (see TokenCredentials and Authenticator).
-	Token string
+	// Security is the token and the TLS configurations: the server's
+	// (Security.Server) for NewServer, the client's (Security.Client) for
+	// Dial; nil TLS configurations mean plaintext.
+	Security Security
+	// Public lists full method names ("/troupe.PKI/CA") a server answers
+	// without the token: only methods that reveal nothing secret and change
+	// nothing (the CA bootstrap).
+	Public []string
 	// MaxMessageSize bounds sent and received messages in bytes; 0 means
 	// DefaultMaxMessageSize.
 	MaxMessageSize int
@@ -36,7 +43,7 @@ func (o Options) maxSize() int {
 // the token, and bounds message sizes. Register services with
 // srv.RegisterService(&desc, impl).
 func NewServer(o Options, extra ...grpc.ServerOption) *grpc.Server {
-	a := NewAuthenticator(o.Token)
+	a := NewAuthenticator(o.Security.Token, o.Public...)
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxSize()),
 		grpc.MaxSendMsgSize(o.maxSize()),
@@ -45,6 +52,9 @@ func NewServer(o Options, extra ...grpc.ServerOption) *grpc.Server {
 		grpc.ChainStreamInterceptor(a.StreamInterceptor),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	if o.Security.Server != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.Security.Server)))
+	}
 	return grpc.NewServer(append(opts, extra...)...)
 }
 
@@ -52,10 +62,14 @@ func NewServer(o Options, extra ...grpc.ServerOption) *grpc.Server {
 // token with every RPC, encodes with msgpack and bounds message sizes. The
 // connection is lazy: errors show on the first RPC.
 func Dial(addr string, o Options, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if o.Security.Client != nil {
+		creds = tlsCreds{credentials.NewTLS(o.Security.Client)}
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(TokenCredentials{Token: o.Token}),
-		grpc.WithChainUnaryInterceptor(decodeInterceptor),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(TokenCredentials{Token: o.Security.Token}),
+		grpc.WithChainUnaryInterceptor(decodeInterceptor, plainHint(o.Security.Client == nil)),
 		grpc.WithDefaultCallOptions(
 			grpc.CallContentSubtype(CodecName),
 			grpc.MaxCallRecvMsgSize(o.maxSize()),

@@ -72,8 +72,8 @@ func call(t *testing.T, addr string, o Options, req *echoReq, extra ...grpc.Call
 }
 
 func TestTokenAuth(t *testing.T) {
-	addr, impl := startEcho(t, Options{Token: "s3cret"})
-	resp, err := call(t, addr, Options{Token: "s3cret"}, &echoReq{Text: "hi", Payload: []byte("abc")})
+	addr, impl := startEcho(t, Options{Security: Security{Token: "s3cret"}})
+	resp, err := call(t, addr, Options{Security: Security{Token: "s3cret"}}, &echoReq{Text: "hi", Payload: []byte("abc")})
 	if err != nil {
 		t.Fatalf("right token: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestTokenAuth(t *testing.T) {
 		{"", "missing cluster token"},
 		{"wrong", "invalid cluster token"},
 	} {
-		_, err := call(t, addr, Options{Token: tc.token}, &echoReq{Text: "x"})
+		_, err := call(t, addr, Options{Security: Security{Token: tc.token}}, &echoReq{Text: "x"})
 		if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token %q: err = %v, want Unauthenticated %q", tc.token, err, tc.want)
 		}
@@ -116,14 +116,14 @@ func TestInterceptorRefusesWithoutTap(t *testing.T) {
 
 func TestMessageSizeLimits(t *testing.T) {
 	const limit = 64 << 10
-	addr, impl := startEcho(t, Options{Token: "t", MaxMessageSize: limit})
+	addr, impl := startEcho(t, Options{Security: Security{Token: "t"}, MaxMessageSize: limit})
 	// Client-side limit: the client refuses to send.
-	_, err := call(t, addr, Options{Token: "t", MaxMessageSize: limit}, &echoReq{Payload: make([]byte, 2*limit)})
+	_, err := call(t, addr, Options{Security: Security{Token: "t"}, MaxMessageSize: limit}, &echoReq{Payload: make([]byte, 2*limit)})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized send: %v, want ResourceExhausted", err)
 	}
 	// Server-side limit: a client with a bigger limit sends; the server refuses.
-	_, err = call(t, addr, Options{Token: "t", MaxMessageSize: 8 * limit}, &echoReq{Payload: make([]byte, 2*limit)})
+	_, err = call(t, addr, Options{Security: Security{Token: "t"}, MaxMessageSize: 8 * limit}, &echoReq{Payload: make([]byte, 2*limit)})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized receive: %v, want ResourceExhausted", err)
 	}
@@ -131,7 +131,7 @@ func TestMessageSizeLimits(t *testing.T) {
 		t.Fatalf("oversized calls reached the handler")
 	}
 	// The server still works.
-	if _, err := call(t, addr, Options{Token: "t"}, &echoReq{Payload: make([]byte, limit/2)}); err != nil {
+	if _, err := call(t, addr, Options{Security: Security{Token: "t"}}, &echoReq{Payload: make([]byte, limit/2)}); err != nil {
 		t.Fatalf("after oversized: %v", err)
 	}
 }
@@ -150,8 +150,8 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 }
 
 func TestMalformedFrame(t *testing.T) {
-	addr, impl := startEcho(t, Options{Token: "t"})
-	cc, err := Dial(addr, Options{Token: "t"})
+	addr, impl := startEcho(t, Options{Security: Security{Token: "t"}})
+	cc, err := Dial(addr, Options{Security: Security{Token: "t"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestMalformedFrame(t *testing.T) {
 	if impl.calls != 0 {
 		t.Fatalf("garbage reached the handler")
 	}
-	if _, err := call(t, addr, Options{Token: "t"}, &echoReq{Text: "still up"}); err != nil {
+	if _, err := call(t, addr, Options{Security: Security{Token: "t"}}, &echoReq{Text: "still up"}); err != nil {
 		t.Fatalf("after garbage: %v", err)
 	}
 }

@@ -1,0 +1,248 @@
+package pki
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"troupe/runtime/transport"
+)
+
+func TestCACreateAndReload(t *testing.T) {
+	dir := t.TempDir()
+	ca, created, err := LoadOrCreateCA(dir)
+	if err != nil || !created {
+		t.Fatalf("create: %v created=%v", err, created)
+	}
+	fi, err := os.Stat(filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("CA key mode %v, want 0600", fi.Mode().Perm())
+	}
+	again, created, err := LoadOrCreateCA(dir)
+	if err != nil || created {
+		t.Fatalf("reload: %v created=%v", err, created)
+	}
+	if again.Hash() != ca.Hash() || again.Key == nil {
+		t.Errorf("reloaded CA %s (key %v), want %s with its key", again.Hash(), again.Key != nil, ca.Hash())
+	}
+	if _, err := ParseHash(ca.Hash()); err != nil {
+		t.Errorf("ParseHash(own hash): %v", err)
+	}
+	for _, bad := range []string{"", "sha256:12", "md5:" + strings.Repeat("0", 64), strings.Repeat("z", 64)} {
+		if _, err := ParseHash(bad); err == nil {
+			t.Errorf("ParseHash(%q) accepted", bad)
+		}
+	}
+	// A CA key that is not the certificate's is refused.
+	other, otherKey, err := NewCA("other", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseCA(ca.PEM, otherKey); !errors.Is(err, ErrMalformed) {
+		t.Errorf("CA with a foreign key: %v, want ErrMalformed", err)
+	}
+	_ = other
+}
+
+func TestDeriveCASameForSameToken(t *testing.T) {
+	a, err := DeriveCA("tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := DeriveCA("tok")
+	c, _ := DeriveCA("other")
+	if string(a.PEM) != string(b.PEM) {
+		t.Error("two derivations from one token differ")
+	}
+	if a.Hash() == c.Hash() {
+		t.Error("different tokens derive the same CA")
+	}
+	// It can sign node certificates that verify against it.
+	key, keyPEM, _ := NewKey()
+	cert, err := a.Issue(key.Public(), Names{CommonName: "n", IPs: []net.IP{net.ParseIP("127.0.0.1")}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewIdentity(b, cert, keyPEM); err != nil {
+		t.Errorf("certificate from one derivation against the other: %v", err)
+	}
+}
+
+func TestWriteNewRefusesOverwrite(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := WriteNew(p, []byte("a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteNew(p, []byte("b"), 0o600); !errors.Is(err, ErrExists) {
+		t.Fatalf("second write: %v, want ErrExists", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "a" {
+		t.Errorf("file changed to %q", b)
+	}
+}
+
+func TestIdentityChecks(t *testing.T) {
+	ca, _, _ := NewCA("ca", 1)
+	other, _, _ := NewCA("other", 1)
+	key, keyPEM, _ := NewKey()
+	cert, err := ca.Issue(key.Public(), Names{CommonName: "n"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewIdentity(ca, cert, keyPEM); err != nil {
+		t.Fatalf("good identity: %v", err)
+	}
+	if _, err := NewIdentity(other, cert, keyPEM); err == nil {
+		t.Error("certificate accepted against another CA")
+	}
+	_, key2PEM, _ := NewKey()
+	if _, err := NewIdentity(ca, cert, key2PEM); !errors.Is(err, ErrMalformed) {
+		t.Errorf("foreign key: %v, want ErrMalformed", err)
+	}
+	// An expired certificate is refused with the date.
+	certs, _ := ParseCertsPEM(cert)
+	if err := CheckValid(certs[0], time.Now().Add(2*24*time.Hour)); !errors.Is(err, ErrExpired) || !strings.Contains(err.Error(), "expired on") {
+		t.Errorf("expired: %v", err)
+	}
+}
+
+// node is a TLS gRPC server with the bootstrap service, as a node runs it.
+type node struct {
+	addr string
+	ca   *CA
+	srv  *Server
+}
+
+func startNode(t *testing.T, token string, ca *CA) *node {
+	t.Helper()
+	id, err := IssueLocal(ca, Names{CommonName: "node", IPs: []net.IP{net.ParseIP("127.0.0.1")}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &Server{Token: token}
+	ps.SetCA(ca)
+	g := transport.NewServer(transport.Options{Security: transport.Security{Token: token, Server: id.ServerTLS()}, Public: PublicMethods})
+	g.RegisterService(&ServiceDesc, ps)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); g.Serve(ln) }()
+	t.Cleanup(func() { g.Stop(); <-done })
+	return &node{addr: ln.Addr().String(), ca: ca, srv: ps}
+}
+
+func TestBootstrap(t *testing.T) {
+	ca, _, err := NewCA("cluster", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, "right", ca)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	names := Names{CommonName: "joiner", IPs: []net.IP{net.ParseIP("127.0.0.2")}}
+
+	t.Run("right token, pinned", func(t *testing.T) {
+		is, err := Bootstrap(ctx, n.addr, "right", ca.Hash(), nil, names, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if is.Identity.Leaf.Subject.CommonName != "joiner" || !is.Identity.Leaf.IPAddresses[0].Equal(net.ParseIP("127.0.0.2")) {
+			t.Errorf("issued %v %v", is.Identity.Leaf.Subject, is.Identity.Leaf.IPAddresses)
+		}
+		if is.CAKeyPEM != nil || is.Identity.CA.Key != nil {
+			t.Error("a worker was given the CA key")
+		}
+		if _, err := is.Identity.Leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("issued certificate: %v", err)
+		}
+	})
+	t.Run("server gets the CA key", func(t *testing.T) {
+		is, err := Bootstrap(ctx, n.addr, "right", "", nil, names, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if is.Identity.CA.Key == nil {
+			t.Error("a server was not given the CA key")
+		}
+		dir := t.TempDir()
+		if err := is.Save(dir); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadIdentity(filepath.Join(dir, CAFile), filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)); err != nil {
+			t.Errorf("reload saved identity: %v", err)
+		}
+	})
+	t.Run("wrong token: the CA is not trusted", func(t *testing.T) {
+		_, err := Bootstrap(ctx, n.addr, "wrong", "", nil, names, false)
+		if !errors.Is(err, ErrBadProof) {
+			t.Fatalf("err %v, want ErrBadProof", err)
+		}
+	})
+	t.Run("wrong token with a known CA: Sign refused", func(t *testing.T) {
+		_, err := Bootstrap(ctx, n.addr, "wrong", "", ca, names, false)
+		if status.Code(errors.Unwrap(err)) != codes.Unauthenticated && !strings.Contains(err.Error(), "Unauthenticated") {
+			t.Fatalf("err %v, want Unauthenticated", err)
+		}
+	})
+	t.Run("pin mismatch refused", func(t *testing.T) {
+		other, _, _ := NewCA("other", 1)
+		_, err := Bootstrap(ctx, n.addr, "right", other.Hash(), nil, names, false)
+		if !errors.Is(err, ErrCAMismatch) {
+			t.Fatalf("err %v, want ErrCAMismatch", err)
+		}
+		if !strings.Contains(err.Error(), ca.Hash()) || !strings.Contains(err.Error(), n.addr) {
+			t.Errorf("error does not name the CA found and the address: %v", err)
+		}
+	})
+	t.Run("node of another CA", func(t *testing.T) {
+		other, _, _ := NewCA("other", 1)
+		_, err := Bootstrap(ctx, n.addr, "right", "", other, names, false)
+		if err == nil || !strings.Contains(err.Error(), "not from this cluster's CA") {
+			t.Fatalf("err %v, want a certificate verification error", err)
+		}
+	})
+}
+
+func TestPlaintextAndTLSMismatch(t *testing.T) {
+	ca, _, _ := NewCA("cluster", 1)
+	n := startNode(t, "tok", ca)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A plaintext client against the TLS node.
+	cc, err := transport.Dial(n.addr, transport.Options{Security: transport.Security{Token: "tok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	err = cc.Invoke(ctx, "/"+ServiceName+"/CA", &CARequest{Nonce: make([]byte, nonceLen)}, new(CAResponse))
+	if err == nil || !strings.Contains(err.Error(), "drop --insecure") || !strings.Contains(err.Error(), n.addr) {
+		t.Errorf("plaintext client: %v, want the address and a hint", err)
+	}
+	// A TLS client against a plaintext node.
+	g := transport.NewServer(transport.Options{Security: transport.Security{Token: "tok"}, Public: PublicMethods})
+	ps := &Server{Token: "tok"}
+	ps.SetCA(ca)
+	g.RegisterService(&ServiceDesc, ps)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan struct{})
+	go func() { defer close(done); g.Serve(ln) }()
+	defer func() { g.Stop(); <-done }()
+	_, err = FetchCA(ctx, ln.Addr().String(), "tok", "")
+	if err == nil || !strings.Contains(err.Error(), "does not speak TLS") {
+		t.Errorf("TLS client against plaintext: %v", err)
+	}
+}
