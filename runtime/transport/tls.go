@@ -15,7 +15,9 @@ import (
 // tlsCreds is gRPC's TLS credentials with handshake errors that say what
 // to do: the common mistakes are a plaintext (--insecure) node, and a node
 // of another cluster.
-type tlsCreds struct{ credentials.TransportCredentials }
+type tlsCreds struct {
+	credentials.TransportCredentials
+}
 
 func (c tlsCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
