@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"troupe/runtime/pki"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 
@@ -203,6 +204,8 @@ var controlDesc = grpc.ServiceDesc{
 type Client struct {
 	addrs []string
 	opts  transport.Options
+	trust ClientTLS // how to secure connections (tls.go)
+	ca    *pki.CA   // the cluster CA once known; guarded by mu
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -211,7 +214,16 @@ type Client struct {
 
 // NewClient returns a client for the cluster at addrs, a comma-separated
 // list of "host:port" gRPC addresses.
+//
+// Connections are TLS, trusting the cluster CA that the first node reached
+// proves with the token (see NewClientTLS for a pin, a CA file or
+// plaintext).
 func NewClient(addrs string, token string) (*Client, error) {
+	return NewClientTLS(addrs, token, ClientTLS{})
+}
+
+// NewClientTLS is NewClient with the TLS settings t.
+func NewClientTLS(addrs string, token string, t ClientTLS) (*Client, error) {
 	var list []string
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -221,7 +233,11 @@ func NewClient(addrs string, token string) (*Client, error) {
 	if len(list) == 0 {
 		return nil, fmt.Errorf("cluster client: no address given")
 	}
-	return &Client{addrs: list, opts: transport.Options{Security: transport.Security{Token: token}}, conns: map[string]*grpc.ClientConn{}}, nil
+	c := &Client{addrs: list, opts: transport.Options{Security: transport.Security{Token: token}}, trust: t, conns: map[string]*grpc.ClientConn{}}
+	if err := c.initTLS(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Close closes the connections.
@@ -240,6 +256,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	defer c.mu.Unlock()
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
+	}
+	if err := c.secureLocked(addr); err != nil {
+		return nil, err
 	}
 	cc, err := transport.Dial(addr, c.opts)
 	if err != nil {

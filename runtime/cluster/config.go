@@ -91,6 +91,9 @@ type Config struct {
 	GossipPort, RaftPort int
 	// Token is the cluster token (required).
 	Token string
+	// TLS secures the node's TCP connections (tls.go); TLS is on unless
+	// TLS.Insecure.
+	TLS TLSConfig
 	// Join lists gRPC addresses of existing nodes.
 	Join []string
 	// BootstrapExpect, for servers, forms the raft cluster once that many

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"troupe/runtime/pki"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 
@@ -38,6 +39,12 @@ type Node struct {
 	grpcSrv *grpc.Server
 	grpcLn  net.Listener
 	peers   *peerPool
+
+	// TLS (tls.go), set before the node listens.
+	sec    transport.Security
+	ident  *pki.Identity // nil with TLS.Insecure
+	tlsDir string
+	pki    *pki.Server
 
 	// Servers only.
 	raft     *raft.Raft
@@ -83,7 +90,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.workers = newWorkerSet(n)
 	n.newServices()
-	n.peers = newPeerPool(transport.Options{Security: transport.Security{Token: cfg.Token}})
+	if err := n.setupTLS(ctx); err != nil {
+		return nil, err
+	}
+	n.peers = newPeerPool(transport.Options{Security: n.sec})
 	n.members = &members{byID: map[string]*member{}, changed: n.poke, log: n.log.Warn}
 	meta := memberMeta{ID: cfg.NodeID, Role: cfg.Role, GRPC: r.grpcAddr(), Expect: cfg.BootstrapExpect}
 	if cfg.Role.isServer() {
@@ -109,8 +119,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.grpcSrv = transport.NewServer(transport.Options{Security: transport.Security{Token: cfg.Token}})
+	n.grpcSrv = transport.NewServer(transport.Options{Security: n.sec, Public: pki.PublicMethods})
 	n.registerServices(n.grpcSrv)
+	n.grpcSrv.RegisterService(&pki.ServiceDesc, n.pki)
 	n.jobs.start() // its loop ends with the node
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.grpcSrv.Serve(n.grpcLn) }()
@@ -213,7 +224,7 @@ func (n *Node) startRaft() error {
 		ln.Close()
 		return fmt.Errorf("raft address: %w", err)
 	}
-	stream := newAuthStreamLayer(ln, adv, n.cfg.Token, n.log)
+	stream := newAuthStreamLayer(ln, adv, n.sec, n.log)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: hlog.Named("transport")})
 
 	rc := raft.DefaultConfig()

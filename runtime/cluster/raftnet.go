@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"troupe/runtime/transport"
 )
 
 // The raft transport is raft's own TCP transport (raft.NetworkTransport)
@@ -20,8 +23,11 @@ import (
 // token before raft sees it: the accepting side sends a random 16-byte
 // challenge, the dialing side answers with HMAC-SHA256(key, challenge),
 // where key is derived from the token. A peer without the token is
-// disconnected before it can send a single raft RPC. (It authenticates; it
-// does not encrypt, like the gRPC transport.)
+// disconnected before it can send a single raft RPC.
+//
+// With TLS (the default), the connection is TLS first, with certificates
+// required and verified against the cluster CA on both sides (only nodes
+// speak raft), and the token handshake runs inside it.
 
 const (
 	challengeLen     = 16
@@ -43,15 +49,21 @@ type authStreamLayer struct {
 	advertise net.Addr
 	key       []byte
 	log       *slog.Logger
+	serverTLS *tls.Config // nil: plaintext
+	clientTLS *tls.Config
 
 	conns     chan net.Conn
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
-func newAuthStreamLayer(ln net.Listener, advertise net.Addr, token string, log *slog.Logger) *authStreamLayer {
-	s := &authStreamLayer{ln: ln, advertise: advertise, key: raftKey(token), log: log,
-		conns: make(chan net.Conn), closed: make(chan struct{})}
+func newAuthStreamLayer(ln net.Listener, advertise net.Addr, sec transport.Security, log *slog.Logger) *authStreamLayer {
+	s := &authStreamLayer{ln: ln, advertise: advertise, key: raftKey(sec.Token), log: log,
+		conns: make(chan net.Conn), closed: make(chan struct{}), clientTLS: sec.Client}
+	if sec.Server != nil {
+		s.serverTLS = sec.Server.Clone()
+		s.serverTLS.ClientAuth = tls.RequireAndVerifyClientCert
+	}
 	go s.acceptLoop()
 	return s
 }
@@ -84,6 +96,15 @@ func (s *authStreamLayer) handshake(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if s.serverTLS != nil {
+		tc := tls.Server(c, s.serverTLS)
+		if err := tc.Handshake(); err != nil {
+			s.log.Warn("raft connection refused: TLS handshake", "remote", c.RemoteAddr().String(), "err", err)
+			c.Close()
+			return
+		}
+		c = tc
+	}
 	if _, err := c.Write(nonce[:]); err != nil {
 		c.Close()
 		return
@@ -120,6 +141,14 @@ func (s *authStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration
 		return nil, err
 	}
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if s.clientTLS != nil {
+		tc := tls.Client(c, s.clientTLS)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("raft dial: %w", transport.HandshakeError(string(address), err))
+		}
+		c = tc
+	}
 	var nonce [challengeLen]byte
 	if _, err := io.ReadFull(c, nonce[:]); err != nil {
 		c.Close()

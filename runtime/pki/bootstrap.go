@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"troupe/runtime/transport"
 )
@@ -84,7 +85,7 @@ func VerifyCA(resp *CAResponse, token string, nonce []byte, pin string) (*CA, er
 		return nil, fmt.Errorf("the node's CA: %w", err)
 	}
 	if !hmac.Equal(resp.Proof, Proof(token, nonce, ca.Cert.Raw)) {
-		return nil, ErrBadProof
+		return nil, badProofError{}
 	}
 	if pin != "" && ca.Hash() != pin {
 		return nil, fmt.Errorf("%w: the node's CA is %s, want %s (a node of another cluster, or someone in between)", ErrCAMismatch, ca.Hash(), pin)
@@ -325,4 +326,16 @@ func mkdir(dir string) error {
 		return fmt.Errorf("TLS dir: %w", err)
 	}
 	return nil
+}
+
+// badProofError is ErrBadProof with the gRPC code of a token refusal
+// (codes.Unauthenticated), which is what it means to the user.
+type badProofError struct{}
+
+func (badProofError) Error() string {
+	return "invalid cluster token: the node did not prove it holds the token given here (a different token, or a node of another cluster)"
+}
+func (badProofError) Is(target error) bool { return target == ErrBadProof }
+func (e badProofError) GRPCStatus() *status.Status {
+	return status.New(codes.Unauthenticated, e.Error())
 }
