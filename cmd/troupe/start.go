@@ -37,6 +37,15 @@ gossip message and raft connection is authenticated by the cluster token
 (--token or TROUPE_TOKEN; the head generates one when none is given).
 Drivers connect with TROUPE_ADDRESS=HOST:P and TROUPE_TOKEN.
 
+TLS: every TCP connection (gRPC, raft, job uploads and logs, worker and
+object ports) is TLS with certificates from the cluster CA, which the head
+makes in D/tls (servers with --bootstrap-expect derive it from the token).
+Other nodes get a certificate from the node they join; they trust its CA
+because that node proves it holds the token, or, with --ca-hash sha256:…
+(printed by the head and by troupe status), only if the CA has that hash.
+Bring your own with --tls-ca/--tls-cert/--tls-key (troupe tls ca create,
+troupe tls cert create); --insecure turns TLS off.
+
 Every node samples its GPUs (troupe gpus --address shows them all). The head
 serves the web dashboard (every node's GPUs, nodes, actors) and Prometheus
 /metrics on 127.0.0.1:8265; --http ADDR moves it (any node), --http off
@@ -63,6 +72,12 @@ func runStart(ctx context.Context, args []string) error {
 	fast := fs.Bool("fast-timers", false, "shortened raft and gossip timers for clusters on one machine (tests)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names and labels on /metrics (false where NVIDIA's dcgm-exporter runs too)")
+	insecure := fs.Bool("insecure", false, "turn TLS off: plaintext TCP between nodes (the token is still checked); for networks you trust")
+	tlsCA := fs.String("tls-ca", "", "your own CA certificate (PEM) instead of the cluster CA; with --tls-cert and --tls-key")
+	tlsCert := fs.String("tls-cert", "", "this node's certificate (PEM), signed by --tls-ca (troupe tls cert create)")
+	tlsKey := fs.String("tls-key", "", "this node's private key (PEM) for --tls-cert")
+	caHash := fs.String("ca-hash", os.Getenv("TROUPE_CA_HASH"), "pin the cluster CA when joining: sha256:HEX as printed by the head (default TROUPE_CA_HASH); without it the CA is trusted because the node proves it holds the token")
+	tlsSAN := fs.String("tls-san", "", "extra DNS names or IPs for this node's certificate, comma-separated")
 	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
@@ -74,7 +89,8 @@ func runStart(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 
 	cfg := cluster.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, Advertise: *advertise, GossipPort: *gossipPort,
-		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log, JoinTimeout: *joinTimeout}
+		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log, JoinTimeout: *joinTimeout,
+		TLS: cluster.TLSConfig{Insecure: *insecure, CAFile: *tlsCA, CertFile: *tlsCert, KeyFile: *tlsKey, CAHash: *caHash, SANs: splitList(*tlsSAN)}}
 	switch {
 	case *head && (*server || *join != "" || *expect > 0):
 		return fmt.Errorf("--head starts a new cluster: it takes no --server, --join or --bootstrap-expect")
@@ -134,6 +150,11 @@ func runStart(ctx context.Context, args []string) error {
 			filepath.Join(*dataDir, "token"), filepath.Join(*dataDir, "token"))
 	}
 	fmt.Printf("drivers and the CLI connect with: TROUPE_ADDRESS=%s\n", n.Addr())
+	if h := n.CAHash(); h != "" {
+		fmt.Printf("TLS on; cluster CA hash: %s\n  joiners may pin it: --ca-hash %s (or TROUPE_CA_HASH)\n", h, h)
+	} else {
+		fmt.Println("TLS off (--insecure): traffic between nodes is plaintext")
+	}
 	go warnOvercommit(ctx, n, log)
 	// Every node samples its GPUs for the cluster's GPU views (troupe gpus,
 	// the head's dashboard); simulated ones follow the actors' work.

@@ -19,19 +19,21 @@ func init() {
 }
 
 // fetchStatus connects with the common flags and returns the status.
-func fetchStatus(ctx context.Context, addr, token, dataDir string) (*cluster.ClusterStatus, error) {
+// It also returns the hash of the cluster CA it trusted ("" without TLS).
+func fetchStatus(ctx context.Context, addr, token, dataDir string, t cluster.ClientTLS) (*cluster.ClusterStatus, string, error) {
 	tok, err := clusterToken(token, dataDir)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	c, err := cluster.NewClient(clusterAddress(addr), tok)
+	c, err := cluster.NewClientTLS(clusterAddress(addr), tok, t)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return c.Status(ctx)
+	st, err := c.Status(ctx)
+	return st, c.CAHash(), err
 }
 
 func runStatus(ctx context.Context, args []string) error {
@@ -40,10 +42,11 @@ func runStatus(ctx context.Context, args []string) error {
 	token := fs.String("token", "", "cluster token (default: TROUPE_TOKEN, or --data-dir's token file)")
 	dataDir := fs.String("data-dir", "", "read the token from this node data dir")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	tf := addTLSFlags(fs)
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
-	st, err := fetchStatus(ctx, *addr, *token, *dataDir)
+	st, caHash, err := fetchStatus(ctx, *addr, *token, *dataDir, tf.clientTLS(*dataDir))
 	if err != nil {
 		return err
 	}
@@ -51,6 +54,11 @@ func runStatus(ctx context.Context, args []string) error {
 		return writeJSON(os.Stdout, st)
 	}
 	renderStatus(os.Stdout, st)
+	if caHash != "" {
+		fmt.Printf("TLS: cluster CA %s (pin it with --ca-hash when joining)\n", caHash)
+	} else {
+		fmt.Println("TLS: off (--insecure)")
+	}
 	return nil
 }
 
