@@ -332,10 +332,11 @@ func mkdir(dir string) error {
 // (codes.Unauthenticated), which is what it means to the user.
 type badProofError struct{}
 
-func (badProofError) Error() string {
-	return "invalid cluster token: the node did not prove it holds the token given here (a different token, or a node of another cluster)"
-}
+// It reads like the node's own refusal of a wrong token.
+func (e badProofError) Error() string { return e.GRPCStatus().Err().Error() }
+
 func (badProofError) Is(target error) bool { return target == ErrBadProof }
-func (e badProofError) GRPCStatus() *status.Status {
-	return status.New(codes.Unauthenticated, e.Error())
+
+func (badProofError) GRPCStatus() *status.Status {
+	return status.New(codes.Unauthenticated, "invalid cluster token: the node did not prove it holds the token given here (a different token, or a node of another cluster)")
 }
