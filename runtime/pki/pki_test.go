@@ -246,3 +246,29 @@ func TestPlaintextAndTLSMismatch(t *testing.T) {
 		t.Errorf("TLS client against plaintext: %v", err)
 	}
 }
+
+func TestExportImport(t *testing.T) {
+	ca, _, _ := NewCA("cluster", 1)
+	id, err := IssueLocal(ca, Names{CommonName: "node", IPs: []net.IP{net.ParseIP("127.0.0.1")}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, certPEM, keyPEM, ok, err := Export(id.Security("tok"))
+	if err != nil || !ok {
+		t.Fatalf("export: %v %v", ok, err)
+	}
+	sec, err := Import("tok", caPEM, certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec.Token != "tok" || sec.Server == nil || sec.Client == nil || sec.Server.Certificates[0].Leaf.Subject.CommonName != "node" {
+		t.Errorf("imported %+v", sec)
+	}
+	if _, _, _, ok, _ := Export(transport.Security{Token: "tok"}); ok {
+		t.Error("exported TLS from a plaintext Security")
+	}
+	other, _, _ := NewCA("other", 1)
+	if _, err := Import("tok", other.PEM, certPEM, keyPEM); err == nil {
+		t.Error("imported a certificate against another CA")
+	}
+}
