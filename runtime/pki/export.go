@@ -52,4 +52,3 @@ func Import(token string, caPEM, certPEM, keyPEM []byte) (transport.Security, er
 func (id *Identity) Security(token string) transport.Security {
 	return transport.Security{Token: token, Server: id.ServerTLS(), Client: id.ClientTLS()}
 }
-
