@@ -9,7 +9,11 @@
 // Ports: a node listens for gRPC on its bind port P (default 7370), gossips
 // on P+1 (TCP and UDP) and, on servers, speaks raft on P+2; each can be set
 // explicitly. Every gRPC call, gossip message and raft connection is
-// authenticated by the cluster token.
+// authenticated by the cluster token. gRPC and raft (and the ports of the
+// node's worker processes) are TLS unless the node runs with --insecure:
+// certificates come from the cluster CA, made by the head or derived by
+// --bootstrap-expect servers, or from the operator (tls.go, runtime/pki);
+// raft requires a certificate of the cluster CA from both sides.
 //
 // # What a node runs
 //
