@@ -152,6 +152,9 @@ func (s *authStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration
 	var nonce [challengeLen]byte
 	if _, err := io.ReadFull(c, nonce[:]); err != nil {
 		c.Close()
+		if s.clientTLS == nil {
+			return nil, fmt.Errorf("raft dial %s: %w (%v; if the cluster uses TLS, the default, drop --insecure)", address, errHandshake, err)
+		}
 		return nil, fmt.Errorf("raft dial %s: %w (%v)", address, errHandshake, err)
 	}
 	if _, err := c.Write(mac(s.key, nonce[:])); err != nil {
