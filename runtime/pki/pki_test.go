@@ -2,6 +2,7 @@ package pki
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
@@ -271,4 +272,48 @@ func TestExportImport(t *testing.T) {
 	if _, err := Import("tok", other.PEM, certPEM, keyPEM); err == nil {
 		t.Error("imported a certificate against another CA")
 	}
+}
+
+// TestExpiredCertificates: a node whose certificate has expired is refused
+// by a client with an error that says so and what to do; loading an
+// expired certificate fails with ErrExpired and its date.
+func TestExpiredCertificates(t *testing.T) {
+	ca, _, _ := NewCA("cluster", 1)
+	key, keyPEM, _ := NewKey()
+	cert, err := ca.Issue(key.Public(), Names{CommonName: "old", IPs: []net.IP{net.ParseIP("127.0.0.1")}}, 0) // valid until now
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NotAfter is the issue time truncated to the second: wait until past it.
+	for !time.Now().After(mustLeaf(t, cert).NotAfter) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := NewIdentity(ca, cert, keyPEM); !errors.Is(err, ErrExpired) || !strings.Contains(err.Error(), "expired on") {
+		t.Errorf("load expired: %v, want ErrExpired with the date", err)
+	}
+	leaf := mustLeaf(t, cert)
+	tc := tls.Certificate{Certificate: [][]byte{leaf.Raw, ca.Cert.Raw}, PrivateKey: key, Leaf: leaf}
+	g := transport.NewServer(transport.Options{Security: transport.Security{Token: "tok",
+		Server: &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{tc}}}})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan struct{})
+	go func() { defer close(done); g.Serve(ln) }()
+	defer func() { g.Stop(); <-done }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cc, _ := transport.Dial(ln.Addr().String(), transport.Options{Security: transport.Security{Token: "tok", Client: ClientTLS(ca)}})
+	defer cc.Close()
+	err = cc.Invoke(ctx, "/"+ServiceName+"/CA", &CARequest{Nonce: make([]byte, nonceLen)}, new(CAResponse))
+	if err == nil || !strings.Contains(err.Error(), "has expired: renew it") || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Errorf("expired node certificate: %v", err)
+	}
+}
+
+func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	c, err := ParseCertsPEM(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c[0]
 }
