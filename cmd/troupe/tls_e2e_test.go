@@ -118,4 +118,27 @@ func TestClusterCLITLS(t *testing.T) {
 	if out, err := cliRun(t, []string{"TROUPE_TOKEN=op-token"}, "status", "--address", h2Addr, "--tls-ca", filepath.Join(dir, "head", "tls", "ca.pem")); err == nil || !strings.Contains(out, "not from this cluster's CA") {
 		t.Errorf("status with another cluster's CA: %v\n%s", err, out)
 	}
+
+	// --insecure: plaintext on purpose; a TLS client is told so.
+	h3Addr, _ := freeAddr(t, "127.0.0.58")
+	h3 := cli(t, []string{"TROUPE_TOKEN=plain-token"}, "start", "--head", "--insecure", "--data-dir", filepath.Join(dir, "h3"), "--bind", h3Addr,
+		"--fast-timers", "--node-id", "h3", "--resources", "cpu=1", "--http", "off")
+	plainEnv := []string{"TROUPE_TOKEN=plain-token", "TROUPE_ADDRESS=" + h3Addr}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		out, err := cliRun(t, plainEnv, "status", "--insecure")
+		if err == nil && strings.Contains(out, "TLS: off") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status --insecure of an --insecure head: %v\n%s\n%s", err, out, h3.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(h3.output(), "TLS off (--insecure)") {
+		t.Errorf("an --insecure head does not say TLS is off:\n%s", h3.output())
+	}
+	if out, err := cliRun(t, plainEnv, "status"); err == nil || !strings.Contains(out, "does not speak TLS") || !strings.Contains(out, h3Addr) {
+		t.Errorf("TLS status against an --insecure head: %v\n%s", err, out)
+	}
 }
