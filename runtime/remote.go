@@ -15,6 +15,7 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/cluster"
+	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
@@ -42,7 +43,8 @@ type remote struct {
 	job    scheduler.JobID
 	binary string
 	token  string
-	sess   jobSession // keep-alives of the job (remote_job.go)
+	sec    transport.Security // the worker call ports and object stores (the token; TLS from the cluster)
+	sess   jobSession         // keep-alives of the job (remote_job.go)
 
 	hashOnce sync.Once
 	hash     string          // sha256 of binary ("" when it could not be read)
@@ -82,7 +84,7 @@ func newRemote(ctx context.Context, cfg config) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok,
+	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
@@ -91,7 +93,7 @@ func newRemote(ctx context.Context, cfg config) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	r.objs = newDriverObjRefs(addr) // with the server of its own objects (remote_put.go)
+	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (remote_put.go)
 	r.watch = newCallWatch(c, watchInterval)
 	return r, nil
 }
@@ -518,7 +520,7 @@ func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cl, err := wire.Dial(dctx, "tcp", addr, 0)
+	cl, err := wire.Dial(dctx, r.sec, "tcp", addr, 0)
 	if err != nil {
 		return nil, err
 	}
