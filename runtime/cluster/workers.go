@@ -501,7 +501,8 @@ func (w *workerSet) launchProc(job scheduler.JobID, l *Launch) (*worker.Proc, er
 		}
 	}
 	started, err := w.startProc(w.n.ctx, worker.StartOptions{Binary: bin, Args: l.Args, Job: string(job), Host: w.n.r.host,
-		Stdout: os.Stdout, Stderr: os.Stderr}, ev)
+		Security: w.n.security(),
+		Stdout:   os.Stdout, Stderr: os.Stderr}, ev)
 	if err != nil {
 		return nil, err
 	}

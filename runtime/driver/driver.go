@@ -14,6 +14,7 @@ import (
 	"troupe/actors"
 	"troupe/runtime/api"
 	"troupe/runtime/client"
+	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
@@ -41,7 +42,8 @@ type Driver struct {
 	job    scheduler.JobID
 	binary string
 	token  string
-	sess   jobSession // keep-alives of the job (job.go)
+	sec    transport.Security // the worker call ports and object stores (the token; TLS from the cluster)
+	sess   jobSession         // keep-alives of the job (job.go)
 
 	hashOnce sync.Once
 	hash     string          // sha256 of binary ("" when it could not be read)
@@ -92,7 +94,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok,
+	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
@@ -101,7 +103,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	r.objs = newDriverObjRefs(addr) // with the server of its own objects (put.go)
+	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (put.go)
 	r.watch = newCallWatch(c, watchInterval)
 	return r, nil
 }
@@ -519,7 +521,7 @@ func (r *Driver) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cl, err := wire.Dial(dctx, "tcp", addr, 0)
+	cl, err := wire.Dial(dctx, r.sec, "tcp", addr, 0)
 	if err != nil {
 		return nil, err
 	}

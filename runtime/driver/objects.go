@@ -9,6 +9,7 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/objstore"
+	"troupe/runtime/transport"
 )
 
 // objRefs is a driver's side of object references. A worker replies a
@@ -52,8 +53,8 @@ const gcEvery = 1 << 30
 
 // newObjRefs returns the driver's references; own, when not nil, is the
 // driver's own store, whose objects its client reads and frees in place.
-func newObjRefs(own *objstore.Store) *objRefs {
-	return &objRefs{client: objstore.NewClient(own), store: own, pins: map[*actors.Promise]int{}}
+func newObjRefs(own *objstore.Store, sec transport.Security) *objRefs {
+	return &objRefs{client: objstore.NewClient(own, sec), store: own, pins: map[*actors.Promise]int{}}
 }
 
 // close stops the client (sending the releases still queued) and the

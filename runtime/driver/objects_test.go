@@ -236,11 +236,11 @@ func TestObjRefsPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := objstore.NewStore(l.Addr().String())
-	srv := objstore.NewServer(st)
+	srv := objstore.NewServer(st, testSec)
 	served := make(chan struct{})
 	go func() { srv.Serve(l); close(served) }()
 	defer func() { srv.Close(); <-served }()
-	o := newObjRefs(nil)
+	o := newObjRefs(nil, testSec)
 	defer o.close()
 	waitLen := func(n int, gc bool) {
 		t.Helper()

@@ -9,6 +9,7 @@ import (
 	"troupe/actors"
 	"troupe/runtime/api"
 	"troupe/runtime/objstore"
+	"troupe/runtime/transport"
 )
 
 // A driver's own objects (actors.Put): the driver keeps a Store like a
@@ -27,16 +28,16 @@ import (
 // to the cluster at clusterAddr (the addresses Init was given). When no
 // server can be started, the driver still works, but Put of a large value
 // fails with the reason.
-func newDriverObjRefs(clusterAddr string) *objRefs {
+func newDriverObjRefs(clusterAddr string, sec transport.Security) *objRefs {
 	l, err := listenReachable(clusterAddr)
 	if err != nil {
-		o := newObjRefs(nil)
+		o := newObjRefs(nil, sec)
 		o.ownErr = err
 		return o
 	}
 	st := objstore.NewStore(l.Addr().String())
-	o := newObjRefs(st)
-	o.srv = objstore.NewServer(st)
+	o := newObjRefs(st, sec)
+	o.srv = objstore.NewServer(st, sec)
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := objstore.ListenLocal(l); err == nil {
 		o.served.Go(func() { o.srv.Serve(ul) })

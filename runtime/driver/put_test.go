@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"troupe/runtime/transport"
 
 	"troupe/actors"
 	"troupe/runtime/objstore"
@@ -162,7 +163,7 @@ func TestRemotePut(t *testing.T) {
 // other processes free its objects, and a driver that could not start its
 // server fails a large Put with the reason.
 func TestDriverObjectServer(t *testing.T) {
-	o := newDriverObjRefs("127.0.0.1:1, 10.0.0.1:2")
+	o := newDriverObjRefs("127.0.0.1:1, 10.0.0.1:2", testSec)
 	if o.store == nil {
 		t.Fatal(o.ownErr)
 	}
@@ -182,7 +183,7 @@ func TestDriverObjectServer(t *testing.T) {
 	for _, unix := range []string{"0", "1"} {
 		t.Run("unix="+unix, func(t *testing.T) {
 			t.Setenv(objstore.LocalEnv, unix)
-			c := objstore.NewClient(nil) // another process's client
+			c := objstore.NewClient(nil, testSec) // another process's client
 			defer c.Close()
 			got, err := c.Fetch(context.Background(), ref)
 			if err != nil || len(got) != len(data) || got[len(got)-1] != 42 {
@@ -198,22 +199,25 @@ func TestDriverObjectServer(t *testing.T) {
 	if o.store.Len() != 1 {
 		t.Fatal("freed while another reference remains")
 	}
-	c := objstore.NewClient(nil)
+	c := objstore.NewClient(nil, testSec)
 	c.Release(ref)
 	c.Close() // sends the queued release
 	if o.store.Len() != 0 {
 		t.Fatalf("the driver's store holds %d objects after every release", o.store.Len())
 	}
 	o.close()
-	c = objstore.NewClient(nil)
+	c = objstore.NewClient(nil, testSec)
 	defer c.Close()
 	if _, err := c.Fetch(context.Background(), ref); err == nil || !strings.Contains(err.Error(), "owner unreachable") {
 		t.Fatalf("fetch after the driver closed its server: %v", err)
 	}
 
-	bad := newDriverObjRefs("no-port")
+	bad := newDriverObjRefs("no-port", testSec)
 	defer bad.close()
 	if _, err := bad.put(data); err == nil || !strings.Contains(err.Error(), "the driver's object store") {
 		t.Fatalf("put without a server: %v", err)
 	}
 }
+
+// testSec is what the tests' object servers and clients authenticate with.
+var testSec = transport.Security{Token: "runtime-test-token"}
