@@ -21,7 +21,8 @@
 //     (runtime/objstore); the call watcher fails calls to vanished nodes;
 //     the job's keep-alives end its actors when the driver is lost.
 //   - In a worker process (started by a node), Init serves the registered
-//     actor types (runtime/worker) and exits when the node says so.
+//     actor types (runtime/worker) and returns ErrWorkerDone when the
+//     node ends the worker: main returns without running driver code.
 //
 // # Errors
 //

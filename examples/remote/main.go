@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -42,6 +43,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		return // this process was a worker
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		os.Exit(1)
