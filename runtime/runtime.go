@@ -11,6 +11,7 @@ import (
 	"troupe/runtime/client"
 	"troupe/runtime/driver"
 	"troupe/runtime/local"
+	"troupe/runtime/objstore"
 	"troupe/runtime/wire"
 	"troupe/runtime/worker"
 )
@@ -112,6 +113,9 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	} else {
 		wire.SetSpin(d)
 	}
+	// "0" turns off the Unix-socket shortcut between processes of a host.
+	wire.SetUnix(os.Getenv(wire.UnixEnv) != "0")
+	objstore.SetLocal(os.Getenv(objstore.LocalEnv) != "0")
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
 		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar)); err != nil {
 			return nil, fmt.Errorf("troupe worker: %w", err)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
+	"sync/atomic"
 )
 
 // Fetches between processes of one host skip TCP: a Server that listens on
@@ -16,13 +16,23 @@ import (
 // that owns the TCP address, where that address is unique; a fetcher on
 // another host finds no such socket and dials TCP.
 
-// LocalEnv disables the Unix shortcut when set to "0".
+// LocalEnv is the environment variable that disables the Unix shortcut
+// when set to "0". runtime.Init reads it and calls SetLocal; this package
+// reads no environment.
 const LocalEnv = "TROUPE_OBJECTS_UNIX"
+
+// noLocal is set by SetLocal(false). An atomic: clients read it while a
+// process configures itself at start.
+var noLocal atomic.Bool
+
+// SetLocal turns the Unix shortcut of fetches on (the default on Linux) or
+// off.
+func SetLocal(on bool) { noLocal.Store(!on) }
 
 // localName is the abstract Unix socket beside the TCP address addr.
 func localName(addr string) string { return "@troupe-objects/" + addr }
 
-func localEnabled() bool { return runtime.GOOS == "linux" && os.Getenv(LocalEnv) != "0" }
+func localEnabled() bool { return runtime.GOOS == "linux" && !noLocal.Load() }
 
 // ListenLocal listens on the Unix socket beside the TCP listener l; serve
 // it with the same Server. It fails outside Linux, where fetchers use TCP.

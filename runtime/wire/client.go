@@ -81,7 +81,7 @@ const probeIdle = 5 * time.Millisecond
 
 // Dial connects to a worker's call server. network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
-// the Unix socket beside it instead (unless TROUPE_WIRE_UNIX=0).
+// the Unix socket beside it instead (unless SetUnix(false)).
 func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, error) {
 	if network == "tcp" && localEnabled() {
 		if nc, err := dialLocal(ctx, addr); err == nil {

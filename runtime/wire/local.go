@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
+	"sync/atomic"
 )
 
 // Calls between processes of one host skip TCP: a server that listens on a
@@ -19,14 +19,24 @@ import (
 // in another container) finds no such socket and dials TCP, and a worker
 // that has exited takes its socket with it.
 
-// unixEnv disables the Unix shortcut when set to "0" (callers then always
-// use TCP), for measuring and troubleshooting.
-const unixEnv = "TROUPE_WIRE_UNIX"
+// UnixEnv is the environment variable that disables the Unix shortcut when
+// set to "0" (callers then always use TCP), for measuring and
+// troubleshooting. runtime.Init reads it and calls SetUnix; this package
+// reads no environment.
+const UnixEnv = "TROUPE_WIRE_UNIX"
+
+// noUnix is set by SetUnix(false). An atomic: connections read it while a
+// process configures itself at start.
+var noUnix atomic.Bool
+
+// SetUnix turns the Unix shortcut of connections dialled from now on on
+// (the default on Linux) or off.
+func SetUnix(on bool) { noUnix.Store(!on) }
 
 // localName is the abstract Unix socket beside the TCP call address addr.
 func localName(addr string) string { return "@troupe-wire/" + addr }
 
-func localEnabled() bool { return runtime.GOOS == "linux" && os.Getenv(unixEnv) != "0" }
+func localEnabled() bool { return runtime.GOOS == "linux" && !noUnix.Load() }
 
 // ListenLocal listens on the Unix socket beside the TCP listener l, for
 // callers on the same host; serve it with Serve beside l. It fails where
