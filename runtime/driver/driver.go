@@ -32,9 +32,10 @@ import (
 //	Driver.mu → wire.Client's lock (conn calls Err)
 //
 // Driver.upMu is held across RPCs (Status, uploads) and takes no other
-// lock of the driver. spawner.mu, spawnItem.mu and objRefs.mu are leaves:
-// nothing else is locked while one is held. Replies never run driver code
-// under a wire lock: send resolves them on a goroutine of their own.
+// lock of the driver. spawner.mu, spawnItem.mu, objRefs.mu and group.mu
+// are leaves: nothing else is locked while one is held. Replies never run
+// driver code under a wire lock: send resolves them on a goroutine of
+// their own.
 type Driver struct {
 	addr   string
 	client *client.Client
@@ -57,6 +58,14 @@ type Driver struct {
 
 	objs  *objRefs   // results held by workers (objects.go)
 	watch *callWatch // fails calls to vanished nodes (watch.go)
+
+	// ctx ends when Shutdown begins, ending the RPCs and waits of the
+	// driver's goroutines; goroutines owns every one of them (the
+	// spawner's calls, spawn waits, lookups, retries of lost calls,
+	// keep-alives), and Shutdown waits for them.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	goroutines group
 }
 
 // Config says which cluster a driver connects to, as whom.
@@ -95,6 +104,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// The job's actors die when the driver shuts down or is lost
 	// (job.go).
 	if err := r.startJob(cctx, cfg.JobID); err != nil {
@@ -185,7 +195,7 @@ func (r *Driver) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 // killAbandoned kills an actor whose spawn was given up (its context
 // ended), so it is not left behind.
 func (r *Driver) killAbandoned(id string, why error) {
-	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	kctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
 	defer cancel()
 	if _, err := r.client.ApplyCommand(kctx, &scheduler.KillActor{Actor: scheduler.ActorID(id), Cause: "spawn abandoned: " + why.Error(),
 		At: time.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
@@ -277,7 +287,7 @@ func (s *spawner) add(it *spawnItem) {
 	}
 	s.inFlight++
 	s.mu.Unlock()
-	go s.run()
+	s.r.goroutines.Go(s.run)
 }
 
 // run makes CreateActors calls while spawns are queued.
@@ -310,7 +320,7 @@ func (s *spawner) create(q []*spawnItem) {
 	}
 	// Not any one caller's context: the call serves the whole batch, and
 	// each caller stops waiting when its own context ends.
-	ctx, cancel := context.WithTimeout(context.Background(), spawnCallLimit)
+	ctx, cancel := context.WithTimeout(r.ctx, spawnCallLimit)
 	res, err := r.client.CreateActors(ctx, specs)
 	cancel()
 	if err == nil && len(res) != len(q) {
@@ -324,13 +334,14 @@ func (s *spawner) create(q []*spawnItem) {
 		case res[i].Err != nil:
 			it.deliver(spawnOutcome{createErr: res[i].Err.AsError()})
 		case !it.markCreated():
-			go r.killAbandoned(string(it.spec.ID), context.Canceled)
+			id := string(it.spec.ID)
+			r.goroutines.Go(func() { r.killAbandoned(id, context.Canceled) })
 		default:
 			created = append(created, it)
 		}
 	}
 	if len(created) > 0 {
-		go r.waitCreated(created)
+		r.goroutines.Go(func() { r.waitCreated(created) })
 	}
 }
 
@@ -361,7 +372,7 @@ func (r *Driver) waitCreated(items []*spawnItem) {
 		for i, it := range items {
 			ids[i] = string(it.spec.ID)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), spawnWaitWindow+5*time.Second)
+		ctx, cancel := context.WithTimeout(r.ctx, spawnWaitWindow+5*time.Second)
 		resp, err := r.client.WaitActors(ctx, ids, spawnWaitWindow)
 		cancel()
 		if err != nil {
@@ -371,7 +382,10 @@ func (r *Driver) waitCreated(items []*spawnItem) {
 				}
 				return
 			}
-			time.Sleep(10 * time.Millisecond) // no server answered: try again
+			select { // no server answered: try again
+			case <-r.ctx.Done(): // Shutdown: the loop delivers ErrShutdown
+			case <-time.After(10 * time.Millisecond):
+			}
 			continue
 		}
 		done := make(map[string]*client.ActorView, len(resp.Done))
@@ -486,6 +500,7 @@ func (r *Driver) Shutdown(ctx context.Context) error {
 	r.closed = true
 	r.mu.Unlock()
 	ferr := r.endJob(ctx)
+	r.cancel() // the driver's goroutines stop waiting and calling
 	r.mu.Lock()
 	cls := r.clients
 	r.clients = map[string]*wire.Client{}
@@ -494,6 +509,7 @@ func (r *Driver) Shutdown(ctx context.Context) error {
 	for _, cl := range cls {
 		cl.Close()
 	}
+	r.goroutines.Wait() // before objs: their calls' replies may hold objects
 	r.objs.close()
 	return errors.Join(ferr, r.client.Close())
 }
@@ -526,7 +542,7 @@ func (r *Driver) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old := r.clients[addr]; old != nil && old.Err() == nil {
-		go cl.Close() // another caller dialled first: share its connection
+		r.goroutines.Go(func() { cl.Close() }) // another caller dialled first: share its connection
 		return old, nil
 	}
 	r.clients[addr] = cl

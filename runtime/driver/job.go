@@ -49,7 +49,7 @@ func (r *Driver) startJob(ctx context.Context, submitted string) error {
 		every = resp.Every
 	}
 	r.sess.stop, r.sess.done = make(chan struct{}), make(chan struct{})
-	go r.keepAlive(every)
+	r.goroutines.Go(func() { r.keepAlive(every) })
 	return nil
 }
 

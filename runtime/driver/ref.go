@@ -94,12 +94,12 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.queue = append(a.queue, queued{inv, attempt})
 	if !a.resolving {
 		a.resolving = true
-		go a.resolveQueued()
+		a.r.goroutines.Go(a.resolveQueued)
 	}
 }
 
 func (a *actorRef) resolveQueued() {
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	ctx, cancel := context.WithTimeout(a.r.ctx, resolveTimeout)
 	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
 	cancel()
 	a.mu.Lock()
@@ -143,7 +143,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 		}
 		// Not inline: cl.Invoke may resolve on the caller's goroutine,
 		// which holds a.mu.
-		go func() {
+		a.r.goroutines.Go(func() {
 			a.forget(cl, inc)
 			lerr := a.lostErr(inv.Method, inc, node, err)
 			if errors.Is(lerr, actors.ErrActorRestarted) && (a.maxRetries < 0 || attempt < a.maxRetries) &&
@@ -152,7 +152,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 				return
 			}
 			a.finish(inv, nil, lerr)
-		}()
+		})
 	})
 	cl.Invoke(a.id, &out)
 	if d, token := out.Reply.DriverOf(); d != nil {
@@ -193,7 +193,7 @@ func (a *actorRef) forget(cl *wire.Client, inc int) {
 // lostErr asks the cluster what became of the incarnation: dead for good
 // gives its *ActorDiedError, restarted gives ErrActorRestarted.
 func (a *actorRef) lostErr(method string, inc int, node string, cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(a.r.ctx, 30*time.Second)
 	defer cancel()
 	for {
 		v, err := a.r.client.GetActorByID(ctx, a.id)

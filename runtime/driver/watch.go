@@ -79,6 +79,11 @@ type callWatch struct {
 	wake chan struct{} // the first incarnation was added
 	stop chan struct{}
 	done chan struct{}
+	// ctx ends with close, ending the watcher's RPCs; closes owns the
+	// goroutines closing connections, which close waits for.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closes group
 }
 
 func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
@@ -91,8 +96,9 @@ func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
 // and status, not yet running.
 func newCallWatchOf(actor func(context.Context, string) (*client.ActorView, error),
 	status func(context.Context) (*client.ClusterStatus, error), interval time.Duration) *callWatch {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &callWatch{actor: actor, status: status, interval: interval, incs: map[*incarnation]struct{}{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // close stops the watcher and waits for it.
@@ -102,7 +108,9 @@ func (w *callWatch) close() {
 	default:
 		close(w.stop)
 	}
+	w.cancel()
 	<-w.done
+	w.closes.Wait()
 }
 
 func (w *callWatch) add(in *incarnation) {
@@ -175,7 +183,7 @@ func (w *callWatch) check() []*wire.Client {
 			// Close waits for the reader; the pending calls fail with
 			// wire.ErrClosed, which their actorRef turns into a restart,
 			// a retry or the actor's death.
-			go cl.Close()
+			w.closes.Go(func() { cl.Close() })
 			closed = append(closed, cl)
 		}
 	}
@@ -214,15 +222,8 @@ func (w *callWatch) scan() []*incarnation {
 // runs: the actor is dead, or restarted since. An actor the cluster cannot
 // report on now counts as still running.
 func (w *callWatch) gone(stalled []*incarnation) map[*incarnation]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second) // close does not wait for a slow cluster
 	defer cancel()
-	go func() { // Shutdown does not wait for a slow cluster
-		select {
-		case <-w.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	out := make(map[*incarnation]bool, len(stalled))
 	judge := func(in *incarnation, v *client.ActorView) {
 		out[in] = v.State == scheduler.ActorDead.String() || v.Restarts > in.inc
