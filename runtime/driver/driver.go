@@ -38,7 +38,11 @@ import (
 // their own.
 type Driver struct {
 	addr   string
-	client *client.Client
+	client Control
+	clock  Clock
+	// node returns the control plane of the node at a gRPC address, for
+	// uploading the job binary to it.
+	node   func(addr string) (Control, error)
 	job    scheduler.JobID
 	binary string
 	token  string
@@ -77,6 +81,11 @@ type Config struct {
 	// JobID is the submitted job this driver runs as ("" registers a new
 	// job).
 	JobID string
+	// Control, when set, is the control plane instead of gRPC to Address
+	// (client.Inmem in tests); binaries are uploaded through it.
+	Control Control
+	// Clock, when set, is the driver's time instead of the real clock.
+	Clock Clock
 }
 
 // Connect connects to the cluster at cfg.Address with cfg.Token, checking
@@ -84,16 +93,26 @@ type Config struct {
 // driver's job.
 func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	addr, tok := cfg.Address, cfg.Token
-	if tok == "" {
+	if tok == "" && cfg.Control == nil {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("init: the job binary (this executable): %w", err)
 	}
-	c, err := client.NewClient(addr, tok)
-	if err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+	c, node := cfg.Control, func(addr string) (Control, error) { return client.NewClient(addr, tok) }
+	if c == nil {
+		gc, err := client.NewClient(addr, tok)
+		if err != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+		c = gc
+	} else {
+		node = func(string) (Control, error) { return noClose{cfg.Control}, nil }
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = realClock{}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -101,7 +120,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok,
+	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -112,7 +131,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("init: %w", err)
 	}
 	r.objs = newDriverObjRefs(addr) // with the server of its own objects (put.go)
-	r.watch = newCallWatch(c, watchInterval)
+	r.watch = newCallWatch(c, clock, watchInterval)
 	return r, nil
 }
 
@@ -198,7 +217,7 @@ func (r *Driver) killAbandoned(id string, why error) {
 	kctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
 	defer cancel()
 	if _, err := r.client.ApplyCommand(kctx, &scheduler.KillActor{Actor: scheduler.ActorID(id), Cause: "spawn abandoned: " + why.Error(),
-		At: time.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
+		At: r.clock.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
 		fmt.Fprintf(os.Stderr, "troupe: killing actor %s of an abandoned spawn: %v\n", id, err)
 	}
 }
@@ -384,7 +403,7 @@ func (r *Driver) waitCreated(items []*spawnItem) {
 			}
 			select { // no server answered: try again
 			case <-r.ctx.Done(): // Shutdown: the loop delivers ErrShutdown
-			case <-time.After(10 * time.Millisecond):
+			case <-r.clock.After(10 * time.Millisecond):
 			}
 			continue
 		}
@@ -429,19 +448,19 @@ func (r *Driver) ensureBinary(ctx context.Context) (string, error) {
 	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
-	if time.Since(r.lastScan) < 5*time.Second {
+	if r.clock.Now().Sub(r.lastScan) < 5*time.Second {
 		return r.hash, nil
 	}
 	st, err := r.client.Status(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list nodes for the job binary: %w", err)
 	}
-	r.lastScan = time.Now()
+	r.lastScan = r.clock.Now()
 	for _, nd := range st.Nodes {
 		if nd.State != "alive" || nd.Address == "" || r.uploaded[nd.Address] {
 			continue
 		}
-		c, err := client.NewClient(nd.Address, r.token)
+		c, err := r.node(nd.Address)
 		if err != nil {
 			continue
 		}

@@ -208,7 +208,7 @@ func (a *actorRef) lostErr(method string, inc int, node string, cause error) err
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("call %s.%s: connection to the actor's worker on node %s lost and its fate unknown: %w", a.label(), method, node, cause)
-		case <-time.After(20 * time.Millisecond):
+		case <-a.r.clock.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -219,7 +219,7 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 	if reason == "" {
 		reason = "killed"
 	}
-	if _, err := a.r.client.ApplyCommand(ctx, &scheduler.KillActor{Actor: scheduler.ActorID(a.id), Cause: reason, At: time.Now().UnixNano()}); err != nil {
+	if _, err := a.r.client.ApplyCommand(ctx, &scheduler.KillActor{Actor: scheduler.ActorID(a.id), Cause: reason, At: a.r.clock.Now().UnixNano()}); err != nil {
 		return fmt.Errorf("kill %s: %w", a.label(), err)
 	}
 	// Later calls through this ref look the actor up (and find it dead)
@@ -239,7 +239,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 		}
 		wait := 10 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, dl.Sub(r.clock.Now()))
 		}
 		v, err := r.client.WaitActor(ctx, id, 0, wait)
 		if err != nil {
@@ -265,7 +265,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 		select {
 		case <-ctx.Done():
 			return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-r.clock.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -73,6 +73,7 @@ type callWatch struct {
 	actor    func(ctx context.Context, id string) (*client.ActorView, error)
 	status   func(ctx context.Context) (*client.ClusterStatus, error)
 	interval time.Duration
+	clock    Clock
 
 	mu   sync.Mutex // after actorRef.mu, before wire.Client's lock (lock order: driver.go)
 	incs map[*incarnation]struct{}
@@ -86,8 +87,9 @@ type callWatch struct {
 	closes group
 }
 
-func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
-	w := newCallWatchOf(client.GetActorByID, client.Status, interval)
+func newCallWatch(c Control, clock Clock, interval time.Duration) *callWatch {
+	w := newCallWatchOf(c.GetActorByID, c.Status, interval)
+	w.clock = clock
 	go w.run()
 	return w
 }
@@ -97,7 +99,7 @@ func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
 func newCallWatchOf(actor func(context.Context, string) (*client.ActorView, error),
 	status func(context.Context) (*client.ClusterStatus, error), interval time.Duration) *callWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &callWatch{actor: actor, status: status, interval: interval, incs: map[*incarnation]struct{}{},
+	return &callWatch{actor: actor, status: status, interval: interval, clock: realClock{}, incs: map[*incarnation]struct{}{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -128,8 +130,6 @@ func (w *callWatch) add(in *incarnation) {
 
 func (w *callWatch) run() {
 	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
 	for {
 		w.mu.Lock()
 		idle := len(w.incs) == 0
@@ -141,12 +141,11 @@ func (w *callWatch) run() {
 				return
 			case <-w.wake:
 			}
-			t.Reset(w.interval)
 		}
 		select {
 		case <-w.stop:
 			return
-		case <-t.C:
+		case <-w.clock.After(w.interval):
 		}
 		w.check()
 	}
