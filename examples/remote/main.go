@@ -38,7 +38,8 @@ func (g *Greeter) Greet(ctx context.Context, who string) (string, error) {
 
 func main() {
 	// Types are registered before Init: in a worker process Init serves
-	// them and never returns, so the driver code below runs only here.
+	// them, then returns ErrWorkerDone, so the driver code below runs only
+	// in the driver.
 	actors.MustRegister("Greeter", func(ctx context.Context, _ GreeterConfig) (*Greeter, error) { return &Greeter{}, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
