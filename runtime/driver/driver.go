@@ -54,7 +54,7 @@ type Driver struct {
 	uploaded map[string]bool // node gRPC addresses that have the binary
 	lastScan time.Time
 
-	mu      sync.Mutex              // before wire.Client's lock only
+	mu      sync.Mutex              // before wire.Client's lock and the leaf group.mu only
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 

@@ -26,7 +26,7 @@ type actorRef struct {
 	id, name, typ string
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
-	mu        sync.Mutex   // before callWatch.mu and wire.Client's lock (lock order: driver.go)
+	mu        sync.Mutex   // before callWatch.mu, wire.Client's lock and leaves (lock order: driver.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
 	resolving bool
 	queue     []queued // calls waiting for a resolution, in order
