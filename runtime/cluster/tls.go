@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"troupe/runtime/client"
 	"troupe/runtime/pki"
 	"troupe/runtime/transport"
 )
@@ -308,70 +309,14 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// ClientTLS is how a Client secures its connections. The zero value is TLS,
-// trusting the CA the first node reached proves with the token.
-type ClientTLS struct {
-	// Insecure: plaintext, for a cluster started with --insecure.
-	Insecure bool
-	// CAFile trusts this CA certificate (PEM) and no other.
-	CAFile string
-	// CAHash pins the cluster CA: the one a node presents must have it.
-	CAHash string
-}
+// ClientTLS is how a Client secures its connections (client.TLS).
+type ClientTLS = client.TLS
 
-// initTLS applies the settings that need no node: plaintext, or a CA file.
-func (c *Client) initTLS() error {
-	t := c.trust
-	switch {
-	case t.Insecure && (t.CAFile != "" || t.CAHash != ""):
-		return fmt.Errorf("cluster client: --insecure turns TLS off: drop --tls-ca/--ca-hash, or --insecure")
-	case t.Insecure:
-		return nil
-	case t.CAHash != "":
-		h, err := pki.ParseHash(t.CAHash)
-		if err != nil {
-			return fmt.Errorf("cluster client: %w", err)
-		}
-		c.trust.CAHash = h
-	}
-	if t.CAFile != "" {
-		ca, err := pki.LoadCA(t.CAFile, "")
-		if err != nil {
-			return fmt.Errorf("cluster client: %w", err)
-		}
-		if c.trust.CAHash != "" && ca.Hash() != c.trust.CAHash {
-			return fmt.Errorf("cluster client: %s: %w: it is %s, want %s", t.CAFile, pki.ErrCAMismatch, ca.Hash(), c.trust.CAHash)
-		}
-		c.ca = ca
-		c.opts.Security.Client = pki.ClientTLS(ca)
-	}
-	return nil
-}
-
-// secureLocked learns the cluster CA from the node at addr (pki.FetchCA)
-// the first time a connection is made. c.mu is held.
-func (c *Client) secureLocked(addr string) error {
-	if c.trust.Insecure || c.opts.Security.Client != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ca, err := pki.FetchCA(ctx, addr, c.opts.Security.Token, c.trust.CAHash)
+// NewClientTLS is NewClient with the TLS settings t.
+func NewClientTLS(addrs string, token string, t ClientTLS) (*Client, error) {
+	c, err := client.NewClientTLS(addrs, token, t)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c.ca = ca
-	c.opts.Security.Client = pki.ClientTLS(ca)
-	return nil
-}
-
-// CAHash returns the pin of the cluster CA the client trusts, "" before
-// its first connection or when it runs without TLS.
-func (c *Client) CAHash() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ca == nil {
-		return ""
-	}
-	return c.ca.Hash()
+	return &Client{c}, nil
 }
