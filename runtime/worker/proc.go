@@ -97,7 +97,11 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 	}
 	theirs.Close()
 	c := newCtrl(nc)
-	if err := c.send(&msg{Op: opSecure, Sec: &secMsg{Token: o.Security.Token}}); err != nil {
+	sm, err := newSecMsg(o.Security)
+	if err == nil {
+		err = c.send(&msg{Op: opSecure, Sec: sm})
+	}
+	if err != nil {
 		cmd.Process.Kill()
 		nc.Close()
 		cmd.Wait()

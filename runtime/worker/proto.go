@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"troupe/actors"
+	"troupe/runtime/pki"
 	"troupe/runtime/transport"
 )
 
@@ -81,17 +82,38 @@ type msg struct {
 }
 
 // secMsg carries a transport.Security over the control channel (a socket
-// pair, which no other process can read): the token, not the environment,
-// so the actors' own child processes do not inherit it.
+// pair, which no other process can read): the token and, with TLS, the
+// node's certificate, key and CA (PEM; the worker listens on the node's
+// addresses), not the environment, so the actors' own child processes do
+// not inherit them.
 type secMsg struct {
 	Token string `json:"token,omitempty"`
+	CA    []byte `json:"ca,omitempty"`
+	Cert  []byte `json:"cert,omitempty"`
+	Key   []byte `json:"key,omitempty"`
 }
 
-func (m *secMsg) security() transport.Security {
-	if m == nil {
-		return transport.Security{}
+// newSecMsg is the message for sec.
+func newSecMsg(sec transport.Security) (*secMsg, error) {
+	m := &secMsg{Token: sec.Token}
+	ca, cert, key, ok, err := pki.Export(sec)
+	if err != nil {
+		return nil, err
 	}
-	return transport.Security{Token: m.Token}
+	if ok {
+		m.CA, m.Cert, m.Key = ca, cert, key
+	}
+	return m, nil
+}
+
+func (m *secMsg) security() (transport.Security, error) {
+	if m == nil {
+		return transport.Security{}, nil
+	}
+	if len(m.Cert) == 0 {
+		return transport.Security{Token: m.Token}, nil
+	}
+	return pki.Import(m.Token, m.CA, m.Cert, m.Key)
 }
 
 // maxLine bounds one control message (a spec carries the constructor config).

@@ -29,7 +29,10 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 	if first.Op != opSecure {
 		return fmt.Errorf("worker: the node sent %q first, want %q", first.Op, opSecure)
 	}
-	sec := first.Sec.security()
+	sec, err := first.Sec.security()
+	if err != nil {
+		return fmt.Errorf("worker: the node's security message: %w", err)
+	}
 	objs, err := startObjects(host, sec)
 	if err != nil {
 		return err
