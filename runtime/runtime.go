@@ -54,6 +54,7 @@ type config struct {
 	customRes    map[string]float64
 	overrideCPUs bool
 	overrideMem  bool
+	tls          client.TLS // TROUPE_INSECURE, TROUPE_CA_HASH, TROUPE_TLS_CA (tls.go)
 }
 
 // Address connects to the cluster at addr ("host:port") instead of starting
@@ -123,12 +124,12 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 		return nil, ErrWorkerDone
 	}
 	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(client.EnvJobID),
-		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
+		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS"), tls: tlsFromEnv()}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID})
+		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID, TLS: cfg.tls})
 		if err != nil {
 			return nil, err
 		}

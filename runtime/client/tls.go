@@ -17,13 +17,15 @@ type TLS struct {
 	CAFile string
 	// CAHash pins the cluster CA: the one a node presents must have it.
 	CAHash string
+	// CA trusts this CA and no other (one learned by another Client).
+	CA *pki.CA
 }
 
 // initTLS applies the settings that need no node: plaintext, or a CA file.
 func (c *Client) initTLS() error {
 	t := c.trust
 	switch {
-	case t.Insecure && (t.CAFile != "" || t.CAHash != ""):
+	case t.Insecure && (t.CAFile != "" || t.CAHash != "" || t.CA != nil):
 		return fmt.Errorf("cluster client: --insecure turns TLS off: drop --tls-ca/--ca-hash, or --insecure")
 	case t.Insecure:
 		return nil
@@ -33,6 +35,11 @@ func (c *Client) initTLS() error {
 			return fmt.Errorf("cluster client: %w", err)
 		}
 		c.trust.CAHash = h
+	}
+	if t.CA != nil {
+		c.ca = t.CA
+		c.opts.Security.Client = pki.ClientTLS(t.CA)
+		return nil
 	}
 	if t.CAFile != "" {
 		ca, err := pki.LoadCA(t.CAFile, "")
@@ -74,4 +81,24 @@ func (c *Client) CAHash() string {
 		return ""
 	}
 	return c.ca.Hash()
+}
+
+// CA returns the cluster CA the client trusts: nil before its first
+// connection or without TLS.
+func (c *Client) CA() *pki.CA {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ca
+}
+
+// Trust returns the client's TLS settings, with the CA once it is known,
+// for more clients of the same cluster.
+func (c *Client) Trust() TLS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.trust
+	if c.ca != nil && !t.Insecure {
+		t.CA = c.ca
+	}
+	return t
 }

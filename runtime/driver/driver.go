@@ -83,6 +83,9 @@ type Config struct {
 	// JobID is the submitted job this driver runs as ("" registers a new
 	// job).
 	JobID string
+	// TLS is how connections to the cluster are secured (the zero value:
+	// TLS, trusting the CA the node proves with the token).
+	TLS client.TLS
 	// Control, when set, is the control plane instead of gRPC to Address
 	// (client.Inmem in tests); binaries are uploaded through it.
 	Control Control
@@ -102,13 +105,15 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("init: the job binary (this executable): %w", err)
 	}
-	c, node := cfg.Control, func(addr string) (Control, error) { return client.NewClient(addr, tok) }
+	c, node := cfg.Control, func(addr string) (Control, error) { return client.NewClientTLS(addr, tok, cfg.TLS) }
+	var gc *client.Client
 	if c == nil {
-		gc, err := client.NewClient(addr, tok)
-		if err != nil {
+		if gc, err = client.NewClientTLS(addr, tok, cfg.TLS); err != nil {
 			return nil, fmt.Errorf("init: %w", err)
 		}
 		c = gc
+		// Clients of single nodes trust the CA this one learned.
+		node = func(addr string) (Control, error) { return client.NewClientTLS(addr, tok, gc.Trust()) }
 	} else {
 		node = func(string) (Control, error) { return noClose{cfg.Control}, nil }
 	}
@@ -122,7 +127,14 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
+	sec := transport.Security{Token: tok}
+	if gc != nil {
+		if sec, err = driverSecurity(cctx, gc, tok); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: sec,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	r.ctx, r.cancel = context.WithCancel(context.Background())
