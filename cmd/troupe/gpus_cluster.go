@@ -25,7 +25,7 @@ func runClusterGPUs(ctx context.Context, env gpusEnv, o clusterGPUsOptions) erro
 	if err != nil {
 		return err
 	}
-	c, err := cluster.NewClient(o.addr, tok)
+	c, err := cluster.NewClientTLS(o.addr, tok, envClientTLS(""))
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func runHealth(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := cluster.NewClient(*addr, tok)
+	c, err := cluster.NewClientTLS(*addr, tok, envClientTLS(""))
 	if err != nil {
 		return err
 	}

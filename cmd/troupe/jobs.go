@@ -37,7 +37,7 @@ func (f clusterFlags) client() (*cluster.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cluster.NewClient(clusterAddress(*f.addr), tok)
+	return cluster.NewClientTLS(clusterAddress(*f.addr), tok, envClientTLS(""))
 }
 
 // parseOneArg parses flags placed before or after one positional argument.

@@ -26,7 +26,7 @@ func runStop(ctx context.Context, args []string) error {
 		return err
 	}
 	a := clusterAddress(*addr)
-	c, err := cluster.NewClient(a, tok)
+	c, err := cluster.NewClientTLS(a, tok, envClientTLS(""))
 	if err != nil {
 		return err
 	}

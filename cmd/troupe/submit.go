@@ -207,7 +207,7 @@ func firstNode(ctx context.Context, addrs, tok string) (*cluster.Client, string,
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
-		c, err := cluster.NewClient(a, tok)
+		c, err := cluster.NewClientTLS(a, tok, envClientTLS(""))
 		if err != nil {
 			return nil, "", err
 		}

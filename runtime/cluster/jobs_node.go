@@ -216,7 +216,7 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 		cmd.Args[0] = r.Program // as typed: "./run.sh", "go"
 	}
 	cmd.Dir = wd
-	cmd.Env = driverEnv(os.Environ(), r.Env, []string{"TROUPE_ADDRESS=" + n.r.grpcAddr(), "TROUPE_TOKEN=" + n.cfg.Token, EnvJobID + "=" + string(id)})
+	cmd.Env = driverEnv(os.Environ(), r.Env, append([]string{"TROUPE_ADDRESS=" + n.r.grpcAddr(), "TROUPE_TOKEN=" + n.cfg.Token, EnvJobID + "=" + string(id)}, n.driverTLSEnv()...))
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding the output pipes open does not hold the job
 	// Its own process group (a stop signals the driver and what it

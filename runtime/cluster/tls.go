@@ -320,3 +320,13 @@ func NewClientTLS(addrs string, token string, t ClientTLS) (*Client, error) {
 	}
 	return &Client{c}, nil
 }
+
+// driverTLSEnv is how a job's driver, started by this node, connects back
+// to it: in plaintext when the node runs with --insecure, else pinned to
+// the node's CA (runtime.Init reads these).
+func (n *Node) driverTLSEnv() []string {
+	if h := n.CAHash(); h != "" {
+		return []string{"TROUPE_INSECURE=", "TROUPE_CA_HASH=" + h, "TROUPE_TLS_CA="}
+	}
+	return []string{"TROUPE_INSECURE=1", "TROUPE_CA_HASH=", "TROUPE_TLS_CA="}
+}
