@@ -26,10 +26,14 @@ import (
 // Without TLS the token still never crosses the wire: each side proves it
 // with an HMAC over nonces of both sides.
 //
+//	client → server  preamble: "TRPA" | u8 version
 //	server → client  hello:  "TRPA" | u8 version | u8 flags | 32 server nonce
 //	client → server  proof:  u8 version | u8 flags | 32 client nonce | 32 client MAC
 //	server → client  answer: u8 status | 32 server MAC
 //
+// The client speaks first, so a plaintext peer of a TLS side (or the
+// reverse) fails at its first bytes instead of waiting for a deadline; the
+// handshake costs two round trips (after TLS's), once per connection.
 // flags bit 0 says the side holds a token. The MACs are HMAC-SHA256 keyed
 // by the token, over a label ("troupe-auth v1 client" or "... server"),
 // the version, both nonces and the TLS binding (empty without TLS). The
@@ -59,6 +63,7 @@ const (
 	handshakeMagic = "TRPA"
 	nonceLen       = 32
 	macLen         = sha256.Size
+	preambleLen    = len(handshakeMagic) + 1
 	helloLen       = len(handshakeMagic) + 2 + nonceLen
 	proofLen       = 2 + nonceLen + macLen
 	answerLen      = 1 + macLen
@@ -85,6 +90,24 @@ var statusText = [nStatus]string{
 	statusBadToken: "wrong cluster token",
 	statusNoToken:  "no cluster token given; this cluster requires one",
 	statusVersion:  "unsupported handshake version",
+}
+
+func appendPreamble(b []byte) []byte {
+	return append(append(b, handshakeMagic...), HandshakeVersion)
+}
+
+// parsePreamble decodes a client preamble and returns its version.
+func parsePreamble(b []byte) (byte, error) {
+	if len(b) != preambleLen {
+		return 0, fmt.Errorf("%w: preamble of %d bytes, want %d", ErrUnauthenticated, len(b), preambleLen)
+	}
+	if string(b[:len(handshakeMagic)]) != handshakeMagic {
+		return 0, fmt.Errorf("%w: the peer is not a troupe client (it began with %q)", ErrUnauthenticated, b[:len(handshakeMagic)])
+	}
+	if b[len(handshakeMagic)] == 0 {
+		return 0, fmt.Errorf("%w: preamble with version 0", ErrUnauthenticated)
+	}
+	return b[len(handshakeMagic)], nil
 }
 
 // hello is the server's opening message.
@@ -233,14 +256,20 @@ func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout tim
 	if _, err := rand.Read(h.nonce[:]); err != nil {
 		return nil, refusedJunk, fmt.Errorf("handshake nonce: %w", err)
 	}
+	var buf [preambleLen + proofLen]byte
+	if _, err := io.ReadFull(nc, buf[:preambleLen]); err != nil {
+		return nil, refusedJunk, fmt.Errorf("%w: no preamble: %v", ErrUnauthenticated, err)
+	}
+	if _, err := parsePreamble(buf[:preambleLen]); err != nil {
+		return nil, refusedJunk, err
+	}
 	if _, err := nc.Write(appendHello(make([]byte, 0, helloLen), &h)); err != nil {
 		return nil, refusedJunk, fmt.Errorf("%w: send hello: %v", ErrUnauthenticated, err)
 	}
-	var buf [proofLen]byte
-	if _, err := io.ReadFull(nc, buf[:]); err != nil {
+	if _, err := io.ReadFull(nc, buf[preambleLen:]); err != nil {
 		return nil, refusedJunk, fmt.Errorf("%w: no proof: %v", ErrUnauthenticated, err)
 	}
-	p, err := parseProof(buf[:])
+	p, err := parseProof(buf[preambleLen:])
 	if err != nil {
 		return nil, refusedJunk, err
 	}
@@ -305,6 +334,9 @@ func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tl
 	binding, err := tlsBinding(nc)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := nc.Write(appendPreamble(make([]byte, 0, preambleLen))); err != nil {
+		return nil, fail(fmt.Errorf("%w: send preamble: %v", ErrUnauthenticated, err))
 	}
 	var hb [helloLen]byte
 	if _, err := io.ReadFull(nc, hb[:]); err != nil {
