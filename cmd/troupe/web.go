@@ -60,6 +60,24 @@ func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Nod
 	if err := w.reg.RegisterGPUs(agent.sampler, metrics.GPUOptions{SkipDCGM: o.noDCGM}); err != nil {
 		return nil, err
 	}
+	// Refused connections: this process's (the dashboard beyond loopback)
+	// and, on a node, its workers' call and object ports. The workers'
+	// counts go with them when they exit.
+	err := w.reg.RegisterAuth(func(ctx context.Context) transport.AuthStats {
+		s := transport.ProcessAuthStats()
+		if node != nil {
+			reports, _, _ := node.WorkerStats(ctx)
+			for _, r := range reports {
+				if r.Stats != nil && r.Stats.Auth != nil {
+					s = s.Add(*r.Stats.Auth)
+				}
+			}
+		}
+		return s
+	})
+	if err != nil {
+		return nil, err
+	}
 	if node != nil {
 		err := w.reg.RegisterCalls(func(ctx context.Context) []worker.CallStats {
 			_, calls, _ := node.WorkerStats(ctx)

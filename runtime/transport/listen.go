@@ -226,6 +226,12 @@ var auth struct {
 	badToken, noToken, junk, tls, peer, overload atomic.Uint64
 }
 
+// Add returns the sum of s and o.
+func (s AuthStats) Add(o AuthStats) AuthStats {
+	return AuthStats{Accepted: s.Accepted + o.Accepted, Refused: s.Refused + o.Refused, BadToken: s.BadToken + o.BadToken,
+		NoToken: s.NoToken + o.NoToken, Junk: s.Junk + o.Junk, TLS: s.TLS + o.TLS, Peer: s.Peer + o.Peer, Overloaded: s.Overloaded + o.Overloaded}
+}
+
 // ProcessAuthStats returns this process's handshake counters.
 func ProcessAuthStats() AuthStats {
 	s := AuthStats{Accepted: auth.accepted.Load(), BadToken: auth.badToken.Load(), NoToken: auth.noToken.Load(),
