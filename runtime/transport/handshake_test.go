@@ -3,17 +3,11 @@ package transport
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +15,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"troupe/runtime/transport/transporttest"
 )
 
 // pipeListener is an in-memory listener: dial hands Accept the server end
@@ -219,50 +215,20 @@ func (h *countHandler) count() int                         { h.mu.Lock(); defer 
 
 // testPKI is a CA made in the test and a certificate for 127.0.0.1 signed
 // by it.
-type testPKI struct {
-	pool *x509.CertPool
-	cert tls.Certificate
-}
+type testPKI struct{ *transporttest.PKI }
 
 func newTestPKI(t testing.TB) testPKI {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := transporttest.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "troupe test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return testPKI{pool: pool, cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+	return testPKI{p}
 }
 
 // security returns a Security with TLS from the test CA and token.
 func (p testPKI) security(token string) Security {
-	return Security{Token: token,
-		Server: &tls.Config{Certificates: []tls.Certificate{p.cert}, MinVersion: tls.VersionTLS13},
-		Client: &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS13}}
+	return Security{Token: token, Server: p.Server(), Client: p.Client()}
 }
 
 // TestTLSRoundTrip: over loopback TCP with a CA made here, a dialer that
