@@ -1,17 +1,20 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"troupe/actors"
 	"troupe/runtime/transport"
+	"troupe/runtime/transport/transporttest"
 )
 
 // countingHost counts lookups: every call frame a server handles looks its
@@ -99,5 +102,103 @@ func TestPortsRefuseUnauthenticated(t *testing.T) {
 	}
 	if n := h.lookups.Load(); n != 1 {
 		t.Errorf("%d lookups after one authenticated call", n)
+	}
+}
+
+// recordingProxy forwards connections from its listener to target and
+// records every byte in both directions.
+type recordingProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	bytes  bytes.Buffer
+	wg     sync.WaitGroup
+}
+
+func startRecordingProxy(t *testing.T, target string) *recordingProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &recordingProxy{l: l, target: target}
+	p.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.wg.Go(func() { io.Copy(io.MultiWriter(s, p), c); s.Close() })
+			p.wg.Go(func() { io.Copy(io.MultiWriter(c, p), s); c.Close() })
+		}
+	})
+	t.Cleanup(func() { l.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *recordingProxy) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bytes.Write(b)
+}
+
+func (p *recordingProxy) recorded() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Clone(p.bytes.Bytes())
+}
+
+// TestRecordedBytes: through a recording proxy, the token never appears
+// in the bytes of a call connection (it is proved, not sent); with TLS the
+// call's argument and result do not either, while in plaintext they do
+// (the test can see them).
+func TestRecordedBytes(t *testing.T) {
+	t.Setenv(unixEnv, "0")
+	pki, err := transporttest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "token-6b1d9e0c2f"
+	marker := []byte("marker-argument-5c8e77a1")
+	for _, withTLS := range []bool{false, true} {
+		sec := transport.Security{Token: token}
+		if withTLS {
+			sec.Server, sec.Client = pki.Server(), pki.Client()
+		}
+		h := &host{byID: map[string]*actors.Instance{}}
+		h.spawn(t, "a", spec(0))
+		srv := NewServer(h, 0, sec)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(l)
+		p := startRecordingProxy(t, l.Addr().String())
+		ctx := context.Background()
+		cl, err := Dial(ctx, sec, "tcp", p.l.Addr().String(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := actors.Call(ctx, handle(cl, "a"), (*echo).Bytes, marker).Get(ctx)
+		if err != nil || !bytes.Equal(got, marker) {
+			t.Fatalf("call through the proxy: %q %v", got, err)
+		}
+		cl.Close()
+		srv.Close()
+		rec := p.recorded()
+		if len(rec) == 0 {
+			t.Fatal("the proxy recorded nothing")
+		}
+		if bytes.Contains(rec, []byte(token)) {
+			t.Errorf("TLS %v: the token crossed the wire", withTLS)
+		}
+		if seen := bytes.Contains(rec, marker); seen == withTLS {
+			t.Errorf("TLS %v: argument seen in the recorded bytes: %v", withTLS, seen)
+		}
 	}
 }
