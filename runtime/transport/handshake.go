@@ -208,7 +208,7 @@ func handshakeMAC(token, label string, version byte, server, client *[nonceLen]b
 // tlsBinding is the keying material the MACs of a TLS connection are bound
 // to; nil for a plain connection.
 func tlsBinding(nc net.Conn) ([]byte, error) {
-	tc, ok := nc.(*tls.Conn)
+	tc, ok := nc.(*tlsConn)
 	if !ok {
 		return nil, nil
 	}
@@ -239,11 +239,12 @@ const (
 func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout time.Duration) (net.Conn, refusal, error) {
 	nc.SetDeadline(time.Now().Add(timeout))
 	if tlsConf != nil {
-		tc := tls.Server(nc, tlsConf)
+		raw := newBatchConn(nc)
+		tc := tls.Server(raw, tlsConf)
 		if err := tc.Handshake(); err != nil {
 			return nil, refusedTLS, fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err)
 		}
-		nc = tc
+		nc = &tlsConn{Conn: tc, raw: raw}
 	}
 	binding, err := tlsBinding(nc)
 	if err != nil {
@@ -325,11 +326,12 @@ func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tl
 			tlsConf = tlsConf.Clone()
 			tlsConf.ServerName = serverName
 		}
-		tc := tls.Client(nc, tlsConf)
+		raw := newBatchConn(nc)
+		tc := tls.Client(raw, tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, fail(fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err))
 		}
-		nc = tc
+		nc = &tlsConn{Conn: tc, raw: raw}
 	}
 	binding, err := tlsBinding(nc)
 	if err != nil {

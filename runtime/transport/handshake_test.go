@@ -258,7 +258,7 @@ func TestTLSRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial with the CA and token: %v", err)
 	}
-	tc, ok := c.(*tls.Conn)
+	tc, ok := c.(interface{ ConnectionState() tls.ConnectionState })
 	if !ok || tc.ConnectionState().Version != tls.VersionTLS13 {
 		t.Fatalf("connection %T is not TLS 1.3", c)
 	}

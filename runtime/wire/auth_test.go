@@ -202,3 +202,47 @@ func TestRecordedBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestErrNoticesAnIdleTLSPeerThatLeft: over TLS, where a closing peer's
+// close_notify record (and the session tickets sent after the handshake)
+// sit in the socket, Err still notices a worker that went away, and a
+// probe of a live connection loses no input.
+func TestErrNoticesAnIdleTLSPeerThatLeft(t *testing.T) {
+	t.Setenv(unixEnv, "0")
+	pki, err := transporttest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := transport.Security{Token: "tok", Server: pki.Server(), Client: pki.Client()}
+	ctx := context.Background()
+	h := &host{byID: map[string]*actors.Instance{}}
+	h.spawn(t, "a", spec(0))
+	srv := NewServer(h, 0, sec)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	cl, err := Dial(ctx, sec, "tcp", l.Addr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cl.probeAfter = 0
+	for i := 1; i <= 3; i++ {
+		if v, err := actors.Call(ctx, handle(cl, "a"), (*echo).Add, 1).Get(ctx); err != nil || v != i {
+			t.Fatalf("call %d: %d %v", i, v, err)
+		}
+		if err := cl.Err(); err != nil { // probes: the tickets are read, nothing is lost
+			t.Fatalf("open connection: %v", err)
+		}
+	}
+	srv.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for err = cl.Err(); err == nil && time.Now().Before(deadline); err = cl.Err() {
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Err after the TLS peer closed: %v", err)
+	}
+}
