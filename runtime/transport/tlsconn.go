@@ -16,10 +16,10 @@ import (
 // fast link. A TLS connection of this package therefore sits on a
 // batchConn: the records of one Write are gathered and written to the
 // socket together, and reads take what the socket has, up to
-// tlsReadBuffer, in one call.
+// tlsReadBuffer (64 KiB: four full records), in one call.
 
 // tlsReadBuffer is how much one read of a TLS connection's socket takes.
-const tlsReadBuffer = 256 << 10
+const tlsReadBuffer = 64 << 10
 
 // tlsWriteBatch is how many bytes of records a Write gathers before it
 // writes them.
