@@ -29,8 +29,13 @@ func (s Security) Listen(network, addr string) (net.Listener, error) {
 // closed, counted in ProcessAuthStats and logged at a rate limit. On a
 // Unix socket a peer of another user (SO_PEERCRED, where the system has
 // it) is refused before the handshake. Close closes l and the connections
-// still in their handshake, and waits for the handshake goroutines.
+// still in their handshake, and waits for the handshake goroutines. A
+// listener Wrap or Listen returned is returned as it is (its connections
+// are authenticated already).
 func (s Security) Wrap(l net.Listener) net.Listener {
+	if al, ok := l.(*authListener); ok {
+		return al
+	}
 	return s.wrap(l, HandshakeTimeout)
 }
 
