@@ -351,3 +351,39 @@ func TestLocalSocketPermissions(t *testing.T) {
 		t.Error("LocalDir accepted a directory of mode 0777")
 	}
 }
+
+// TestHandshakeOverload: beyond MaxPendingHandshakes silent peers, a new
+// connection is closed at once and counted; once the silent ones time out,
+// an authenticated client gets through again.
+func TestHandshakeOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pl := newPipeListener()
+		l := Security{Token: "tok"}.Wrap(pl)
+		defer l.Close()
+		before := ProcessAuthStats()
+		silent := make([]net.Conn, MaxPendingHandshakes)
+		for i := range silent {
+			silent[i] = pl.dial()
+		}
+		synctest.Wait()
+		extra := pl.dial()
+		synctest.Wait()
+		if _, err := extra.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a connection beyond the limit was not closed")
+		}
+		if got := ProcessAuthStats().Overloaded - before.Overloaded; got != 1 {
+			t.Errorf("overloaded counted %d, want 1", got)
+		}
+		time.Sleep(HandshakeTimeout + time.Second)
+		got := acceptOne(l)
+		c, err := Security{Token: "tok"}.Handshake(context.Background(), pl.dial(), "pipe", "pipe")
+		if err != nil {
+			t.Fatalf("after the silent peers timed out: %v", err)
+		}
+		c.Close()
+		(<-got).Close()
+		for _, s := range silent {
+			s.Close()
+		}
+	})
+}
