@@ -24,7 +24,10 @@ import (
 // runs inside it, bound to the TLS session (a keying-material exporter is
 // part of each MAC), so a proof cannot be relayed into another session.
 // Without TLS the token still never crosses the wire: each side proves it
-// with an HMAC over nonces of both sides.
+// with an HMAC over nonces of both sides (an eavesdropper sees MACs of
+// random nonces, which tell nothing of a random token). Without TLS the
+// connection is authenticated, not protected: an active attacker on the
+// path could take it over after the handshake, which is what TLS is for.
 //
 //	client → server  preamble: "TRPA" | u8 version
 //	server → client  hello:  "TRPA" | u8 version | u8 flags | 32 server nonce
