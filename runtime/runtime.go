@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"troupe/actors"
-	"troupe/runtime/worker"
-
-	"troupe/runtime/cluster"
-
+	"troupe/runtime/api"
+	"troupe/runtime/client"
+	"troupe/runtime/driver"
+	"troupe/runtime/local"
 	"troupe/runtime/wire"
+	"troupe/runtime/worker"
 )
 
 // Runtime is a connection to a cluster: the embedded local one or, with an
@@ -27,43 +26,18 @@ type Runtime interface {
 	Shutdown(ctx context.Context) error
 }
 
-// Status is a snapshot of a cluster for people and scripts.
-type Status struct {
-	Nodes  []NodeStatus  `json:"nodes"`
-	Actors []ActorStatus `json:"actors"`
-}
+// Status is a snapshot of a cluster for people and scripts (the same type
+// as api.Status, which the embedded cluster and the driver return).
+type Status = api.Status
 
 // NodeStatus describes one node.
-type NodeStatus struct {
-	ID        string             `json:"id"`
-	Address   string             `json:"address,omitempty"`
-	Role      string             `json:"role"`  // "head", "server", "worker", "embedded"
-	State     string             `json:"state"` // "alive", "suspect", "draining", "dead" (lost) or "drained" (left after troupe stop)
-	Total     actors.ResourceSet `json:"total"`
-	Used      actors.ResourceSet `json:"used"`
-	GPUs      []GPUStatus        `json:"gpus,omitempty"`
-	Simulated bool               `json:"simulated_gpus,omitempty"`
-	Labels    map[string]string  `json:"labels,omitempty"`
-}
+type NodeStatus = api.NodeStatus
 
 // GPUStatus is one GPU of a node and how much of it is held.
-type GPUStatus struct {
-	Index int     `json:"index"`
-	Used  float64 `json:"used"` // fraction held by actors, 0..1
-}
+type GPUStatus = api.GPUStatus
 
 // ActorStatus describes one actor.
-type ActorStatus struct {
-	ID        string             `json:"id"`
-	Name      string             `json:"name,omitempty"`
-	Type      string             `json:"type"`
-	State     string             `json:"state"` // PENDING, ALIVE, DEAD
-	Node      string             `json:"node,omitempty"`
-	GPUs      []int              `json:"gpus,omitempty"`
-	Resources actors.ResourceSet `json:"resources"`
-	Restarts  int                `json:"restarts"`
-	Death     string             `json:"death,omitempty"`
-}
+type ActorStatus = api.ActorStatus
 
 // Option configures Init.
 type Option func(*config)
@@ -135,33 +109,38 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 		}
 		os.Exit(0)
 	}
-	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(cluster.EnvJobID),
+	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(client.EnvJobID),
 		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		return newRemote(ctx, cfg)
+		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
 	}
-	return newLocal(cfg)
+	l, err := local.New(local.Config{SimulateGPUs: cfg.simulateGPUs, CPUs: cfg.cpus, OverrideCPUs: cfg.overrideCPUs,
+		MemoryBytes: cfg.memoryBytes, OverrideMemory: cfg.overrideMem, Custom: cfg.customRes})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
+
+// ErrShutdown: the runtime was shut down. After Shutdown, spawns, lookups
+// and calls fail with an error wrapping it, on either side of a process
+// boundary.
+var ErrShutdown = api.ErrShutdown
+
+// The embedded cluster and the driver are what Init returns.
+var (
+	_ Runtime      = (*local.Cluster)(nil)
+	_ groupBackend = (*local.Cluster)(nil)
+	_ Runtime      = (*driver.Driver)(nil)
+	_ groupBackend = (*driver.Driver)(nil)
+)
 
 // ErrNoClusterSupport: this build cannot join a remote cluster yet.
 var ErrNoClusterSupport = fmt.Errorf("multi-node clusters are not available in this build")
-
-// machineMemory reads MemTotal from /proc/meminfo; 0 when unknown.
-func machineMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -32,14 +32,14 @@ import (
 type objRefs struct {
 	client *objstore.Client
 
-	// The driver's own objects (actors.Put, remote_put.go): store is nil
+	// The driver's own objects (actors.Put, put.go): store is nil
 	// when no server could be started, ownErr says why.
 	store  *objstore.Store
 	ownErr error
 	srv    *objstore.Server
 	served sync.WaitGroup
 
-	mu     sync.Mutex              // a leaf (lock order: remote.go)
+	mu     sync.Mutex              // a leaf (lock order: driver.go)
 	pins   map[*actors.Promise]int // futures in flight as arguments
 	since  int64                   // bytes referenced since the last collection we started
 	inGC   bool

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -7,19 +7,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"troupe/runtime/api"
 
 	"troupe/actors"
 )
 
 // driverGoroutines returns the stacks of goroutines running the driver's
-// code (remote*.go and the wire clients it owns).
+// code (this package and the wire clients it owns).
 func driverGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:goruntime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, mark := range []string{"troupe/runtime.(*remote)", "troupe/runtime.(*actorRef)", "troupe/runtime.(*spawner)",
-			"troupe/runtime.(*callWatch)", "troupe/runtime.(*objRefs)", "troupe/runtime/wire.(*Client)"} {
+		for _, mark := range []string{"troupe/runtime/driver.(*Driver)", "troupe/runtime/driver.(*actorRef)", "troupe/runtime/driver.(*spawner)",
+			"troupe/runtime/driver.(*callWatch)", "troupe/runtime/driver.(*objRefs)", "troupe/runtime/wire.(*Client)"} {
 			if strings.Contains(g, mark) {
 				out = append(out, g)
 				break
@@ -55,7 +56,7 @@ func TestDriverShutdownLeak(t *testing.T) {
 }
 
 // TestDriverAfterShutdown: a driver's spawns, lookups and calls after
-// Shutdown fail at once with an error that is ErrShutdown (errors.Is),
+// Shutdown fail at once with an error that is api.ErrShutdown (errors.Is),
 // not a gRPC error of the closed connection after a wait.
 func TestDriverAfterShutdown(t *testing.T) {
 	const tok = "after-token"
@@ -74,13 +75,13 @@ func TestDriverAfterShutdown(t *testing.T) {
 	done()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}); !errors.Is(err, ErrShutdown) {
+	if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}); !errors.Is(err, api.ErrShutdown) {
 		t.Errorf("spawn after shutdown: %v, want ErrShutdown", err)
 	}
-	if _, err := actors.GetActor[rcounter](ctx, rt, "after"); !errors.Is(err, ErrShutdown) {
+	if _, err := actors.GetActor[rcounter](ctx, rt, "after"); !errors.Is(err, api.ErrShutdown) {
 		t.Errorf("get actor after shutdown: %v, want ErrShutdown", err)
 	}
-	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); !errors.Is(err, ErrShutdown) {
+	if _, err := actors.Call(ctx, h, (*rcounter).Add, 1).Get(ctx); !errors.Is(err, api.ErrShutdown) {
 		t.Errorf("call after shutdown: %v, want ErrShutdown", err)
 	}
 	if ctx.Err() != nil {

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"troupe/runtime/client"
 
 	"troupe/actors"
-	"troupe/runtime/cluster"
 )
 
 // BenchmarkRemoteSpawn measures remote actor creation across two nodes
@@ -31,7 +31,7 @@ func BenchmarkRemoteSpawn(b *testing.B) {
 	startNodeProcB(b, tok, n.Addr(), "p1")
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func BenchmarkRemoteSpawnOneNode(b *testing.B) {
 	defer n.Shutdown()
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func BenchmarkRemoteSpawnOneNode(b *testing.B) {
 // its first actor) and then spawns b.N actors, 64 × GOMAXPROCS at once;
 // opts gives the options of the i-th spawn. Every spawn has a deadline, so
 // a lost one fails the benchmark instead of hanging it.
-func benchSpawn(b *testing.B, rt Runtime, opts func(i int64) []actors.Option) {
+func benchSpawn(b *testing.B, rt *Driver, opts func(i int64) []actors.Option) {
 	ctx := context.Background()
 	for i := int64(0); i < 2; i++ {
 		if _, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, opts(i)...); err != nil {
@@ -161,7 +161,7 @@ func startNodeProcB(b testing.TB, tok, join, id string) {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	b.Cleanup(func() {
-		if c, err := cluster.NewClient(addr, tok); err == nil {
+		if c, err := client.NewClient(addr, tok); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			c.Stop(ctx, "benchmark over")
 			cancel()
@@ -184,7 +184,7 @@ func BenchmarkRemoteCall(b *testing.B) {
 	defer n.Shutdown()
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func BenchmarkRemoteSpawnSerial(b *testing.B) {
 	defer n.Shutdown()
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func BenchmarkRemoteCallPipelined(b *testing.B) {
 	defer n.Shutdown()
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}

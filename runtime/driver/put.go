@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"troupe/actors"
+	"troupe/runtime/api"
 	"troupe/runtime/objstore"
 	"troupe/runtime/transport"
 )
@@ -68,12 +69,12 @@ func listenReachable(clusterAddr string) (net.Listener, error) {
 // bytes or more is kept in the driver's store and the promise is resolved
 // with its reference; a smaller one with its bytes, which travel inline in
 // each call as a plain argument's do.
-func (r *remote) PutObject(ctx context.Context, data []byte) (*actors.Promise, error) {
+func (r *Driver) PutObject(ctx context.Context, data []byte) (*actors.Promise, error) {
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
 	if closed {
-		return nil, ErrShutdown
+		return nil, api.ErrShutdown
 	}
 	if len(data) < objstore.InlineMax {
 		p := actors.NewPromise()

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func BenchmarkRemoteObjectTransfer(b *testing.B) {
 	head, _ := startObjCluster(b, tok)
 	b.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(head.Addr()))
+	rt, err := connect(ctx, head.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}

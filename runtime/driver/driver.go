@@ -1,9 +1,7 @@
-package runtime
+package driver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,37 +12,38 @@ import (
 	"google.golang.org/grpc/status"
 
 	"troupe/actors"
-	"troupe/runtime/cluster"
+	"troupe/runtime/api"
+	"troupe/runtime/client"
 	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
 
-// remote is a driver's connection to a multi-node cluster. Actors are
+// Driver is a driver's connection to a multi-node cluster. Actors are
 // created through the control plane (placed by the leader, started by
 // their node in a worker process running this program's binary); calls go
 // from this process straight to the actor's worker over one shared wire
 // connection per worker address.
 //
-// Lock order of the driver (remote*.go). Held while taking another:
+// Lock order of the driver (this package). Held while taking another:
 //
 //	actorRef.mu → callWatch.mu → wire.Client's lock (send → incarnation.begin;
 //	                              scan calls Client.Err)
 //	actorRef.mu → wire.Client's lock (Invoke, Err)
-//	remote.mu → wire.Client's lock (conn calls Err)
+//	Driver.mu → wire.Client's lock (conn calls Err)
 //
-// remote.upMu is held across RPCs (Status, uploads) and takes no other
+// Driver.upMu is held across RPCs (Status, uploads) and takes no other
 // lock of the driver. spawner.mu, spawnItem.mu and objRefs.mu are leaves:
 // nothing else is locked while one is held. Replies never run driver code
 // under a wire lock: send resolves them on a goroutine of their own.
-type remote struct {
+type Driver struct {
 	addr   string
-	client *cluster.Client
+	client *client.Client
 	job    scheduler.JobID
 	binary string
 	token  string
 	sec    transport.Security // the worker call ports and object stores (the token; TLS from the cluster)
-	sess   jobSession         // keep-alives of the job (remote_job.go)
+	sess   jobSession         // keep-alives of the job (job.go)
 
 	hashOnce sync.Once
 	hash     string          // sha256 of binary ("" when it could not be read)
@@ -58,15 +57,26 @@ type remote struct {
 
 	spawns spawner // batches concurrent spawns
 
-	objs  *objRefs   // results held by workers (remote_objects.go)
-	watch *callWatch // fails calls to vanished nodes (remote_watch.go)
+	objs  *objRefs   // results held by workers (objects.go)
+	watch *callWatch // fails calls to vanished nodes (watch.go)
 }
 
-// newRemote connects to the cluster at cfg.address (one or more
-// comma-separated gRPC addresses) with cfg.token, checking that a node
-// answers and accepts the token.
-func newRemote(ctx context.Context, cfg config) (*remote, error) {
-	addr, tok := cfg.address, cfg.token
+// Config says which cluster a driver connects to, as whom.
+type Config struct {
+	// Address is one or more comma-separated gRPC addresses of nodes.
+	Address string
+	// Token is the cluster token.
+	Token string
+	// JobID is the submitted job this driver runs as ("" registers a new
+	// job).
+	JobID string
+}
+
+// Connect connects to the cluster at cfg.Address with cfg.Token, checking
+// that a node answers and accepts the token, and registers (or joins) the
+// driver's job.
+func Connect(ctx context.Context, cfg Config) (*Driver, error) {
+	addr, tok := cfg.Address, cfg.Token
 	if tok == "" {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
 	}
@@ -74,7 +84,7 @@ func newRemote(ctx context.Context, cfg config) (*remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("init: the job binary (this executable): %w", err)
 	}
-	c, err := cluster.NewClient(addr, tok)
+	c, err := client.NewClient(addr, tok)
 	if err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
@@ -84,39 +94,30 @@ func newRemote(ctx context.Context, cfg config) (*remote, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &remote{addr: addr, client: c, job: scheduler.JobID("job-" + newID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
+	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	// The job's actors die when the driver shuts down or is lost
-	// (remote_job.go).
-	if err := r.startJob(cctx, cfg.jobID); err != nil {
+	// (job.go).
+	if err := r.startJob(cctx, cfg.JobID); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (remote_put.go)
+	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (put.go)
 	r.watch = newCallWatch(c, watchInterval)
 	return r, nil
-}
-
-// newID returns a random 128-bit hex ID.
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("runtime: crypto/rand failed: %v", err)) // the OS has no randomness: nothing can work
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // SpawnActor implements actors.Runtime: the leader places the actor, its
 // node starts it in this job's worker process there, and the returned Ref
 // calls it directly once it is alive. A spawn that does not fit waits
 // until ctx ends.
-func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
+func (r *Driver) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	if r.isClosed() {
-		return nil, fmt.Errorf("spawn %s: %w", spec.Type, ErrShutdown)
+		return nil, fmt.Errorf("spawn %s: %w", spec.Type, api.ErrShutdown)
 	}
 	hash, err := r.ensureBinary(ctx)
 	if err != nil {
@@ -124,13 +125,13 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	}
 	// The worker runs main with the driver's arguments, so flag parsing
 	// before Init behaves the same there.
-	args, err := cluster.EncodeLaunch(&cluster.Launch{Spec: spec, Binary: r.binary, Hash: hash, Args: os.Args[1:]})
+	args, err := client.EncodeLaunch(&client.Launch{Spec: spec, Binary: r.binary, Hash: hash, Args: os.Args[1:]})
 	if err != nil {
 		return nil, err
 	}
-	id := newID()
+	id := api.NewID()
 	as := scheduler.ActorSpec{ID: scheduler.ActorID(id), Name: spec.Name, Class: spec.Type, JobID: r.job, MaxRestarts: spec.MaxRestarts,
-		Request: specRequest(spec), Args: args}
+		Request: api.SpecRequest(spec), Args: args}
 	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
 	it := &spawnItem{spec: as, out: make(chan spawnOutcome, 1)}
 	r.spawns.add(it)
@@ -153,7 +154,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 		e := o.createErr
 		switch {
 		case errors.Is(e, scheduler.ErrInfeasible):
-			return nil, fmt.Errorf("spawn %s: %w: %s", spec.Type, actors.ErrInfeasible, infeasibleReason(e))
+			return nil, fmt.Errorf("spawn %s: %w: %s", spec.Type, actors.ErrInfeasible, api.InfeasibleReason(e))
 		case errors.Is(e, scheduler.ErrConflict) && spec.Name != "":
 			return nil, fmt.Errorf("spawn %s: %w: %v", spec.Type, actors.ErrDuplicate, e)
 		}
@@ -185,7 +186,7 @@ func (r *remote) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 
 // killAbandoned kills an actor whose spawn was given up (its context
 // ended), so it is not left behind.
-func (r *remote) killAbandoned(id string, why error) {
+func (r *Driver) killAbandoned(id string, why error) {
 	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := r.client.ApplyCommand(kctx, &scheduler.KillActor{Actor: scheduler.ActorID(id), Cause: "spawn abandoned: " + why.Error(),
@@ -209,7 +210,7 @@ const (
 
 // spawner queues spawns for the batched CreateActors calls.
 type spawner struct {
-	r        *remote
+	r        *Driver
 	mu       sync.Mutex // a leaf
 	queue    []*spawnItem
 	inFlight int
@@ -232,7 +233,7 @@ type spawnOutcome struct {
 	err       error
 	createErr error
 	notFound  bool
-	view      *cluster.ActorView
+	view      *client.ActorView
 }
 
 // abandon marks the spawn given up and reports whether its create has
@@ -337,7 +338,7 @@ func (s *spawner) create(q []*spawnItem) {
 
 // waitCreated waits with WaitActors until each actor of items is done (or
 // its spawn was given up), delivering each outcome as soon as it is known.
-func (r *remote) waitCreated(items []*spawnItem) {
+func (r *Driver) waitCreated(items []*spawnItem) {
 	for len(items) > 0 {
 		live := items[:0]
 		for _, it := range items {
@@ -354,7 +355,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 		r.mu.Unlock()
 		if closed {
 			for _, it := range items {
-				it.deliver(spawnOutcome{err: ErrShutdown})
+				it.deliver(spawnOutcome{err: api.ErrShutdown})
 			}
 			return
 		}
@@ -375,7 +376,7 @@ func (r *remote) waitCreated(items []*spawnItem) {
 			time.Sleep(10 * time.Millisecond) // no server answered: try again
 			continue
 		}
-		done := make(map[string]*cluster.ActorView, len(resp.Done))
+		done := make(map[string]*client.ActorView, len(resp.Done))
 		for i := range resp.Done {
 			done[resp.Done[i].ID] = &resp.Done[i]
 		}
@@ -404,9 +405,9 @@ func (r *remote) waitCreated(items []*spawnItem) {
 // every 5 s. A node that refuses the binary for its platform fails the
 // spawn; other upload failures leave that node to fall back to the
 // driver's path (same machine) and are reported when it starts a worker.
-func (r *remote) ensureBinary(ctx context.Context) (string, error) {
+func (r *Driver) ensureBinary(ctx context.Context) (string, error) {
 	r.hashOnce.Do(func() {
-		h, err := cluster.HashFile(r.binary)
+		h, err := client.HashFile(r.binary)
 		if err == nil {
 			r.hash = h
 		}
@@ -428,14 +429,14 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 		if nd.State != "alive" || nd.Address == "" || r.uploaded[nd.Address] {
 			continue
 		}
-		c, err := cluster.NewClient(nd.Address, r.token)
+		c, err := client.NewClient(nd.Address, r.token)
 		if err != nil {
 			continue
 		}
 		_, err = c.UploadBinary(ctx, r.binary, r.hash)
 		c.Close()
 		if err != nil {
-			if errors.Is(err, cluster.ErrWrongPlatform) {
+			if errors.Is(err, client.ErrWrongPlatform) {
 				return "", fmt.Errorf("node %s refused the job binary: %w", nd.ID, err)
 			}
 			continue
@@ -448,9 +449,9 @@ func (r *remote) ensureBinary(ctx context.Context) (string, error) {
 // GetActor implements actors.Runtime: it looks the name up in the
 // cluster's committed registry of named actors and waits until the actor
 // is alive.
-func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) {
+func (r *Driver) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 	if r.isClosed() {
-		return nil, fmt.Errorf("get actor %q: %w", name, ErrShutdown)
+		return nil, fmt.Errorf("get actor %q: %w", name, api.ErrShutdown)
 	}
 	a, err := r.client.GetActor(ctx, "", name)
 	if err != nil {
@@ -467,10 +468,10 @@ func (r *remote) GetActor(ctx context.Context, name string) (actors.Ref, error) 
 }
 
 // Status implements Runtime.
-func (r *remote) Status(ctx context.Context) (Status, error) {
+func (r *Driver) Status(ctx context.Context) (api.Status, error) {
 	cs, err := r.client.Status(ctx)
 	if err != nil {
-		return Status{}, fmt.Errorf("status: %w", err)
+		return api.Status{}, fmt.Errorf("status: %w", err)
 	}
 	return convertStatus(cs), nil
 }
@@ -478,7 +479,7 @@ func (r *remote) Status(ctx context.Context) (Status, error) {
 // Shutdown implements Runtime: the job finishes (its actors are killed and
 // its worker processes exit) and the connections close; the cluster keeps
 // running.
-func (r *remote) Shutdown(ctx context.Context) error {
+func (r *Driver) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -500,18 +501,18 @@ func (r *remote) Shutdown(ctx context.Context) error {
 }
 
 // isClosed reports whether Shutdown has begun.
-func (r *remote) isClosed() bool {
+func (r *Driver) isClosed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.closed
 }
 
 // conn returns the shared connection to a worker's call address.
-func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
+func (r *Driver) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, ErrShutdown
+		return nil, api.ErrShutdown
 	}
 	if cl := r.clients[addr]; cl != nil && cl.Err() == nil {
 		r.mu.Unlock()
@@ -534,23 +535,19 @@ func (r *remote) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	return cl, nil
 }
 
-func toResourceSet(r scheduler.Resources) actors.ResourceSet {
-	return actors.ResourceSet{CPUs: r.CPUs(), GPUs: r.GPUs, MemoryBytes: r.MemoryBytes, Custom: r.Custom}
-}
-
-func convertStatus(cs *cluster.ClusterStatus) Status {
-	var st Status
+func convertStatus(cs *client.ClusterStatus) api.Status {
+	var st api.Status
 	for _, n := range cs.Nodes {
-		ns := NodeStatus{ID: n.ID, Address: n.Address, Role: n.Role, State: n.State, Total: toResourceSet(n.Total), Used: toResourceSet(n.Used),
+		ns := api.NodeStatus{ID: n.ID, Address: n.Address, Role: n.Role, State: n.State, Total: api.FromResources(n.Total), Used: api.FromResources(n.Used),
 			Simulated: n.Labels["troupe.gpus"] == "simulated", Labels: n.Labels}
 		for _, g := range n.GPUs {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: g.Index, Used: 1 - g.Free})
+			ns.GPUs = append(ns.GPUs, api.GPUStatus{Index: g.Index, Used: 1 - g.Free})
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
 	for _, a := range cs.Actors {
-		st.Actors = append(st.Actors, ActorStatus{ID: a.ID, Name: a.Name, Type: a.Class, State: a.State, Node: a.Node, GPUs: a.GPUs,
-			Resources: toResourceSet(a.Resources), Restarts: a.Restarts, Death: a.Death})
+		st.Actors = append(st.Actors, api.ActorStatus{ID: a.ID, Name: a.Name, Type: a.Class, State: a.State, Node: a.Node, GPUs: a.GPUs,
+			Resources: api.FromResources(a.Resources), Restarts: a.Restarts, Death: a.Death})
 	}
 	return st
 }

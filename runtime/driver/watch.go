@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"troupe/runtime/cluster"
+	"troupe/runtime/client"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
@@ -70,18 +70,18 @@ func (in *incarnation) end() {
 // comment at the top of this file).
 type callWatch struct {
 	// actor and status read the committed cluster state.
-	actor    func(ctx context.Context, id string) (*cluster.ActorView, error)
-	status   func(ctx context.Context) (*cluster.ClusterStatus, error)
+	actor    func(ctx context.Context, id string) (*client.ActorView, error)
+	status   func(ctx context.Context) (*client.ClusterStatus, error)
 	interval time.Duration
 
-	mu   sync.Mutex // after actorRef.mu, before wire.Client's lock (lock order: remote.go)
+	mu   sync.Mutex // after actorRef.mu, before wire.Client's lock (lock order: driver.go)
 	incs map[*incarnation]struct{}
 	wake chan struct{} // the first incarnation was added
 	stop chan struct{}
 	done chan struct{}
 }
 
-func newCallWatch(client *cluster.Client, interval time.Duration) *callWatch {
+func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
 	w := newCallWatchOf(client.GetActorByID, client.Status, interval)
 	go w.run()
 	return w
@@ -89,8 +89,8 @@ func newCallWatch(client *cluster.Client, interval time.Duration) *callWatch {
 
 // newCallWatchOf returns a watcher reading the cluster state through actor
 // and status, not yet running.
-func newCallWatchOf(actor func(context.Context, string) (*cluster.ActorView, error),
-	status func(context.Context) (*cluster.ClusterStatus, error), interval time.Duration) *callWatch {
+func newCallWatchOf(actor func(context.Context, string) (*client.ActorView, error),
+	status func(context.Context) (*client.ClusterStatus, error), interval time.Duration) *callWatch {
 	return &callWatch{actor: actor, status: status, interval: interval, incs: map[*incarnation]struct{}{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -224,7 +224,7 @@ func (w *callWatch) gone(stalled []*incarnation) map[*incarnation]bool {
 		}
 	}()
 	out := make(map[*incarnation]bool, len(stalled))
-	judge := func(in *incarnation, v *cluster.ActorView) {
+	judge := func(in *incarnation, v *client.ActorView) {
 		out[in] = v.State == scheduler.ActorDead.String() || v.Restarts > in.inc
 	}
 	byID := map[string][]*incarnation{}

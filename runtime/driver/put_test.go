@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestRemotePut(t *testing.T) {
 	head, _ := startObjCluster(t, tok)
 	ctx, rt, done := connectDriver(t, tok, head.Addr(), 2, 120*time.Second)
 	defer done()
-	r := rt.(*remote)
+	r := rt
 	if r.objs.store == nil {
 		t.Fatalf("the driver's object store did not start: %v", r.objs.ownErr)
 	}

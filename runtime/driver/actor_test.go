@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -124,16 +124,25 @@ func init() {
 }
 
 // TestMain turns the test binary into a worker when a node starts it as
-// one: Init serves the registered types and exits, never returning.
+// one: it serves the registered types, as runtime.Init does in a worker.
 func TestMain(m *testing.M) {
-	if _, ok := os.LookupEnv(worker.EnvVar); ok {
-		Init(context.Background())
-		os.Exit(3) // unreachable: Init exits in worker mode
+	if env, ok := os.LookupEnv(worker.EnvVar); ok {
+		if err := worker.ServeProcess(context.Background(), env, os.Getenv(worker.HostEnvVar)); err != nil {
+			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	if spec := os.Getenv(nodeProcEnv); spec != "" {
 		os.Exit(runNodeProc(spec))
 	}
 	os.Exit(m.Run())
+}
+
+// connect is what runtime.Init does with an address: the driver of a
+// cluster, with the token from TROUPE_TOKEN (each test sets it).
+func connect(ctx context.Context, addr string) (*Driver, error) {
+	return Connect(ctx, Config{Address: addr, Token: os.Getenv("TROUPE_TOKEN")})
 }
 
 // nodeProcEnv makes the test binary a worker node process:
@@ -208,11 +217,11 @@ func startHeadB(t testing.TB, tok string) *cluster.Node {
 // connectDriver connects a driver with token tok to the cluster at addr
 // and waits for its k live nodes. Its context ends after timeout. The
 // caller defers done, which shuts the driver down.
-func connectDriver(t *testing.T, tok, addr string, k int, timeout time.Duration) (ctx context.Context, rt Runtime, done func()) {
+func connectDriver(t *testing.T, tok, addr string, k int, timeout time.Duration) (ctx context.Context, rt *Driver, done func()) {
 	t.Helper()
 	t.Setenv("TROUPE_TOKEN", tok)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	rt, err := Init(ctx, Address(addr))
+	rt, err := connect(ctx, addr)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -226,9 +235,9 @@ func connectDriver(t *testing.T, tok, addr string, k int, timeout time.Duration)
 }
 
 // waitNodes waits until the cluster has k live registered nodes.
-func waitNodes(t *testing.T, rt Runtime, k int) { waitNodesB(t, rt, k) }
+func waitNodes(t *testing.T, rt *Driver, k int) { waitNodesB(t, rt, k) }
 
-func waitNodesB(t testing.TB, rt Runtime, k int) {
+func waitNodesB(t testing.TB, rt *Driver, k int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -284,7 +293,7 @@ func TestRemoteActors(t *testing.T) {
 	}
 
 	// A second driver finds the named actor and calls the same instance.
-	rt2, err := Init(ctx, Address(n.Addr()))
+	rt2, err := connect(ctx, n.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +651,7 @@ func TestRemoteSpawnWaits(t *testing.T) {
 	defer n.Shutdown()
 	t.Setenv("TROUPE_TOKEN", tok)
 	ctx := context.Background()
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

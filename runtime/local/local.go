@@ -1,31 +1,33 @@
-package runtime
+package local
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"troupe/actors"
 	"troupe/gpu"
-	"troupe/scheduler"
-
 	"troupe/runtime/api"
+	"troupe/scheduler"
 )
 
 // localNodeID names the one node of the embedded cluster.
 const localNodeID = "local"
 
-// local is the embedded single-process cluster: one node that is control
+// Cluster is the embedded single-process cluster: one node that is control
 // plane and worker at once. Its control-plane state is the same
 // scheduler.State a multi-node cluster replicates through raft, changed by
 // the same commands (applied directly: there is nobody to replicate to), so
 // placement, GPU topology scoring and queuing behave as on a cluster.
 // Actors are actors.Instances in this process.
-type local struct {
+type Cluster struct {
 	inv     *gpu.Inventory
 	planner scheduler.Planner
 	now     func() time.Time
@@ -39,36 +41,52 @@ type local struct {
 	// scheduler state (which counts re-placements) does not see them.
 	deadRestarts map[scheduler.ActorID]int
 	// groupCh is closed (and replaced) whenever a placement group changes,
-	// waking Wait callers (local_groups.go).
+	// waking Wait callers (groups.go).
 	groupCh chan struct{}
 	closed  bool
 }
 
 // localActor is one live actor of the embedded cluster.
 type localActor struct {
-	l    *local
+	l    *Cluster
 	id   scheduler.ActorID
 	spec actors.Spec
 	inst *actors.Instance
 }
 
-func newLocal(cfg config) (*local, error) {
-	inv, err := gpu.Open(gpu.Options{Simulate: cfg.simulateGPUs})
+// Config describes the embedded cluster's one node.
+type Config struct {
+	// SimulateGPUs gives the node simulated GPUs: a count such as "4" or a
+	// profile name ("" for the machine's real GPUs).
+	SimulateGPUs string
+	// CPUs and MemoryBytes override the machine's when OverrideCPUs and
+	// OverrideMemory are set.
+	CPUs           float64
+	OverrideCPUs   bool
+	MemoryBytes    int64
+	OverrideMemory bool
+	// Custom adds custom resources, e.g. {"tpu": 2}.
+	Custom map[string]float64
+}
+
+// New starts the embedded cluster.
+func New(cfg Config) (*Cluster, error) {
+	inv, err := gpu.Open(gpu.Options{Simulate: cfg.SimulateGPUs})
 	if err != nil {
 		return nil, fmt.Errorf("init: GPUs: %w", err)
 	}
 	cpus := float64(goruntime.NumCPU())
-	if cfg.overrideCPUs {
-		cpus = cfg.cpus
+	if cfg.OverrideCPUs {
+		cpus = cfg.CPUs
 	}
 	mem := machineMemory()
-	if cfg.overrideMem {
-		mem = cfg.memoryBytes
+	if cfg.OverrideMemory {
+		mem = cfg.MemoryBytes
 	}
 	node := scheduler.NodeInfo{
 		ID:        localNodeID,
 		Address:   "in-process",
-		Resources: scheduler.Resources{MilliCPU: int64(cpus * 1000), MemoryBytes: mem, Custom: scheduler.CustomResources(cfg.customRes)},
+		Resources: scheduler.Resources{MilliCPU: int64(cpus * 1000), MemoryBytes: mem, Custom: scheduler.CustomResources(cfg.Custom)},
 	}
 	for _, d := range inv.Devices() {
 		g := scheduler.GPUInfo{Index: d.Index, UUID: d.UUID, Model: d.Name}
@@ -80,7 +98,7 @@ func newLocal(cfg config) (*local, error) {
 	if t := inv.Topology(); t != nil && t.Len() == len(node.GPUs) && t.Len() > 0 {
 		node.Topology = t.Scores
 	}
-	l := &local{inv: inv, now: time.Now, state: scheduler.NewState(),
+	l := &Cluster{inv: inv, now: time.Now, state: scheduler.NewState(),
 		actors: map[scheduler.ActorID]*localActor{}, waiting: map[scheduler.ActorID]chan struct{}{}, deadRestarts: map[scheduler.ActorID]int{},
 		groupCh: make(chan struct{})}
 	if err := l.state.Apply(&scheduler.RegisterNode{Node: node, At: l.now().UnixNano()}); err != nil {
@@ -90,15 +108,8 @@ func newLocal(cfg config) (*local, error) {
 	return l, nil
 }
 
-// toRequest converts an actors resource request to the scheduler's.
-func toRequest(r actors.ResourceSet) scheduler.Request {
-	return scheduler.Request{Resources: scheduler.Resources{
-		MilliCPU: int64(r.CPUs*1000 + 0.5), MemoryBytes: r.MemoryBytes, GPUs: r.GPUs, Custom: scheduler.CustomResources(r.Custom),
-	}}
-}
-
 // SpawnActor implements actors.Runtime.
-func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
+func (l *Cluster) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -118,7 +129,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	l.nextID++
 	id := scheduler.ActorID(fmt.Sprintf("%08x", l.nextID))
 	aspec := scheduler.ActorSpec{ID: id, Name: spec.Name, Class: spec.Type, MaxRestarts: spec.MaxRestarts,
-		Request: specRequest(spec), Args: spec.Config}
+		Request: api.SpecRequest(spec), Args: spec.Config}
 	cmd, err := l.planner.CreateActor(l.state, aspec, l.now().UnixNano())
 	if err == nil {
 		err = l.state.Apply(cmd)
@@ -126,7 +137,7 @@ func (l *local) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, e
 	if err != nil {
 		l.mu.Unlock()
 		if errors.Is(err, scheduler.ErrInfeasible) {
-			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, infeasibleReason(err))
+			return nil, fmt.Errorf("spawn %s: %w: %s", label, actors.ErrInfeasible, api.InfeasibleReason(err))
 		}
 		return nil, fmt.Errorf("spawn %s: %w", label, err)
 	}
@@ -205,7 +216,7 @@ var ErrShutdown = api.ErrShutdown
 // applyLocked applies a command and, when it freed resources, places the
 // actors waiting for them. The embedded cluster's commands are built from
 // its own state, so a refusal is a bug; it is reported, not hidden.
-func (l *local) applyLocked(c scheduler.Command) {
+func (l *Cluster) applyLocked(c scheduler.Command) {
 	at := l.now().UnixNano()
 	switch c := c.(type) {
 	case *scheduler.KillActor:
@@ -265,7 +276,7 @@ func (a *localActor) died(d *actors.ActorDiedError) {
 }
 
 // GetActor implements actors.Runtime.
-func (l *local) GetActor(ctx context.Context, name string) (actors.Ref, error) {
+func (l *Cluster) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st := l.state.ActorByName("", name); st != nil {
@@ -279,7 +290,7 @@ func (l *local) GetActor(ctx context.Context, name string) (actors.Ref, error) {
 // PutObject implements actors.ObjectPutter. Every actor of the embedded
 // cluster runs in this process, so the value stays where it is: the
 // promise holds the bytes (no copy) and is freed by the garbage collector.
-func (l *local) PutObject(ctx context.Context, data []byte) (*actors.Promise, error) {
+func (l *Cluster) PutObject(ctx context.Context, data []byte) (*actors.Promise, error) {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
@@ -291,22 +302,22 @@ func (l *local) PutObject(ctx context.Context, data []byte) (*actors.Promise, er
 	return p, nil
 }
 
-// Status implements Runtime.
-func (l *local) Status(ctx context.Context) (Status, error) {
+// Status implements runtime.Runtime.
+func (l *Cluster) Status(ctx context.Context) (api.Status, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var st Status
+	var st api.Status
 	for _, n := range l.state.Nodes() {
-		ns := NodeStatus{ID: string(n.ID), Address: n.Address, Role: "embedded", State: "alive",
-			Total: fromResources(n.Total), Used: fromResources(n.Total.Sub(n.Free)), Simulated: l.inv.Simulated()}
+		ns := api.NodeStatus{ID: string(n.ID), Address: n.Address, Role: "embedded", State: "alive",
+			Total: api.FromResources(n.Total), Used: api.FromResources(n.Total.Sub(n.Free)), Simulated: l.inv.Simulated()}
 		for _, g := range n.GPUs {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: g.Index, Used: 1 - g.Free})
+			ns.GPUs = append(ns.GPUs, api.GPUStatus{Index: g.Index, Used: 1 - g.Free})
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
 	for _, a := range l.state.Actors() {
-		as := ActorStatus{ID: string(a.Spec.ID), Name: a.Spec.Name, Type: a.Spec.Class, State: a.State.String(),
-			Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: fromResources(a.Spec.Request.Resources),
+		as := api.ActorStatus{ID: string(a.Spec.ID), Name: a.Spec.Name, Type: a.Spec.Class, State: a.State.String(),
+			Node: string(a.Node), GPUs: scheduler.GPUIndices(a.GPUs), Resources: api.FromResources(a.Spec.Request.Resources),
 			Restarts: a.Restarts, Death: a.DeathCause}
 		if a.State == scheduler.ActorPending {
 			as.Death = a.PendingReason
@@ -322,12 +333,8 @@ func (l *local) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-func fromResources(r scheduler.Resources) actors.ResourceSet {
-	return actors.ResourceSet{CPUs: r.CPUs(), GPUs: r.GPUs, MemoryBytes: r.MemoryBytes, Custom: map[string]float64(r.Custom)}
-}
-
-// Shutdown implements Runtime: every actor is killed.
-func (l *local) Shutdown(ctx context.Context) error {
+// Shutdown implements runtime.Runtime: every actor is killed.
+func (l *Cluster) Shutdown(ctx context.Context) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -381,4 +388,21 @@ func gpuUUIDs(devs []gpu.DeviceInfo, idx []int) []string {
 		}
 	}
 	return out
+}
+
+// machineMemory reads MemTotal from /proc/meminfo; 0 when unknown.
+func machineMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
 }

@@ -1,9 +1,10 @@
-package runtime
+package local
 
 import (
 	"context"
 	"fmt"
 
+	"troupe/runtime/api"
 	"troupe/scheduler"
 )
 
@@ -11,14 +12,14 @@ import (
 // as on a cluster, applied directly to the local state.
 
 // groupsChanged wakes every waitGroup (l.mu held).
-func (l *local) groupsChanged() {
+func (l *Cluster) groupsChanged() {
 	close(l.groupCh)
 	l.groupCh = make(chan struct{})
 }
 
 // groupWaits reports whether some placement group waits for bundles
 // (l.mu held).
-func (l *local) groupWaits() bool {
+func (l *Cluster) groupWaits() bool {
 	if l.state.NumGroups() == 0 {
 		return false
 	}
@@ -30,7 +31,7 @@ func (l *local) groupWaits() bool {
 	return false
 }
 
-func (l *local) createGroup(ctx context.Context, spec scheduler.GroupSpec) error {
+func (l *Cluster) CreateGroup(ctx context.Context, spec scheduler.GroupSpec) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -41,13 +42,13 @@ func (l *local) createGroup(ctx context.Context, spec scheduler.GroupSpec) error
 		err = l.state.Apply(cmd)
 	}
 	if err != nil {
-		return infeasible(err)
+		return api.Infeasible(err)
 	}
 	l.groupsChanged()
 	return nil
 }
 
-func (l *local) group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+func (l *Cluster) Group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if g := l.state.Group(id); g != nil {
@@ -56,7 +57,7 @@ func (l *local) group(ctx context.Context, id scheduler.GroupID) (*scheduler.Pla
 	return nil, nil
 }
 
-func (l *local) waitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+func (l *Cluster) WaitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
 	for {
 		l.mu.Lock()
 		g := l.state.Group(id)
@@ -78,10 +79,10 @@ func (l *local) waitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler
 	}
 }
 
-// removeGroup commits the removal (which kills the group's actors in the
+// RemoveGroup commits the removal (which kills the group's actors in the
 // state and frees its reservations), ends the group's running instances
 // and places what waited for the freed resources.
-func (l *local) removeGroup(ctx context.Context, id scheduler.GroupID) error {
+func (l *Cluster) RemoveGroup(ctx context.Context, id scheduler.GroupID) error {
 	l.mu.Lock()
 	if l.state.Group(id) == nil {
 		l.mu.Unlock()
@@ -104,4 +105,16 @@ func (l *local) removeGroup(ctx context.Context, id scheduler.GroupID) error {
 	return nil
 }
 
-var _ groupBackend = (*local)(nil)
+// cloneGroup deep-copies a group out of a state.
+func cloneGroup(g *scheduler.PlacementGroup) *scheduler.PlacementGroup {
+	c := *g
+	c.Bundles = make([]scheduler.Bundle, len(g.Bundles))
+	for i, b := range g.Bundles {
+		cb := b
+		cb.Resources, cb.Free = b.Resources.Clone(), b.Free.Clone()
+		cb.GPUs = append([]scheduler.GPUAlloc(nil), b.GPUs...)
+		cb.GPUFree = append([]scheduler.GPUAlloc(nil), b.GPUFree...)
+		c.Bundles[i] = cb
+	}
+	return &c
+}

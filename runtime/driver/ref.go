@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -11,10 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"troupe/actors"
+	"troupe/runtime/api"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
-
-	"troupe/runtime/api"
 )
 
 // actorRef is a driver's reference to an actor of a remote cluster. It
@@ -23,11 +22,11 @@ import (
 // (at-most-once) with an error saying whether the actor restarted or died,
 // and later calls look the actor up again.
 type actorRef struct {
-	r             *remote
+	r             *Driver
 	id, name, typ string
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
-	mu        sync.Mutex   // before callWatch.mu and wire.Client's lock (lock order: remote.go)
+	mu        sync.Mutex   // before callWatch.mu and wire.Client's lock (lock order: driver.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
 	resolving bool
 	queue     []queued // calls waiting for a resolution, in order
@@ -124,7 +123,7 @@ func (a *actorRef) resolveQueued() {
 // is gone is turned into ErrActorRestarted (or, with MaxTaskRetries left,
 // the call is sent again to the next incarnation) or the actor's
 // *ActorDiedError. The call watcher follows the call until its reply
-// (remote_watch.go), so a call to a node that vanished fails once the
+// (watch.go), so a call to a node that vanished fails once the
 // cluster has declared the node dead.
 //
 // fresh says the caller's promise is not yet shared, so the connection's
@@ -233,10 +232,10 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 
 // waitAlive waits (on the cluster side) until the actor is alive with an
 // address, and connects to that address.
-func (r *remote) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
+func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
 	for {
 		if r.isClosed() { // the driver's connections are gone: nothing to wait for
-			return nil, 0, "", fmt.Errorf("actor %s: %w", label, ErrShutdown)
+			return nil, 0, "", fmt.Errorf("actor %s: %w", label, api.ErrShutdown)
 		}
 		wait := 10 * time.Second
 		if dl, ok := ctx.Deadline(); ok {

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"troupe/runtime/api"
 	"troupe/scheduler"
 )
 
@@ -15,17 +16,17 @@ import (
 // leader (runtime/cluster's placement group service), which decides and
 // commits every bundle's node and GPUs through raft.
 
-func (r *remote) jobID() scheduler.JobID { return r.job }
+func (r *Driver) JobID() scheduler.JobID { return r.job }
 
-func (r *remote) createGroup(ctx context.Context, spec scheduler.GroupSpec) error {
+func (r *Driver) CreateGroup(ctx context.Context, spec scheduler.GroupSpec) error {
 	res, err := r.client.CommitPlacementGroups(ctx, []scheduler.GroupSpec{spec}, nil)
 	if err != nil {
 		return err
 	}
-	return infeasible(res[0].Err.AsError())
+	return api.Infeasible(res[0].Err.AsError())
 }
 
-func (r *remote) group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+func (r *Driver) Group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
 	return r.client.PlacementGroup(ctx, id, 0)
 }
 
@@ -33,7 +34,7 @@ func (r *remote) group(ctx context.Context, id scheduler.GroupID) (*scheduler.Pl
 // asks again (so a cancelled ctx is noticed and a lost leader retried).
 const groupWaitSlice = 10 * time.Second
 
-func (r *remote) waitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
+func (r *Driver) WaitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error) {
 	for {
 		wait := groupWaitSlice
 		if dl, ok := ctx.Deadline(); ok {
@@ -61,12 +62,10 @@ func (r *remote) waitGroup(ctx context.Context, id scheduler.GroupID) (*schedule
 	}
 }
 
-func (r *remote) removeGroup(ctx context.Context, id scheduler.GroupID) error {
+func (r *Driver) RemoveGroup(ctx context.Context, id scheduler.GroupID) error {
 	res, err := r.client.CommitPlacementGroups(ctx, nil, []scheduler.GroupID{id})
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
 	return res[0].Err.AsError()
 }
-
-var _ groupBackend = (*remote)(nil)

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"troupe/runtime/cluster"
+	"troupe/runtime/client"
 	"troupe/scheduler"
 )
 
@@ -26,7 +26,7 @@ type jobSession struct {
 
 // startJob registers the driver's job, or joins the submitted one (a
 // non-empty submitted, from TROUPE_JOB_ID).
-func (r *remote) startJob(ctx context.Context, submitted string) error {
+func (r *Driver) startJob(ctx context.Context, submitted string) error {
 	if id := submitted; id != "" {
 		r.job, r.sess.submitted = scheduler.JobID(id), true
 		resp, err := r.client.KeepAlive(ctx, id)
@@ -39,7 +39,7 @@ func (r *remote) startJob(ctx context.Context, submitted string) error {
 		return nil
 	}
 	host, _ := os.Hostname()
-	meta := map[string]string{cluster.JobMetaLease: "1", cluster.JobMetaDriver: fmt.Sprintf("%s pid %d", host, os.Getpid())}
+	meta := map[string]string{client.JobMetaLease: "1", client.JobMetaDriver: fmt.Sprintf("%s pid %d", host, os.Getpid())}
 	if _, err := r.client.ApplyCommand(ctx, &scheduler.SubmitJob{Spec: scheduler.JobSpec{ID: r.job, Entrypoint: r.binary, Metadata: meta},
 		At: time.Now().UnixNano()}); err != nil {
 		return fmt.Errorf("register the job: %w", err)
@@ -55,8 +55,8 @@ func (r *remote) startJob(ctx context.Context, submitted string) error {
 
 // keepAlive renews the job's lease until Shutdown, or until the cluster
 // says the job has ended (stopped with troupe stop-job, or lost).
-func (r *remote) keepAlive(every time.Duration) {
-	keepJobAlive(string(r.job), every, func(ctx context.Context, job string) (*cluster.KeepAliveResponse, error) {
+func (r *Driver) keepAlive(every time.Duration) {
+	keepJobAlive(string(r.job), every, func(ctx context.Context, job string) (*client.KeepAliveResponse, error) {
 		return r.client.KeepAlive(ctx, job)
 	}, r.sess.stop, r.sess.done, func(why string) {
 		fmt.Fprintf(os.Stderr, "troupe: job %s was ended by the cluster (%s): its actors are gone\n", r.job, why)
@@ -68,7 +68,7 @@ func (r *remote) keepAlive(every time.Duration) {
 // until stop is closed or the cluster answers that the job ended, which
 // it reports to ended. It closes done when it returns. Each renewal may
 // take up to twice the interval (at least 1 s).
-func keepJobAlive(job string, every time.Duration, renew func(context.Context, string) (*cluster.KeepAliveResponse, error),
+func keepJobAlive(job string, every time.Duration, renew func(context.Context, string) (*client.KeepAliveResponse, error),
 	stop <-chan struct{}, done chan<- struct{}, ended func(why string)) {
 	defer close(done)
 	t := time.NewTimer(every)
@@ -97,7 +97,7 @@ func keepJobAlive(job string, every time.Duration, renew func(context.Context, s
 
 // endJob finishes a job started by hand (its actors die); a submitted
 // driver's job ends when its process exits, with the exit code.
-func (r *remote) endJob(ctx context.Context) error {
+func (r *Driver) endJob(ctx context.Context) error {
 	if r.sess.stop != nil {
 		close(r.sess.stop)
 		<-r.sess.done

@@ -1,4 +1,4 @@
-package runtime
+package driver
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"troupe/runtime/api"
 
 	"troupe/actors"
 	"troupe/runtime/cluster"
@@ -45,16 +46,16 @@ func TestRemoteDriver(t *testing.T) {
 	ctx := context.Background()
 
 	t.Setenv("TROUPE_TOKEN", "wrong")
-	if _, err := Init(ctx, Address(n.Addr())); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+	if _, err := connect(ctx, n.Addr()); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Fatalf("wrong token: Init err = %v", err)
 	}
 	t.Setenv("TROUPE_TOKEN", tok)
-	rt, err := Init(ctx, Address(n.Addr()))
+	rt, err := connect(ctx, n.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Shutdown(ctx)
-	var st Status
+	var st api.Status
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, err = rt.Status(ctx)

@@ -1,0 +1,28 @@
+// Command driveronly is the smallest driver program: it connects to the
+// cluster named by TROUPE_ADDRESS and prints its status. TestDriverLinksNoServer
+// lists its dependencies: a driver must not link the node daemon's.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"troupe/runtime"
+)
+
+func main() {
+	ctx := context.Background()
+	rt, err := runtime.Init(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer rt.Shutdown(ctx)
+	st, err := rt.Status(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(len(st.Nodes), "nodes")
+}
