@@ -2,10 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -42,11 +44,18 @@ func init() {
 }
 
 // TestMain turns the test binary into a worker when a node starts it as
-// one: Init serves the registered types and exits, never returning.
+// one: Init serves the registered types and returns ErrWorkerDone when the
+// node ends the worker.
 func TestMain(m *testing.M) {
 	if _, ok := os.LookupEnv(worker.EnvVar); ok {
-		Init(context.Background())
-		os.Exit(3) // unreachable: Init exits in worker mode
+		if _, err := Init(context.Background()); !errors.Is(err, ErrWorkerDone) {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		if code, err := strconv.Atoi(os.Getenv(workerCodeEnv)); err == nil {
+			os.Exit(code) // TestInitWorkerReturns: Init returned
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

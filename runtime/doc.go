@@ -10,7 +10,8 @@
 //
 //   - Init and its options (runtime.go) are the edge: they read the
 //     environment (TROUPE_ADDRESS, TROUPE_TOKEN, TROUPE_JOB_ID,
-//     TROUPE_SIMULATE_GPUS, TROUPE_WIRE_SPIN, and TROUPE_WORKER in a
+//     TROUPE_SIMULATE_GPUS, TROUPE_WIRE_SPIN, TROUPE_WIRE_UNIX,
+//     TROUPE_OBJECTS_UNIX, and TROUPE_WORKER in a
 //     worker process) and pass it down as configuration.
 //   - With no address, the embedded cluster (runtime/local): one node in
 //     this process running the same scheduler state machine as a real
@@ -21,7 +22,8 @@
 //     (runtime/objstore); the call watcher fails calls to vanished nodes;
 //     the job's keep-alives end its actors when the driver is lost.
 //   - In a worker process (started by a node), Init serves the registered
-//     actor types (runtime/worker) and exits when the node says so.
+//     actor types (runtime/worker) and returns ErrWorkerDone when the
+//     node ends the worker: main returns without running driver code.
 //
 // # Errors
 //

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -10,6 +11,7 @@ import (
 	"troupe/runtime/client"
 	"troupe/runtime/driver"
 	"troupe/runtime/local"
+	"troupe/runtime/objstore"
 	"troupe/runtime/wire"
 	"troupe/runtime/worker"
 )
@@ -91,10 +93,19 @@ func NodeResources(m map[string]float64) Option {
 // node in this process with the machine's CPUs and memory and its GPUs, or
 // simulated GPUs when TROUPE_SIMULATE_GPUS names a count or profile.
 //
-// In a worker process (started by a node with TROUPE_WORKER set) Init does
-// not return: it serves the registered actor types to the cluster until the
-// node tells it to exit, then exits the process, so main's driver code
-// never runs in a worker. Register actor types before calling Init.
+// In a worker process (started by a node with TROUPE_WORKER set) Init
+// serves the registered actor types to the cluster until the node tells
+// the worker to exit, then returns ErrWorkerDone (or the error that ended
+// serving), so main must return without running its driver code:
+//
+//	rt, err := runtime.Init(ctx)
+//	if errors.Is(err, runtime.ErrWorkerDone) {
+//		return // this process was a worker
+//	}
+//
+// A main that treats every error alike (prints it, exits 1) still never
+// runs driver code in a worker; the node only records the exit status.
+// Register actor types before calling Init.
 func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	// The environment is read here, at the edge, and passed down.
 	if d, err := wire.ParseSpin(os.Getenv(wire.SpinEnv)); err != nil {
@@ -102,12 +113,14 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	} else {
 		wire.SetSpin(d)
 	}
+	// "0" turns off the Unix-socket shortcut between processes of a host.
+	wire.SetUnix(os.Getenv(wire.UnixEnv) != "0")
+	objstore.SetLocal(os.Getenv(objstore.LocalEnv) != "0")
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
 		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar)); err != nil {
-			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
-			os.Exit(1)
+			return nil, fmt.Errorf("troupe worker: %w", err)
 		}
-		os.Exit(0)
+		return nil, ErrWorkerDone
 	}
 	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(client.EnvJobID),
 		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
@@ -141,6 +154,11 @@ var (
 	_ Runtime      = (*driver.Driver)(nil)
 	_ groupBackend = (*driver.Driver)(nil)
 )
+
+// ErrWorkerDone is what Init returns in a worker process once the node has
+// told the worker to exit: the process served its actors and must not run
+// the driver code after Init (return from main).
+var ErrWorkerDone = errors.New("runtime: this process served as a worker and is done")
 
 // ErrNoClusterSupport: this build cannot join a remote cluster yet.
 var ErrNoClusterSupport = fmt.Errorf("multi-node clusters are not available in this build")

@@ -12,10 +12,21 @@
 //
 // # Concurrency
 //
-// The lock order is written on Driver (driver.go). Driver.Shutdown ends
-// the job (and its keep-alives), the call watcher, the object server and
-// every wire connection; TestDriverShutdownLeak checks that none of the
-// driver's goroutines outlive it.
+// The lock order is written on Driver (driver.go). Every goroutine of the
+// driver is started through a group (group.go) that its owner waits for:
+// Driver.Shutdown ends the job (and its keep-alives), cancels the driver's
+// context (spawn waits, lookups, retries of lost calls), stops the call
+// watcher and closes every wire connection, then waits for all of them;
+// TestDriverShutdownLeak checks that none outlives it.
+//
+// # Testing
+//
+// The driver talks to the control plane through Control: *client.Client
+// over gRPC, or client.Inmem, the same contract in memory, so its spawn
+// retries, abandoned spawns and job lease run in a testing/synctest
+// bubble without a node (inmem_bubble_test.go). Its waits use a Clock,
+// the real one unless Config.Clock says otherwise. Tests of calls start
+// real nodes (the test binary serves as their workers).
 //
 // # Imports
 //

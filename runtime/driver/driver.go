@@ -33,12 +33,17 @@ import (
 //	Driver.mu → wire.Client's lock (conn calls Err)
 //
 // Driver.upMu is held across RPCs (Status, uploads) and takes no other
-// lock of the driver. spawner.mu, spawnItem.mu and objRefs.mu are leaves:
-// nothing else is locked while one is held. Replies never run driver code
-// under a wire lock: send resolves them on a goroutine of their own.
+// lock of the driver. spawner.mu, spawnItem.mu, objRefs.mu and group.mu
+// are leaves: nothing else is locked while one is held. Replies never run
+// driver code under a wire lock: send resolves them on a goroutine of
+// their own.
 type Driver struct {
 	addr   string
-	client *client.Client
+	client Control
+	clock  Clock
+	// node returns the control plane of the node at a gRPC address, for
+	// uploading the job binary to it.
+	node   func(addr string) (Control, error)
 	job    scheduler.JobID
 	binary string
 	token  string
@@ -51,7 +56,7 @@ type Driver struct {
 	uploaded map[string]bool // node gRPC addresses that have the binary
 	lastScan time.Time
 
-	mu      sync.Mutex              // before wire.Client's lock only
+	mu      sync.Mutex              // before wire.Client's lock and the leaf group.mu only
 	clients map[string]*wire.Client // worker call address → connection
 	closed  bool
 
@@ -59,6 +64,14 @@ type Driver struct {
 
 	objs  *objRefs   // results held by workers (objects.go)
 	watch *callWatch // fails calls to vanished nodes (watch.go)
+
+	// ctx ends when Shutdown begins, ending the RPCs and waits of the
+	// driver's goroutines; goroutines owns every one of them (the
+	// spawner's calls, spawn waits, lookups, retries of lost calls,
+	// keep-alives), and Shutdown waits for them.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	goroutines group
 }
 
 // Config says which cluster a driver connects to, as whom.
@@ -70,6 +83,11 @@ type Config struct {
 	// JobID is the submitted job this driver runs as ("" registers a new
 	// job).
 	JobID string
+	// Control, when set, is the control plane instead of gRPC to Address
+	// (client.Inmem in tests); binaries are uploaded through it.
+	Control Control
+	// Clock, when set, is the driver's time instead of the real clock.
+	Clock Clock
 }
 
 // Connect connects to the cluster at cfg.Address with cfg.Token, checking
@@ -77,16 +95,26 @@ type Config struct {
 // driver's job.
 func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	addr, tok := cfg.Address, cfg.Token
-	if tok == "" {
+	if tok == "" && cfg.Control == nil {
 		return nil, fmt.Errorf("init: connecting to %s: no cluster token: set TROUPE_TOKEN (the head wrote it to <data-dir>/token)", addr)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("init: the job binary (this executable): %w", err)
 	}
-	c, err := client.NewClient(addr, tok)
-	if err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+	c, node := cfg.Control, func(addr string) (Control, error) { return client.NewClient(addr, tok) }
+	if c == nil {
+		gc, err := client.NewClient(addr, tok)
+		if err != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+		c = gc
+	} else {
+		node = func(string) (Control, error) { return noClose{cfg.Control}, nil }
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = realClock{}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -94,9 +122,10 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: connecting to the cluster at %s: %w", addr, err)
 	}
-	r := &Driver{addr: addr, client: c, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
+	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: transport.Security{Token: tok},
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// The job's actors die when the driver shuts down or is lost
 	// (job.go).
 	if err := r.startJob(cctx, cfg.JobID); err != nil {
@@ -104,7 +133,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("init: %w", err)
 	}
 	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (put.go)
-	r.watch = newCallWatch(c, watchInterval)
+	r.watch = newCallWatch(c, clock, watchInterval)
 	return r, nil
 }
 
@@ -187,10 +216,10 @@ func (r *Driver) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 // killAbandoned kills an actor whose spawn was given up (its context
 // ended), so it is not left behind.
 func (r *Driver) killAbandoned(id string, why error) {
-	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	kctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
 	defer cancel()
 	if _, err := r.client.ApplyCommand(kctx, &scheduler.KillActor{Actor: scheduler.ActorID(id), Cause: "spawn abandoned: " + why.Error(),
-		At: time.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
+		At: r.clock.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) {
 		fmt.Fprintf(os.Stderr, "troupe: killing actor %s of an abandoned spawn: %v\n", id, err)
 	}
 }
@@ -279,7 +308,7 @@ func (s *spawner) add(it *spawnItem) {
 	}
 	s.inFlight++
 	s.mu.Unlock()
-	go s.run()
+	s.r.goroutines.Go(s.run)
 }
 
 // run makes CreateActors calls while spawns are queued.
@@ -312,7 +341,7 @@ func (s *spawner) create(q []*spawnItem) {
 	}
 	// Not any one caller's context: the call serves the whole batch, and
 	// each caller stops waiting when its own context ends.
-	ctx, cancel := context.WithTimeout(context.Background(), spawnCallLimit)
+	ctx, cancel := context.WithTimeout(r.ctx, spawnCallLimit)
 	res, err := r.client.CreateActors(ctx, specs)
 	cancel()
 	if err == nil && len(res) != len(q) {
@@ -326,13 +355,14 @@ func (s *spawner) create(q []*spawnItem) {
 		case res[i].Err != nil:
 			it.deliver(spawnOutcome{createErr: res[i].Err.AsError()})
 		case !it.markCreated():
-			go r.killAbandoned(string(it.spec.ID), context.Canceled)
+			id := string(it.spec.ID)
+			r.goroutines.Go(func() { r.killAbandoned(id, context.Canceled) })
 		default:
 			created = append(created, it)
 		}
 	}
 	if len(created) > 0 {
-		go r.waitCreated(created)
+		r.goroutines.Go(func() { r.waitCreated(created) })
 	}
 }
 
@@ -363,7 +393,7 @@ func (r *Driver) waitCreated(items []*spawnItem) {
 		for i, it := range items {
 			ids[i] = string(it.spec.ID)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), spawnWaitWindow+5*time.Second)
+		ctx, cancel := context.WithTimeout(r.ctx, spawnWaitWindow+5*time.Second)
 		resp, err := r.client.WaitActors(ctx, ids, spawnWaitWindow)
 		cancel()
 		if err != nil {
@@ -373,7 +403,10 @@ func (r *Driver) waitCreated(items []*spawnItem) {
 				}
 				return
 			}
-			time.Sleep(10 * time.Millisecond) // no server answered: try again
+			select { // no server answered: try again
+			case <-r.ctx.Done(): // Shutdown: the loop delivers ErrShutdown
+			case <-r.clock.After(10 * time.Millisecond):
+			}
 			continue
 		}
 		done := make(map[string]*client.ActorView, len(resp.Done))
@@ -417,19 +450,19 @@ func (r *Driver) ensureBinary(ctx context.Context) (string, error) {
 	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
-	if time.Since(r.lastScan) < 5*time.Second {
+	if r.clock.Now().Sub(r.lastScan) < 5*time.Second {
 		return r.hash, nil
 	}
 	st, err := r.client.Status(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list nodes for the job binary: %w", err)
 	}
-	r.lastScan = time.Now()
+	r.lastScan = r.clock.Now()
 	for _, nd := range st.Nodes {
 		if nd.State != "alive" || nd.Address == "" || r.uploaded[nd.Address] {
 			continue
 		}
-		c, err := client.NewClient(nd.Address, r.token)
+		c, err := r.node(nd.Address)
 		if err != nil {
 			continue
 		}
@@ -488,6 +521,7 @@ func (r *Driver) Shutdown(ctx context.Context) error {
 	r.closed = true
 	r.mu.Unlock()
 	ferr := r.endJob(ctx)
+	r.cancel() // the driver's goroutines stop waiting and calling
 	r.mu.Lock()
 	cls := r.clients
 	r.clients = map[string]*wire.Client{}
@@ -496,6 +530,7 @@ func (r *Driver) Shutdown(ctx context.Context) error {
 	for _, cl := range cls {
 		cl.Close()
 	}
+	r.goroutines.Wait() // before objs: their calls' replies may hold objects
 	r.objs.close()
 	return errors.Join(ferr, r.client.Close())
 }
@@ -528,7 +563,7 @@ func (r *Driver) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old := r.clients[addr]; old != nil && old.Err() == nil {
-		go cl.Close() // another caller dialled first: share its connection
+		r.goroutines.Go(func() { cl.Close() }) // another caller dialled first: share its connection
 		return old, nil
 	}
 	r.clients[addr] = cl

@@ -38,7 +38,7 @@ func (r *Driver) WaitGroup(ctx context.Context, id scheduler.GroupID) (*schedule
 	for {
 		wait := groupWaitSlice
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, dl.Sub(r.clock.Now()))
 		}
 		if wait <= 0 {
 			return nil, context.DeadlineExceeded

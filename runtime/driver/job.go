@@ -41,7 +41,7 @@ func (r *Driver) startJob(ctx context.Context, submitted string) error {
 	host, _ := os.Hostname()
 	meta := map[string]string{client.JobMetaLease: "1", client.JobMetaDriver: fmt.Sprintf("%s pid %d", host, os.Getpid())}
 	if _, err := r.client.ApplyCommand(ctx, &scheduler.SubmitJob{Spec: scheduler.JobSpec{ID: r.job, Entrypoint: r.binary, Metadata: meta},
-		At: time.Now().UnixNano()}); err != nil {
+		At: r.clock.Now().UnixNano()}); err != nil {
 		return fmt.Errorf("register the job: %w", err)
 	}
 	every := time.Second
@@ -49,14 +49,14 @@ func (r *Driver) startJob(ctx context.Context, submitted string) error {
 		every = resp.Every
 	}
 	r.sess.stop, r.sess.done = make(chan struct{}), make(chan struct{})
-	go r.keepAlive(every)
+	r.goroutines.Go(func() { r.keepAlive(every) })
 	return nil
 }
 
 // keepAlive renews the job's lease until Shutdown, or until the cluster
 // says the job has ended (stopped with troupe stop-job, or lost).
 func (r *Driver) keepAlive(every time.Duration) {
-	keepJobAlive(string(r.job), every, func(ctx context.Context, job string) (*client.KeepAliveResponse, error) {
+	keepJobAlive(r.clock, string(r.job), every, func(ctx context.Context, job string) (*client.KeepAliveResponse, error) {
 		return r.client.KeepAlive(ctx, job)
 	}, r.sess.stop, r.sess.done, func(why string) {
 		fmt.Fprintf(os.Stderr, "troupe: job %s was ended by the cluster (%s): its actors are gone\n", r.job, why)
@@ -68,16 +68,14 @@ func (r *Driver) keepAlive(every time.Duration) {
 // until stop is closed or the cluster answers that the job ended, which
 // it reports to ended. It closes done when it returns. Each renewal may
 // take up to twice the interval (at least 1 s).
-func keepJobAlive(job string, every time.Duration, renew func(context.Context, string) (*client.KeepAliveResponse, error),
+func keepJobAlive(clock Clock, job string, every time.Duration, renew func(context.Context, string) (*client.KeepAliveResponse, error),
 	stop <-chan struct{}, done chan<- struct{}, ended func(why string)) {
 	defer close(done)
-	t := time.NewTimer(every)
-	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-clock.After(every):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(2*every, time.Second))
 		resp, err := renew(ctx, job)
@@ -91,7 +89,6 @@ func keepJobAlive(job string, every time.Duration, renew func(context.Context, s
 				return
 			}
 		}
-		t.Reset(every)
 	}
 }
 
@@ -106,7 +103,7 @@ func (r *Driver) endJob(ctx context.Context) error {
 		return nil
 	}
 	if _, err := r.client.ApplyCommand(ctx, &scheduler.JobFinished{Job: r.job, State: scheduler.JobSucceeded, Message: "driver shut down",
-		At: time.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) { // conflict: the cluster ended it already
+		At: r.clock.Now().UnixNano()}); err != nil && !errors.Is(err, scheduler.ErrConflict) { // conflict: the cluster ended it already
 		return fmt.Errorf("shutdown: finish job %s: %w", r.job, err)
 	}
 	return nil

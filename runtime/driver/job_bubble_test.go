@@ -41,7 +41,7 @@ func TestKeepJobAlive(t *testing.T) {
 		}
 		stop, done := make(chan struct{}), make(chan struct{})
 		var why string
-		go keepJobAlive("j1", time.Second, renew, stop, done, func(w string) { why = w })
+		go keepJobAlive(realClock{}, "j1", time.Second, renew, stop, done, func(w string) { why = w })
 		<-done
 		want := []time.Duration{1 * time.Second, 2 * time.Second, 5 * time.Second, 8 * time.Second, 17 * time.Second}
 		if len(at) != len(want) {
@@ -61,7 +61,7 @@ func TestKeepJobAlive(t *testing.T) {
 		stop, done = make(chan struct{}), make(chan struct{})
 		n, at = 0, nil
 		start = time.Now()
-		go keepJobAlive("j1", time.Second, renew, stop, done, func(string) { t.Error("ended called on shutdown") })
+		go keepJobAlive(realClock{}, "j1", time.Second, renew, stop, done, func(string) { t.Error("ended called on shutdown") })
 		time.Sleep(1500 * time.Millisecond)
 		close(stop)
 		<-done

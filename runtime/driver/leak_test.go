@@ -7,21 +7,24 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"troupe/runtime/api"
 
 	"troupe/actors"
+	"troupe/runtime/api"
 )
 
 // driverGoroutines returns the stacks of goroutines running the driver's
-// code (this package and the wire clients it owns).
+// code (any function of this package outside its tests) or the wire
+// clients it owns.
 func driverGoroutines() []string {
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, 4<<20)
 	buf = buf[:goruntime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, mark := range []string{"troupe/runtime/driver.(*Driver)", "troupe/runtime/driver.(*actorRef)", "troupe/runtime/driver.(*spawner)",
-			"troupe/runtime/driver.(*callWatch)", "troupe/runtime/driver.(*objRefs)", "troupe/runtime/wire.(*Client)"} {
-			if strings.Contains(g, mark) {
+		lines := strings.Split(g, "\n")
+		for i := 1; i+1 < len(lines); i++ {
+			fn, file := lines[i], lines[i+1]
+			if strings.HasPrefix(fn, "troupe/runtime/wire.(*Client)") ||
+				strings.HasPrefix(fn, "troupe/runtime/driver.") && !strings.Contains(file, "_test.go") {
 				out = append(out, g)
 				break
 			}
@@ -31,14 +34,15 @@ func driverGoroutines() []string {
 }
 
 // TestDriverShutdownLeak: when Shutdown returns, no goroutine of the
-// driver is left (spawner, call watcher, keep-alives, actor lookups, wire
-// connections).
+// driver is left (spawner, spawn waits, call watcher, keep-alives, actor
+// lookups, retries of lost calls, wire connections), even with a spawn
+// waiting for room and a call in flight when it began; both then fail.
 func TestDriverShutdownLeak(t *testing.T) {
 	const tok = "leak-token"
-	n := startHead(t, tok)
+	n := startHead(t, tok) // 4 CPUs
 	defer n.Shutdown()
 	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
-	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1})
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 1}, actors.CPUs(1))
 	if err != nil {
 		done()
 		t.Fatal(err)
@@ -49,9 +53,41 @@ func TestDriverShutdownLeak(t *testing.T) {
 			t.Fatalf("Add = %v, %v", v, err)
 		}
 	}
+	// A spawn that waits for room (4 CPUs while h holds one of the
+	// node's 4): pending until Shutdown.
+	spawned := make(chan error, 1)
+	go func() {
+		_, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.CPUs(4), actors.Name("too-big"))
+		spawned <- err
+	}()
+	for pending := false; !pending; {
+		st, err := rt.Status(ctx)
+		if err != nil {
+			done()
+			t.Fatal(err)
+		}
+		for _, a := range st.Actors {
+			pending = pending || a.Name == "too-big" && a.State == "PENDING"
+		}
+		if !pending {
+			select {
+			case err := <-spawned:
+				done()
+				t.Fatalf("the spawn that cannot fit returned %v", err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	call := callInFlight(t, ctx, h, 60_000)
 	done()
 	if gs := driverGoroutines(); len(gs) > 0 {
 		t.Errorf("%d driver goroutines left after Shutdown:\n%s", len(gs), strings.Join(gs, "\n\n"))
+	}
+	if err := <-spawned; err == nil {
+		t.Error("the pending spawn succeeded after Shutdown")
+	}
+	if _, err := call.Get(context.Background()); err == nil {
+		t.Error("the call in flight at Shutdown succeeded")
 	}
 }
 

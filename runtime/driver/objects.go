@@ -44,6 +44,8 @@ type objRefs struct {
 	since  int64                   // bytes referenced since the last collection we started
 	inGC   bool
 	gcRuns int // collections started, for tests
+
+	gcs group // the collections started; close waits for them
 }
 
 // gcEvery is how many bytes of new references start a garbage collection
@@ -68,6 +70,7 @@ func (o *objRefs) close() {
 		o.srv.Close()
 		o.served.Wait()
 	}
+	o.gcs.Wait()
 }
 
 // put keeps data in the driver's own store and returns a promise resolved
@@ -148,12 +151,12 @@ func (o *objRefs) resolve(p *actors.Promise, data []byte, err error) {
 	}
 	o.mu.Unlock()
 	if collect {
-		go func() {
+		o.gcs.Go(func() {
 			goruntime.GC()
 			o.mu.Lock()
 			o.inGC = false
 			o.mu.Unlock()
-		}()
+		})
 	}
 }
 

@@ -182,7 +182,8 @@ func TestDriverObjectServer(t *testing.T) {
 	}
 	for _, unix := range []string{"0", "1"} {
 		t.Run("unix="+unix, func(t *testing.T) {
-			t.Setenv(objstore.LocalEnv, unix)
+			objstore.SetLocal(unix == "1")
+			defer objstore.SetLocal(true)
 			c := objstore.NewClient(nil, testSec) // another process's client
 			defer c.Close()
 			got, err := c.Fetch(context.Background(), ref)

@@ -26,7 +26,7 @@ type actorRef struct {
 	id, name, typ string
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
-	mu        sync.Mutex   // before callWatch.mu and wire.Client's lock (lock order: driver.go)
+	mu        sync.Mutex   // before callWatch.mu, wire.Client's lock and leaves (lock order: driver.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
 	resolving bool
 	queue     []queued // calls waiting for a resolution, in order
@@ -94,12 +94,12 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.queue = append(a.queue, queued{inv, attempt})
 	if !a.resolving {
 		a.resolving = true
-		go a.resolveQueued()
+		a.r.goroutines.Go(a.resolveQueued)
 	}
 }
 
 func (a *actorRef) resolveQueued() {
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	ctx, cancel := context.WithTimeout(a.r.ctx, resolveTimeout)
 	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
 	cancel()
 	a.mu.Lock()
@@ -143,7 +143,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 		}
 		// Not inline: cl.Invoke may resolve on the caller's goroutine,
 		// which holds a.mu.
-		go func() {
+		a.r.goroutines.Go(func() {
 			a.forget(cl, inc)
 			lerr := a.lostErr(inv.Method, inc, node, err)
 			if errors.Is(lerr, actors.ErrActorRestarted) && (a.maxRetries < 0 || attempt < a.maxRetries) &&
@@ -152,7 +152,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 				return
 			}
 			a.finish(inv, nil, lerr)
-		}()
+		})
 	})
 	cl.Invoke(a.id, &out)
 	if d, token := out.Reply.DriverOf(); d != nil {
@@ -193,7 +193,7 @@ func (a *actorRef) forget(cl *wire.Client, inc int) {
 // lostErr asks the cluster what became of the incarnation: dead for good
 // gives its *ActorDiedError, restarted gives ErrActorRestarted.
 func (a *actorRef) lostErr(method string, inc int, node string, cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(a.r.ctx, 30*time.Second)
 	defer cancel()
 	for {
 		v, err := a.r.client.GetActorByID(ctx, a.id)
@@ -208,7 +208,7 @@ func (a *actorRef) lostErr(method string, inc int, node string, cause error) err
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("call %s.%s: connection to the actor's worker on node %s lost and its fate unknown: %w", a.label(), method, node, cause)
-		case <-time.After(20 * time.Millisecond):
+		case <-a.r.clock.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -219,7 +219,7 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 	if reason == "" {
 		reason = "killed"
 	}
-	if _, err := a.r.client.ApplyCommand(ctx, &scheduler.KillActor{Actor: scheduler.ActorID(a.id), Cause: reason, At: time.Now().UnixNano()}); err != nil {
+	if _, err := a.r.client.ApplyCommand(ctx, &scheduler.KillActor{Actor: scheduler.ActorID(a.id), Cause: reason, At: a.r.clock.Now().UnixNano()}); err != nil {
 		return fmt.Errorf("kill %s: %w", a.label(), err)
 	}
 	// Later calls through this ref look the actor up (and find it dead)
@@ -239,7 +239,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 		}
 		wait := 10 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, dl.Sub(r.clock.Now()))
 		}
 		v, err := r.client.WaitActor(ctx, id, 0, wait)
 		if err != nil {
@@ -265,7 +265,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 		select {
 		case <-ctx.Done():
 			return nil, 0, "", fmt.Errorf("waiting for actor %s to start: %w", label, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-r.clock.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -73,16 +73,23 @@ type callWatch struct {
 	actor    func(ctx context.Context, id string) (*client.ActorView, error)
 	status   func(ctx context.Context) (*client.ClusterStatus, error)
 	interval time.Duration
+	clock    Clock
 
 	mu   sync.Mutex // after actorRef.mu, before wire.Client's lock (lock order: driver.go)
 	incs map[*incarnation]struct{}
 	wake chan struct{} // the first incarnation was added
 	stop chan struct{}
 	done chan struct{}
+	// ctx ends with close, ending the watcher's RPCs; closes owns the
+	// goroutines closing connections, which close waits for.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closes group
 }
 
-func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
-	w := newCallWatchOf(client.GetActorByID, client.Status, interval)
+func newCallWatch(c Control, clock Clock, interval time.Duration) *callWatch {
+	w := newCallWatchOf(c.GetActorByID, c.Status, interval)
+	w.clock = clock
 	go w.run()
 	return w
 }
@@ -91,8 +98,9 @@ func newCallWatch(client *client.Client, interval time.Duration) *callWatch {
 // and status, not yet running.
 func newCallWatchOf(actor func(context.Context, string) (*client.ActorView, error),
 	status func(context.Context) (*client.ClusterStatus, error), interval time.Duration) *callWatch {
-	return &callWatch{actor: actor, status: status, interval: interval, incs: map[*incarnation]struct{}{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &callWatch{actor: actor, status: status, interval: interval, clock: realClock{}, incs: map[*incarnation]struct{}{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // close stops the watcher and waits for it.
@@ -102,7 +110,9 @@ func (w *callWatch) close() {
 	default:
 		close(w.stop)
 	}
+	w.cancel()
 	<-w.done
+	w.closes.Wait()
 }
 
 func (w *callWatch) add(in *incarnation) {
@@ -120,8 +130,6 @@ func (w *callWatch) add(in *incarnation) {
 
 func (w *callWatch) run() {
 	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
 	for {
 		w.mu.Lock()
 		idle := len(w.incs) == 0
@@ -133,12 +141,11 @@ func (w *callWatch) run() {
 				return
 			case <-w.wake:
 			}
-			t.Reset(w.interval)
 		}
 		select {
 		case <-w.stop:
 			return
-		case <-t.C:
+		case <-w.clock.After(w.interval):
 		}
 		w.check()
 	}
@@ -175,7 +182,7 @@ func (w *callWatch) check() []*wire.Client {
 			// Close waits for the reader; the pending calls fail with
 			// wire.ErrClosed, which their actorRef turns into a restart,
 			// a retry or the actor's death.
-			go cl.Close()
+			w.closes.Go(func() { cl.Close() })
 			closed = append(closed, cl)
 		}
 	}
@@ -214,15 +221,8 @@ func (w *callWatch) scan() []*incarnation {
 // runs: the actor is dead, or restarted since. An actor the cluster cannot
 // report on now counts as still running.
 func (w *callWatch) gone(stalled []*incarnation) map[*incarnation]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second) // close does not wait for a slow cluster
 	defer cancel()
-	go func() { // Shutdown does not wait for a slow cluster
-		select {
-		case <-w.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	out := make(map[*incarnation]bool, len(stalled))
 	judge := func(in *incarnation, v *client.ActorView) {
 		out[in] = v.State == scheduler.ActorDead.String() || v.Restarts > in.inc

@@ -8,6 +8,9 @@
 // placement groups and queuing behave as on a cluster. Actors are
 // actors.Instances in this process; calls are method calls.
 //
+// Its tests are runtime's (local_test.go, placement_group_test.go): they
+// go through Init and CreatePlacementGroup, as a program does.
+//
 // # Imports
 //
 // local imports actors, scheduler, gpu and runtime/api; nothing of the

@@ -37,11 +37,13 @@ func cpuMeter(b *testing.B, size int64) func() {
 func BenchmarkTransfer64MiB(b *testing.B) {
 	const size = 64 << 20
 	b.Run("objstore-tcp", func(b *testing.B) {
-		b.Setenv(LocalEnv, "0")
+		SetLocal(false)
+		defer SetLocal(true)
 		fetchBench(b, size, testSec)
 	})
 	b.Run("objstore-tls", func(b *testing.B) {
-		b.Setenv(LocalEnv, "0")
+		SetLocal(false)
+		defer SetLocal(true)
 		pki, err := transporttest.New()
 		if err != nil {
 			b.Fatal(err)

@@ -129,7 +129,8 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 	}
 	run := func(ref Ref, sec transport.Security) func(b *testing.B) {
 		return func(b *testing.B) {
-			b.Setenv(LocalEnv, "0")
+			SetLocal(false)
+			defer SetLocal(true)
 			c := NewClient(nil, sec)
 			defer c.Close()
 			ctx := context.Background()

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
+	"sync/atomic"
 
 	"troupe/runtime/transport"
 )
@@ -21,13 +21,23 @@ import (
 // token there as on TCP (without TLS: the bytes stay on the host). A
 // fetcher on another host finds no such socket and dials TCP.
 
-// LocalEnv disables the Unix shortcut when set to "0".
+// LocalEnv is the environment variable that disables the Unix shortcut
+// when set to "0". runtime.Init reads it and calls SetLocal; this package
+// reads no environment.
 const LocalEnv = "TROUPE_OBJECTS_UNIX"
 
 // localKind names the object stores' sockets in transport.LocalDir.
 const localKind = "objects"
 
-func localEnabled() bool { return runtime.GOOS == "linux" && os.Getenv(LocalEnv) != "0" }
+// noLocal is set by SetLocal(false). An atomic: clients read it while a
+// process configures itself at start.
+var noLocal atomic.Bool
+
+// SetLocal turns the Unix shortcut of fetches on (the default on Linux) or
+// off.
+func SetLocal(on bool) { noLocal.Store(!on) }
+
+func localEnabled() bool { return runtime.GOOS == "linux" && !noLocal.Load() }
 
 // ListenLocal listens on the Unix socket beside the TCP listener l; serve
 // it with the same Server (Serve runs the handshake). It fails outside

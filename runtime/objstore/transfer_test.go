@@ -82,7 +82,8 @@ func TestTransferLoopback(t *testing.T) { testTransferLoopback(t, "unix") }
 
 // TestTransferLoopbackTCP: the same without the Unix shortcut.
 func TestTransferLoopbackTCP(t *testing.T) {
-	t.Setenv(LocalEnv, "0")
+	SetLocal(false)
+	defer SetLocal(true)
 	testTransferLoopback(t, "tcp")
 }
 

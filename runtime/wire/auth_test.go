@@ -158,7 +158,8 @@ func (p *recordingProxy) recorded() []byte {
 // call's argument and result do not either, while in plaintext they do
 // (the test can see them).
 func TestRecordedBytes(t *testing.T) {
-	t.Setenv(unixEnv, "0")
+	SetUnix(false)
+	defer SetUnix(true)
 	pki, err := transporttest.New()
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,8 @@ func TestRecordedBytes(t *testing.T) {
 // sit in the socket, Err still notices a worker that went away, and a
 // probe of a live connection loses no input.
 func TestErrNoticesAnIdleTLSPeerThatLeft(t *testing.T) {
-	t.Setenv(unixEnv, "0")
+	SetUnix(false)
+	defer SetUnix(true)
 	pki, err := transporttest.New()
 	if err != nil {
 		t.Fatal(err)

@@ -84,7 +84,7 @@ const probeIdle = 5 * time.Millisecond
 // Dial connects to a worker's call server and authenticates with sec (TLS
 // when sec.Client is set, then the token). network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
-// the Unix socket beside it instead (unless TROUPE_WIRE_UNIX=0), with the
+// the Unix socket beside it instead (unless SetUnix(false)), with the
 // token and without TLS.
 func Dial(ctx context.Context, sec transport.Security, network, addr string, maxFrame int) (*Client, error) {
 	if network == "tcp" && localEnabled() {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
+	"sync/atomic"
 
 	"troupe/runtime/transport"
 )
@@ -23,14 +23,24 @@ import (
 // another container) finds no such socket and dials TCP; a worker that has
 // exited takes its socket with it.
 
-// unixEnv disables the Unix shortcut when set to "0" (callers then always
-// use TCP), for measuring and troubleshooting.
-const unixEnv = "TROUPE_WIRE_UNIX"
+// UnixEnv is the environment variable that disables the Unix shortcut when
+// set to "0" (callers then always use TCP), for measuring and
+// troubleshooting. runtime.Init reads it and calls SetUnix; this package
+// reads no environment.
+const UnixEnv = "TROUPE_WIRE_UNIX"
+
+// noUnix is set by SetUnix(false). An atomic: connections read it while a
+// process configures itself at start.
+var noUnix atomic.Bool
+
+// SetUnix turns the Unix shortcut of connections dialled from now on on
+// (the default on Linux) or off.
+func SetUnix(on bool) { noUnix.Store(!on) }
 
 // localKind names the call ports' sockets in transport.LocalDir.
 const localKind = "wire"
 
-func localEnabled() bool { return runtime.GOOS == "linux" && os.Getenv(unixEnv) != "0" }
+func localEnabled() bool { return runtime.GOOS == "linux" && !noUnix.Load() }
 
 // ListenLocal listens on the Unix socket beside the TCP listener l, for
 // callers on the same host; serve it with Serve beside l (Serve runs the
