@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"troupe/gpu"
+	"troupe/runtime/transport"
 	"troupe/runtime/worker"
 )
 
@@ -215,5 +216,38 @@ func TestMissingFieldsAreOmitted(t *testing.T) {
 	}
 	if fams["DCGM_FI_DEV_GPU_UTIL"] != nil {
 		t.Error("DCGM names exported with SkipDCGM")
+	}
+}
+
+// TestRegisterAuth: the accepted and refused connection counts appear per
+// reason as the source reports them.
+func TestRegisterAuth(t *testing.T) {
+	r := New("n1")
+	if err := r.RegisterAuth(func(context.Context) transport.AuthStats {
+		return transport.AuthStats{Accepted: 3, Refused: 7, BadToken: 2, Junk: 5}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := r.Prometheus().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					key += "/" + l.GetValue()
+				}
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for k, want := range map[string]float64{"troupe_connections_accepted_total": 3, "troupe_connections_refused_total/bad_token": 2,
+		"troupe_connections_refused_total/junk": 5, "troupe_connections_refused_total/no_token": 0} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
 	}
 }

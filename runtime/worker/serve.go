@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 )
 
@@ -85,7 +86,8 @@ type host_ struct {
 
 // stats is the worker's answer to a stats request.
 func (h *host_) stats() *Stats {
-	st := &Stats{PID: os.Getpid(), Calls: h.calls.snapshot()}
+	auth := transport.ProcessAuthStats()
+	st := &Stats{PID: os.Getpid(), Calls: h.calls.snapshot(), Auth: &auth}
 	if h.objs != nil {
 		st.Objects, st.ObjectsTotal = h.objs.store.List(MaxListedObjects)
 		st.ObjectAddr = h.objs.store.Owner()
