@@ -170,10 +170,13 @@ func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*No
 			return nil, err
 		}
 	}
-	out := &NodeActorsResponse{Waits: true}
+	out := &NodeActorsResponse{Waits: true, LeaderAge: n.leaderAge()}
 	node := scheduler.NodeID(r.Node)
 	n.fsm.Read(func(s *scheduler.State) {
 		out.Index = s.AppliedIndex()
+		if nd := s.Node(node); nd != nil && (nd.State == scheduler.NodeSuspect || nd.State == scheduler.NodeDead) {
+			out.NotAlive = true
+		}
 		for _, a := range s.StartingOn(node) { // not its running actors: a tick costs little on a busy node
 			if inc, ok := r.Hosted[a.Spec.ID]; ok && inc == a.Restarts {
 				out.Unreported = append(out.Unreported, a.Spec.ID)

@@ -123,18 +123,11 @@ func (n *Node) reconcile(ctx context.Context) {
 	n.fsm.Read(func(s *scheduler.State) {
 		for _, nd := range s.Nodes() {
 			m, ok := ms[string(nd.ID)]
-			var want scheduler.NodeState
-			cause := ""
-			switch {
-			case ok && m.state == memberlist.StateAlive && (nd.State == scheduler.NodeDead || nd.State == scheduler.NodeSuspect):
-				want = scheduler.NodeAlive
-			case ok && m.state != memberlist.StateAlive && nd.State == scheduler.NodeDraining:
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s left the cluster (drained)", nd.ID)
-			case ok && m.state != memberlist.StateAlive && nd.State != scheduler.NodeDead:
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: failed gossip probes", nd.ID)
-			case !ok && nd.State != scheduler.NodeDead && now.Sub(n.startedAt) > n.goneGrace():
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: not in gossip membership", nd.ID)
-			default:
+			gone := (ok && m.state != memberlist.StateAlive) || (!ok && now.Sub(n.startedAt) > n.goneGrace())
+			// A lost node is suspect first, dead only after suspectWait
+			// (fence.go): by then it has stopped its actors itself.
+			want, cause := nodeVerdict(nd, ok, m.state, gone, now, n.suspectWait())
+			if want == 0 {
 				continue
 			}
 			cmds = append(cmds, &scheduler.UpdateNodeState{Node: nd.ID, State: want, Cause: cause, At: now.UnixNano()})

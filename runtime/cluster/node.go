@@ -55,6 +55,7 @@ type Node struct {
 	groups  *groupImpl   // placement groups
 	gpus    *gpuService  // GPU views
 	list    *listImpl    // State: troupe list
+	nodeSvc *nodeImpl    // Node: what the leader asks of this node (kill.go)
 	binMu   sync.Mutex   // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
@@ -144,6 +145,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.registerLoop() }()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.workerLoop() }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.fenceLoop() }()
 	ok = true
 	n.log.Info("node started", "role", cfg.Role, "grpc", r.grpcAddr(), "gossip", r.gossipAddr(), "raft", n.raftAddrOrNone())
 	return n, nil
@@ -510,8 +513,12 @@ func (n *Node) apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, erro
 	}
 	var out *ApplyResponse
 	err := n.onLeader(ctx, r.Hops, func() error {
+		node, end, kill := n.killTarget(r.Cmd)
 		var err error
 		out, err = n.applyLocal(r.Cmd)
+		if err == nil && kill && out.Err == nil {
+			n.endOn(ctx, node, &end) // kill.go: Kill returns once the actor is stopped
+		}
 		return err
 	}, func(cc *grpc.ClientConn) error {
 		out = new(ApplyResponse)
