@@ -36,6 +36,8 @@ type InfoResponse struct {
 	GRPCAddr   string `msgpack:"grpc"`
 	GossipAddr string `msgpack:"gossip"`
 	RaftAddr   string `msgpack:"raft,omitempty"`
+	// Applied is a server's last applied raft index (catch-up checks).
+	Applied uint64 `msgpack:"applied,omitempty"`
 }
 
 // ApplyRequest carries one encoded scheduler command to commit.

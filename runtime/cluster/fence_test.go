@@ -112,3 +112,28 @@ func TestNodeVerdictWaitsForTheFence(t *testing.T) {
 		t.Errorf("node missing from gossip within the grace: %v, want nothing", st)
 	}
 }
+
+// TestCatchingUp: a server reports catching up while it trails the
+// leader's applied index and has not caught up since it started, always
+// when it knows no leader, and after catching up once only when it trails
+// by more than the slack.
+func TestCatchingUp(t *testing.T) {
+	for _, c := range []struct {
+		applied, target     uint64
+		leaderKnown, before bool
+		want                bool
+	}{
+		{0, 40, false, false, true},
+		{40, 40, false, true, true},
+		{0, 40, true, false, true},
+		{39, 40, true, false, true},
+		{40, 40, true, false, false},
+		{41, 40, true, false, false},
+		{39, 40, true, true, false},
+		{40 - catchUpSlack - 1, 40, true, true, true},
+	} {
+		if got := catchingUp(c.applied, c.target, c.leaderKnown, c.before); got != c.want {
+			t.Errorf("catchingUp(%d, %d, leader known %v, caught up before %v) = %v, want %v", c.applied, c.target, c.leaderKnown, c.before, got, c.want)
+		}
+	}
+}

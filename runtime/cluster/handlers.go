@@ -25,6 +25,9 @@ func (c *controlImpl) info(ctx context.Context, r *InfoRequest) (*InfoResponse, 
 	if n.cfg.Role.isServer() {
 		out.RaftAddr = n.r.raftAddr()
 	}
+	if n.fsm != nil {
+		n.fsm.Read(func(s *scheduler.State) { out.Applied = s.AppliedIndex() })
+	}
 	return out, nil
 }
 
@@ -73,7 +76,9 @@ func (c *controlImpl) status(ctx context.Context, r *StatusRequest) (*ClusterSta
 		out := new(ClusterStatus)
 		return out, n.forwardRead(ctx, "Status", r.Hops, &StatusRequest{Hops: r.Hops + 1}, out)
 	}
-	return n.Status(), nil
+	out := n.Status()
+	n.checkCaughtUp(ctx, out)
+	return out, nil
 }
 
 // Status returns this server's view of the cluster (a worker's is empty:

@@ -62,6 +62,9 @@ func (n *Node) lead(ctx context.Context) {
 		}
 	}
 	n.log.Info("acting as raft leader", "term", n.raft.Stats()["term"])
+	n.leaderReady.Store(true)
+	n.caughtUp.Store(true)
+	defer n.leaderReady.Store(false)
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.placer(ctx) }()
 	tick := time.NewTicker(n.cfg.Timing.Reconcile)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,7 +57,15 @@ type Node struct {
 	gpus    *gpuService  // GPU views
 	list    *listImpl    // State: troupe list
 	nodeSvc *nodeImpl    // Node: what the leader asks of this node (kill.go)
-	binMu   sync.Mutex   // serializes job binary uploads
+
+	// leaderReady: this server leads and its barrier passed (its state
+	// holds every committed entry); caughtUp: this server has caught up
+	// with the leader since it started (caughtup.go).
+	leaderReady atomic.Bool
+	caughtUp    atomic.Bool
+
+	junk  *gossipJunk // rejected gossip: counted, logged at a rate limit (set before memberlist starts)
+	binMu sync.Mutex  // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq
