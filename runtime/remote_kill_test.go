@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -61,4 +62,58 @@ func TestRemoteKillIsSynchronous(t *testing.T) {
 			t.Fatalf("round %d: call after Kill returned: %d, %v; want *ActorDiedError", i, v, err)
 		}
 	}
+}
+
+// TestRemoteNodeFencesItself: a node (another process) that loses the
+// cluster (here every server stops) kills its job's worker processes
+// itself once it has had no contact for the lease (4 s with FastTiming),
+// not before, and lives on, so that the actors never run beside the
+// incarnations the leader would restart elsewhere after lease + margin.
+func TestRemoteNodeFencesItself(t *testing.T) {
+	const tok = "fence-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	cmd := nodeProcCmd(t, fmt.Sprintf("fn1,127.0.0.1:%d,%d,%s,%s", freeTCPPort(t), freeTCPPort(t), tok, head.Addr()))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt, err := Init(ctx, Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { // the cluster is gone: do not wait long for it
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		rt.Shutdown(sctx)
+	}()
+	waitNodes(t, rt, 2)
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{}, actors.Resources(map[string]float64{"special": 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wpid, err := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	head.Shutdown()
+	for alive(wpid) && time.Since(lost) < 20*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(lost)
+	if alive(wpid) {
+		t.Fatalf("worker process %d still runs %v after its node lost the cluster", wpid, took.Round(time.Millisecond))
+	}
+	// Contact was last made at most one sync (400 ms) before the loss.
+	if took < 3*time.Second {
+		t.Errorf("worker process stopped %v after the loss, before the 4 s lease", took.Round(time.Millisecond))
+	}
+	if !alive(cmd.Process.Pid) {
+		t.Error("the node process itself exited: it should only have stopped its actors")
+	}
+	t.Logf("node fenced itself %v after losing the cluster (lease 4 s)", took.Round(time.Millisecond))
 }
