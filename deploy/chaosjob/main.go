@@ -19,8 +19,9 @@
 // "step" (every actor reached step N), "restart" (an actor came back: its
 // incarnation, the step it resumed from and the last checkpoint the driver
 // saw it save), "done" (wall time, restarts, steps redone). The exit code
-// is 0 only if every actor reached the last step and every resume started
-// from the last checkpoint.
+// is 0 only if every actor reached the last step, every resume started
+// from the last checkpoint, and no two incarnations of an actor were alive
+// at the same time (life.go).
 package main
 
 import (
@@ -104,6 +105,10 @@ func NewTrainer(ctx context.Context, cfg TrainerConfig) (*Trainer, error) {
 		return nil, err
 	}
 	t.pol = pol
+	info, _ := actors.Self(ctx)
+	if err := keepLife(cfg, info.Restarts, info.Node); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -367,6 +372,18 @@ func run(ctx context.Context, rt runtime.Runtime, prefix string, n, steps int, b
 	}
 	if len(d.bad) > 0 {
 		return fmt.Errorf("resumes from before the last checkpoint: %s", strings.Join(d.bad, "; "))
+	}
+	// No actor ran twice: no incarnation outlived the start of the next.
+	var twice []string
+	for _, m := range ms {
+		lives, err := readLives(base.Dir, m.name)
+		if err != nil {
+			return err
+		}
+		twice = append(twice, overlaps(m.name, lives)...)
+	}
+	if len(twice) > 0 {
+		return fmt.Errorf("incarnations overlapped (an actor ran twice): %s", strings.Join(twice, "; "))
 	}
 	emit(event{Event: "done", Step: steps, WallMS: wall.Milliseconds(), Restarts: d.restarts, Redone: d.redone})
 	return nil
