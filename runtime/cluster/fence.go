@@ -169,9 +169,14 @@ func (w *workerSet) checkFence(now time.Time) {
 	w.actors = map[scheduler.ActorID]hosted{}
 	procs := w.procs
 	w.procs = map[scheduler.JobID]*worker.Proc{}
+	lease := w.fence.clock.lease
 	w.mu.Unlock()
+	if n == 0 && len(procs) == 0 {
+		w.n.log.Info("no contact with the cluster for longer than the lease: starting no actors until it is back", "lease", lease)
+		return
+	}
 	w.n.log.Warn("no contact with the cluster for longer than the lease: stopping every actor of this node", "actors", n,
-		"workers", len(procs), "lease", w.fence.clock.lease)
+		"workers", len(procs), "lease", lease)
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		wg.Add(1)
