@@ -13,7 +13,7 @@ import (
 // Incarnation lifetimes: every trainer incarnation keeps a file in the
 // shared directory, <dir>/<name>.life/<inc>-<pid>, holding "start last
 // node" (Unix milliseconds), rewritten every lifeEvery while its process
-// lives. The driver reads them at the end: an incarnation whose process
+// lives. Read at the end (chaosjob --check-lives): an incarnation whose process
 // was still alive after the next incarnation of the same actor started is
 // an actor that ran twice (a cut-off worker that did not stop its actors
 // while the cluster restarted them elsewhere).
@@ -107,4 +107,22 @@ func overlaps(name string, lives []life) []string {
 		}
 	}
 	return out
+}
+
+// checkNoOverlap checks the lifetimes of the job's actors (prefix-0 ...
+// prefix-(n-1)) in dir.
+func checkNoOverlap(dir, prefix string, n int) error {
+	var twice []string
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		lives, err := readLives(dir, name)
+		if err != nil {
+			return err
+		}
+		twice = append(twice, overlaps(name, lives)...)
+	}
+	if len(twice) > 0 {
+		return fmt.Errorf("incarnations overlapped (an actor ran twice): %s", strings.Join(twice, "; "))
+	}
+	return nil
 }
