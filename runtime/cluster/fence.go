@@ -96,7 +96,11 @@ func nodeVerdict(nd *scheduler.Node, inGossip bool, gossip memberlist.NodeStateT
 		}
 		return scheduler.NodeSuspect, fmt.Sprintf("node %s lost: %s", nd.ID, why)
 	case nd.State == scheduler.NodeSuspect && now.Sub(time.Unix(0, nd.UpdatedAt)) >= wait:
-		return scheduler.NodeDead, fmt.Sprintf("node %s lost: %s, and suspect for %v (its actors fenced themselves)", nd.ID, nd.Cause, wait)
+		cause := nd.Cause
+		if cause == "" {
+			cause = fmt.Sprintf("node %s lost", nd.ID)
+		}
+		return scheduler.NodeDead, fmt.Sprintf("%s, and suspect for %v (its actors fenced themselves)", cause, wait)
 	}
 	return 0, ""
 }
