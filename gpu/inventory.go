@@ -13,7 +13,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -83,9 +82,6 @@ type Options struct {
 	// Now is the clock (time.Now if nil); tests inject a fixed one.
 	Now func() time.Time
 }
-
-// OptionsFromEnv returns Options with Simulate taken from TROUPE_SIMULATE_GPUS.
-func OptionsFromEnv() Options { return Options{Simulate: os.Getenv(EnvSimulate)} }
 
 // Inventory is a node's GPUs: static descriptions and topology read once,
 // dynamic state read on each Sample call. It is safe for concurrent use.

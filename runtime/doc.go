@@ -10,17 +10,20 @@
 //
 //   - Init and its options (runtime.go) are the edge: they read the
 //     environment (TROUPE_ADDRESS, TROUPE_TOKEN, TROUPE_JOB_ID,
-//     TROUPE_SIMULATE_GPUS, TROUPE_WIRE_SPIN, and TROUPE_WORKER in a
+//     TROUPE_SIMULATE_GPUS, TROUPE_WIRE_SPIN, TROUPE_WIRE_UNIX,
+//     TROUPE_OBJECTS_UNIX, and TROUPE_WORKER in a
 //     worker process) and pass it down as configuration.
-//   - With no address, the embedded cluster (local*.go): one node in this
-//     process running the same scheduler state machine as a real cluster.
-//   - With an address, the driver (remote*.go): actors are placed through
-//     the control plane (cluster.Client over gRPC) and called directly over
+//   - With no address, the embedded cluster (runtime/local): one node in
+//     this process running the same scheduler state machine as a real
+//     cluster.
+//   - With an address, the driver (runtime/driver): actors are placed
+//     through the control plane (runtime/client over gRPC) and called directly over
 //     runtime/wire; results of 256 KiB or more stay with their owner
 //     (runtime/objstore); the call watcher fails calls to vanished nodes;
 //     the job's keep-alives end its actors when the driver is lost.
 //   - In a worker process (started by a node), Init serves the registered
-//     actor types (runtime/worker) and exits when the node says so.
+//     actor types (runtime/worker) and returns ErrWorkerDone when the
+//     node ends the worker: main returns without running driver code.
 //
 // # Errors
 //
@@ -32,8 +35,10 @@
 //
 // # Imports
 //
-// runtime imports actors, scheduler, gpu and its subpackages; nothing below
-// it imports runtime. Still to do (issue 23): split local and driver into
-// runtime/local and runtime/driver, so that a driver-only binary does not
-// link raft, memberlist or raft-wal.
+// runtime imports actors, scheduler, runtime/local, runtime/driver and the
+// packages below them; nothing below it imports runtime. Neither runtime
+// nor a program that imports it links runtime/cluster, raft, memberlist or
+// raft-wal (TestDriverLinksNoServer runs go list -deps on testdata/driveronly).
+// Placement groups (placement_group.go) are the user's API over both:
+// the embedded cluster and the driver implement groupBackend.
 package runtime

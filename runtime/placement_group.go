@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"troupe/actors"
-	"troupe/scheduler"
-
 	"troupe/runtime/api"
+	"troupe/scheduler"
 )
 
 // PlacementStrategy is how a placement group's bundles are spread over
@@ -72,19 +71,19 @@ type PlacementGroup struct {
 	b        groupBackend
 }
 
-// groupBackend is what the embedded and remote runtimes implement for
-// placement groups.
+// groupBackend is what the embedded cluster (runtime/local) and the driver
+// (runtime/driver) implement for placement groups.
 type groupBackend interface {
-	// createGroup commits the group (reserved or pending); an infeasible
+	// CreateGroup commits the group (reserved or pending); an infeasible
 	// group fails at once with an error wrapping actors.ErrInfeasible.
-	createGroup(ctx context.Context, spec scheduler.GroupSpec) error
-	// group returns a copy of the committed group, nil when it is gone.
-	group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error)
-	// waitGroup returns the group once it is created or gone (nil), or
+	CreateGroup(ctx context.Context, spec scheduler.GroupSpec) error
+	// Group returns a copy of the committed group, nil when it is gone.
+	Group(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error)
+	// WaitGroup returns the group once it is created or gone (nil), or
 	// ctx's error.
-	waitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error)
-	// removeGroup removes the group, killing its actors.
-	removeGroup(ctx context.Context, id scheduler.GroupID) error
+	WaitGroup(ctx context.Context, id scheduler.GroupID) (*scheduler.PlacementGroup, error)
+	// RemoveGroup removes the group, killing its actors.
+	RemoveGroup(ctx context.Context, id scheduler.GroupID) error
 }
 
 // CreatePlacementGroup reserves bundles of resources on rt's cluster as one
@@ -110,21 +109,21 @@ func CreatePlacementGroup(ctx context.Context, rt Runtime, bundles []actors.Reso
 	if len(bundles) == 0 {
 		return nil, fmt.Errorf("%s: no bundles", label)
 	}
-	spec := scheduler.GroupSpec{ID: scheduler.GroupID("pg-" + newID()), Name: name, Strategy: scheduler.Strategy(strategy)}
+	spec := scheduler.GroupSpec{ID: scheduler.GroupID("pg-" + api.NewID()), Name: name, Strategy: scheduler.Strategy(strategy)}
 	for i, r := range bundles {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: bundle %d: %w", label, i, err)
 		}
-		res := toRequest(r).Resources
+		res := api.ToRequest(r).Resources
 		if res.IsZero() {
 			return nil, fmt.Errorf("%s: bundle %d is empty", label, i)
 		}
 		spec.Bundles = append(spec.Bundles, res)
 	}
-	if jb, ok := rt.(interface{ jobID() scheduler.JobID }); ok {
-		spec.JobID = jb.jobID() // removed with the job
+	if jb, ok := rt.(interface{ JobID() scheduler.JobID }); ok {
+		spec.JobID = jb.JobID() // removed with the job
 	}
-	if err := b.createGroup(ctx, spec); err != nil {
+	if err := b.CreateGroup(ctx, spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	return &PlacementGroup{id: string(spec.ID), name: name, strategy: strategy, bundles: len(bundles), b: b}, nil
@@ -151,7 +150,7 @@ func (pg *PlacementGroup) label() string {
 
 // Ready reports, without waiting, whether every bundle is reserved.
 func (pg *PlacementGroup) Ready(ctx context.Context) (bool, error) {
-	g, err := pg.b.group(ctx, scheduler.GroupID(pg.id))
+	g, err := pg.b.Group(ctx, scheduler.GroupID(pg.id))
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", pg.label(), err)
 	}
@@ -165,13 +164,13 @@ func (pg *PlacementGroup) Ready(ctx context.Context) (bool, error) {
 // group is removed (ErrPlacementGroupRemoved) or ctx ends (its error,
 // with the reason the group still waits).
 func (pg *PlacementGroup) Wait(ctx context.Context) error {
-	g, err := pg.b.waitGroup(ctx, scheduler.GroupID(pg.id))
+	g, err := pg.b.WaitGroup(ctx, scheduler.GroupID(pg.id))
 	switch {
 	case err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		why := ""
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if g, gerr := pg.b.group(qctx, scheduler.GroupID(pg.id)); gerr == nil && g != nil && g.PendingReason != "" {
+		if g, gerr := pg.b.Group(qctx, scheduler.GroupID(pg.id)); gerr == nil && g != nil && g.PendingReason != "" {
 			why = " (" + g.PendingReason + ")"
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -189,7 +188,7 @@ func (pg *PlacementGroup) Wait(ctx context.Context) error {
 // Info returns the group's committed state: its bundles' nodes and GPU
 // indices, or why it waits.
 func (pg *PlacementGroup) Info(ctx context.Context) (PlacementGroupInfo, error) {
-	g, err := pg.b.group(ctx, scheduler.GroupID(pg.id))
+	g, err := pg.b.Group(ctx, scheduler.GroupID(pg.id))
 	if err != nil {
 		return PlacementGroupInfo{}, fmt.Errorf("%s: %w", pg.label(), err)
 	}
@@ -210,7 +209,7 @@ func (pg *PlacementGroup) Bundles(ctx context.Context) ([]BundleInfo, error) {
 // freed. Removing a removed group is an error wrapping
 // ErrPlacementGroupRemoved.
 func (pg *PlacementGroup) Remove(ctx context.Context) error {
-	if err := pg.b.removeGroup(ctx, scheduler.GroupID(pg.id)); err != nil {
+	if err := pg.b.RemoveGroup(ctx, scheduler.GroupID(pg.id)); err != nil {
 		if errors.Is(err, scheduler.ErrNotFound) {
 			return fmt.Errorf("remove %s: %w", pg.label(), ErrPlacementGroupRemoved)
 		}
@@ -223,55 +222,7 @@ func groupInfo(g *scheduler.PlacementGroup) PlacementGroupInfo {
 	info := PlacementGroupInfo{ID: string(g.Spec.ID), Name: g.Spec.Name, Strategy: PlacementStrategy(g.Spec.Strategy),
 		State: g.State.String(), Pending: g.PendingReason}
 	for _, b := range g.Bundles {
-		info.Bundles = append(info.Bundles, BundleInfo{Index: b.Index, Resources: fromResources(b.Resources), Node: string(b.Node), GPUs: scheduler.GPUIndices(b.GPUs)})
+		info.Bundles = append(info.Bundles, BundleInfo{Index: b.Index, Resources: api.FromResources(b.Resources), Node: string(b.Node), GPUs: scheduler.GPUIndices(b.GPUs)})
 	}
 	return info
-}
-
-// cloneGroup deep-copies a group out of a state.
-func cloneGroup(g *scheduler.PlacementGroup) *scheduler.PlacementGroup {
-	c := *g
-	c.Bundles = make([]scheduler.Bundle, len(g.Bundles))
-	for i, b := range g.Bundles {
-		cb := b
-		cb.Resources, cb.Free = b.Resources.Clone(), b.Free.Clone()
-		cb.GPUs = append([]scheduler.GPUAlloc(nil), b.GPUs...)
-		cb.GPUFree = append([]scheduler.GPUAlloc(nil), b.GPUFree...)
-		c.Bundles[i] = cb
-	}
-	return &c
-}
-
-// specRequest converts an actor spec's resources and placement to the
-// scheduler's request.
-func specRequest(spec actors.Spec) scheduler.Request {
-	req := toRequest(spec.Resources)
-	p := spec.Placement
-	if p.Group != "" {
-		req.Group, req.Bundle = scheduler.GroupID(p.Group), p.Bundle
-	}
-	if p.Node != "" {
-		req.Affinity = &scheduler.Affinity{Node: scheduler.NodeID(p.Node), Soft: p.Soft}
-	}
-	return req
-}
-
-// infeasible converts a scheduler infeasibility to actors.ErrInfeasible,
-// keeping the reason.
-func infeasible(err error) error {
-	if errors.Is(err, scheduler.ErrInfeasible) {
-		return fmt.Errorf("%w: %s", actors.ErrInfeasible, infeasibleReason(err))
-	}
-	return err
-}
-
-// infeasibleReason is the scheduler's explanation of an infeasible request
-// without the words before it ("create actor x: infeasible: "), so the
-// message says "infeasible" once, through actors.ErrInfeasible.
-func infeasibleReason(err error) string {
-	var ie *scheduler.InfeasibleError
-	if errors.As(err, &ie) {
-		return ie.Reason
-	}
-	return err.Error()
 }

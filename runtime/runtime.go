@@ -2,17 +2,18 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"troupe/actors"
-	"troupe/runtime/worker"
-
-	"troupe/runtime/cluster"
-
+	"troupe/runtime/api"
+	"troupe/runtime/client"
+	"troupe/runtime/driver"
+	"troupe/runtime/local"
+	"troupe/runtime/objstore"
 	"troupe/runtime/wire"
+	"troupe/runtime/worker"
 )
 
 // Runtime is a connection to a cluster: the embedded local one or, with an
@@ -27,43 +28,18 @@ type Runtime interface {
 	Shutdown(ctx context.Context) error
 }
 
-// Status is a snapshot of a cluster for people and scripts.
-type Status struct {
-	Nodes  []NodeStatus  `json:"nodes"`
-	Actors []ActorStatus `json:"actors"`
-}
+// Status is a snapshot of a cluster for people and scripts (the same type
+// as api.Status, which the embedded cluster and the driver return).
+type Status = api.Status
 
 // NodeStatus describes one node.
-type NodeStatus struct {
-	ID        string             `json:"id"`
-	Address   string             `json:"address,omitempty"`
-	Role      string             `json:"role"`  // "head", "server", "worker", "embedded"
-	State     string             `json:"state"` // "alive", "suspect", "draining", "dead" (lost) or "drained" (left after troupe stop)
-	Total     actors.ResourceSet `json:"total"`
-	Used      actors.ResourceSet `json:"used"`
-	GPUs      []GPUStatus        `json:"gpus,omitempty"`
-	Simulated bool               `json:"simulated_gpus,omitempty"`
-	Labels    map[string]string  `json:"labels,omitempty"`
-}
+type NodeStatus = api.NodeStatus
 
 // GPUStatus is one GPU of a node and how much of it is held.
-type GPUStatus struct {
-	Index int     `json:"index"`
-	Used  float64 `json:"used"` // fraction held by actors, 0..1
-}
+type GPUStatus = api.GPUStatus
 
 // ActorStatus describes one actor.
-type ActorStatus struct {
-	ID        string             `json:"id"`
-	Name      string             `json:"name,omitempty"`
-	Type      string             `json:"type"`
-	State     string             `json:"state"` // PENDING, ALIVE, DEAD
-	Node      string             `json:"node,omitempty"`
-	GPUs      []int              `json:"gpus,omitempty"`
-	Resources actors.ResourceSet `json:"resources"`
-	Restarts  int                `json:"restarts"`
-	Death     string             `json:"death,omitempty"`
-}
+type ActorStatus = api.ActorStatus
 
 // Option configures Init.
 type Option func(*config)
@@ -117,10 +93,19 @@ func NodeResources(m map[string]float64) Option {
 // node in this process with the machine's CPUs and memory and its GPUs, or
 // simulated GPUs when TROUPE_SIMULATE_GPUS names a count or profile.
 //
-// In a worker process (started by a node with TROUPE_WORKER set) Init does
-// not return: it serves the registered actor types to the cluster until the
-// node tells it to exit, then exits the process, so main's driver code
-// never runs in a worker. Register actor types before calling Init.
+// In a worker process (started by a node with TROUPE_WORKER set) Init
+// serves the registered actor types to the cluster until the node tells
+// the worker to exit, then returns ErrWorkerDone (or the error that ended
+// serving), so main must return without running its driver code:
+//
+//	rt, err := runtime.Init(ctx)
+//	if errors.Is(err, runtime.ErrWorkerDone) {
+//		return // this process was a worker
+//	}
+//
+// A main that treats every error alike (prints it, exits 1) still never
+// runs driver code in a worker; the node only records the exit status.
+// Register actor types before calling Init.
 func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	// The environment is read here, at the edge, and passed down.
 	if d, err := wire.ParseSpin(os.Getenv(wire.SpinEnv)); err != nil {
@@ -128,40 +113,52 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	} else {
 		wire.SetSpin(d)
 	}
+	// "0" turns off the Unix-socket shortcut between processes of a host.
+	wire.SetUnix(os.Getenv(wire.UnixEnv) != "0")
+	objstore.SetLocal(os.Getenv(objstore.LocalEnv) != "0")
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
 		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar)); err != nil {
-			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
-			os.Exit(1)
+			return nil, fmt.Errorf("troupe worker: %w", err)
 		}
-		os.Exit(0)
+		return nil, ErrWorkerDone
 	}
-	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(cluster.EnvJobID),
+	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(client.EnvJobID),
 		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS")}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		return newRemote(ctx, cfg)
+		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
 	}
-	return newLocal(cfg)
+	l, err := local.New(local.Config{SimulateGPUs: cfg.simulateGPUs, CPUs: cfg.cpus, OverrideCPUs: cfg.overrideCPUs,
+		MemoryBytes: cfg.memoryBytes, OverrideMemory: cfg.overrideMem, Custom: cfg.customRes})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
+
+// ErrShutdown: the runtime was shut down. After Shutdown, spawns, lookups
+// and calls fail with an error wrapping it, on either side of a process
+// boundary.
+var ErrShutdown = api.ErrShutdown
+
+// The embedded cluster and the driver are what Init returns.
+var (
+	_ Runtime      = (*local.Cluster)(nil)
+	_ groupBackend = (*local.Cluster)(nil)
+	_ Runtime      = (*driver.Driver)(nil)
+	_ groupBackend = (*driver.Driver)(nil)
+)
+
+// ErrWorkerDone is what Init returns in a worker process once the node has
+// told the worker to exit: the process served its actors and must not run
+// the driver code after Init (return from main).
+var ErrWorkerDone = errors.New("runtime: this process served as a worker and is done")
 
 // ErrNoClusterSupport: this build cannot join a remote cluster yet.
 var ErrNoClusterSupport = fmt.Errorf("multi-node clusters are not available in this build")
-
-// machineMemory reads MemTotal from /proc/meminfo; 0 when unknown.
-func machineMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}

@@ -18,7 +18,7 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
   go test -run '^$' -bench 'CommittedPlacements' -benchtime 20000x ./runtime/cluster/
   go test -run '^$' -bench 'LeaderFailover' -benchtime 7x ./runtime/cluster/
   go test -run '^$' -bench 'CommittedPlacementGroups' -benchtime 20000x ./runtime/cluster/
-  go test -run '^$' -bench 'BenchmarkRemote' -benchtime 2s ./runtime/
+  go test -run '^$' -bench 'BenchmarkRemote' -benchtime 2s ./runtime/driver/
   go test -run '^$' -bench 'Transfer' -benchtime 15x ./runtime/objstore/
   go test -run '^$' -bench SamplePass -benchtime 3000x ./gpu/
   (cd examples/peers && go test -run '^$' -bench BenchmarkPeers -benchtime 1s)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,8 +22,11 @@ import (
 // starts it as one (the multi-node test's actors run in workers).
 func TestMain(m *testing.M) {
 	if _, ok := os.LookupEnv(worker.EnvVar); ok {
-		runtime.Init(context.Background())
-		os.Exit(3) // unreachable: Init exits in worker mode
+		if _, err := runtime.Init(context.Background()); !errors.Is(err, runtime.ErrWorkerDone) {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

@@ -316,8 +316,11 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	// Types are registered before Init: in a worker process Init serves
-	// them and never returns.
+	// them and returns ErrWorkerDone when the node ends the worker.
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		return
+	}
 	if err != nil {
 		emit(event{Event: "error", Error: "init: " + err.Error()})
 		os.Exit(1)

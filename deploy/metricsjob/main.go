@@ -43,6 +43,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		return // this process was a worker
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		os.Exit(1)

@@ -49,7 +49,7 @@ func (c *Counter) Crash(ctx context.Context, reason string) (int, error) {
 func init() { actors.MustRegister("Counter", NewCounter) }
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	if err := run(context.Background()); err != nil && !errors.Is(err, runtime.ErrWorkerDone) {
 		fmt.Fprintln(os.Stderr, "counter:", err)
 		os.Exit(1)
 	}

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"troupe/runtime/transport"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -90,7 +91,7 @@ func runPeer() {
 		fmt.Fprintln(os.Stderr, "peer:", err)
 		os.Exit(2)
 	}
-	go wire.NewServer(wire.HostFunc(func(id string) (wire.Target, bool) { in, ok := byID[id]; return in, ok }), 0).Serve(wl)
+	go wire.NewServer(wire.HostFunc(func(id string) (wire.Target, bool) { in, ok := byID[id]; return in, ok }), 0, transport.Security{}).Serve(wl)
 	fmt.Printf("%s %s\n", wl.Addr(), sys.ProcessRegistry.Address)
 	io.Copy(io.Discard, os.Stdin)
 }
@@ -153,7 +154,7 @@ func dialClients(tb testing.TB) {
 	clients.once.Do(func() {
 		// The caller needs a remote of its own: replies come back to it.
 		clients.sys, _ = newProtoSystem()
-		cl, err := wire.Dial(context.Background(), "tcp", peer.wire, 0)
+		cl, err := wire.Dial(context.Background(), transport.Security{}, "tcp", peer.wire, 0)
 		if err != nil {
 			clients.err = fmt.Errorf("dial troupe peer %s: %w", peer.wire, err)
 			return

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -37,11 +38,15 @@ func (g *Greeter) Greet(ctx context.Context, who string) (string, error) {
 
 func main() {
 	// Types are registered before Init: in a worker process Init serves
-	// them and never returns, so the driver code below runs only here.
+	// them, then returns ErrWorkerDone, so the driver code below runs only
+	// in the driver.
 	actors.MustRegister("Greeter", func(ctx context.Context, _ GreeterConfig) (*Greeter, error) { return &Greeter{}, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		return // this process was a worker
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		os.Exit(1)

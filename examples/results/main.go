@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -160,6 +161,9 @@ func main() {
 	}
 	ctx := context.Background()
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		return // this process was a worker
+	}
 	if err != nil {
 		fatal(err)
 	}

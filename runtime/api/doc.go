@@ -1,7 +1,9 @@
 // Package api is the contract between troupe's processes: what a driver,
-// a node and a worker agree on however they talk. Today it holds the one
-// error codec; the control-plane messages and the client interface are to
-// move here from runtime/cluster (issue 23).
+// a node and a worker agree on however they talk: the one error codec,
+// the Status a runtime reports, and the conversion of an actor's spec to
+// the scheduler's request that the embedded cluster and a cluster's leader
+// both plan with. The control plane's messages and its gRPC client are in
+// runtime/client (which imports gRPC, so they cannot live here).
 //
 // # Errors
 //
@@ -25,5 +27,6 @@
 // api imports actors and scheduler (for their sentinels and structured
 // errors), nothing of gRPC, raft, raft-wal or memberlist, and neither do
 // they (TestContractLinksNoServer checks with go list -deps). It is
-// imported by wire, transport, cluster and runtime; it never imports them.
+// imported by wire, transport, client, cluster, local, driver and runtime;
+// it never imports them.
 package api

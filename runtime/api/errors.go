@@ -26,6 +26,9 @@ var (
 	ErrMalformedFrame = errors.New("wire: malformed frame")
 	// ErrClosed: the connection is closed (wire.ErrClosed).
 	ErrClosed = errors.New("wire: connection closed")
+	// ErrUnauthenticated: a connection between troupe processes failed the
+	// token or TLS handshake (transport.ErrUnauthenticated).
+	ErrUnauthenticated = errors.New("transport: peer not authenticated")
 
 	// ErrNoLeader: no raft leader could be reached within the bounded retry;
 	// the control plane has lost its quorum or is electing
@@ -93,6 +96,7 @@ var kinds = []struct {
 	{"wire.toolarge", ErrFrameTooLarge},
 	{"wire.malformed", ErrMalformedFrame},
 	{"wire.closed", ErrClosed},
+	{"transport.unauthenticated", ErrUnauthenticated},
 
 	{"cluster.noleader", ErrNoLeader},
 	{"cluster.wrongplatform", ErrWrongPlatform},

@@ -31,8 +31,7 @@
 // # Imports
 //
 // cluster imports raft, raft-wal and memberlist, and adapts the
-// scheduler's FSM to raft (raftFSM, fsm.go). A driver reaches it only
-// through Client today, which is why a driver binary still links them
-// (issue 23's runtime split moves the client and its messages to
-// runtime/api).
+// scheduler's FSM to raft (raftFSM, fsm.go). The messages it serves and
+// the driver's client are in runtime/client (contract.go names them here),
+// so a driver reaches a node without linking cluster or its dependencies.
 package cluster

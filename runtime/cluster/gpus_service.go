@@ -153,7 +153,7 @@ func (n *Node) GPUs(ctx context.Context, r *ClusterGPUsRequest) (*ClusterGPUs, e
 // them. With history set, each GPU carries its sample history.
 func (c *Client) ClusterGPUs(ctx context.Context, history bool) (*ClusterGPUs, error) {
 	out := new(ClusterGPUs)
-	if err := c.invokeService(ctx, GPUServiceName, "Cluster", &ClusterGPUsRequest{History: history}, out); err != nil {
+	if err := c.InvokeService(ctx, GPUServiceName, "Cluster", &ClusterGPUsRequest{History: history}, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -24,30 +24,6 @@ import (
 // is ended by the leader when they stop for JobLease, so a driver killed
 // with -9, or lost with its node, frees its actors.
 
-// JobsServiceName is the gRPC name of the jobs service every node serves.
-const JobsServiceName = "troupe.Jobs"
-
-// Environment a node gives a submitted driver (besides TROUPE_ADDRESS and
-// TROUPE_TOKEN of the cluster).
-const (
-	// EnvJobID holds the job ID of a submitted driver: runtime.Init joins
-	// that job instead of registering a new one.
-	EnvJobID = "TROUPE_JOB_ID"
-)
-
-// Job metadata keys (scheduler.JobSpec.Metadata).
-const (
-	// JobMetaNode is the node running a submitted driver.
-	JobMetaNode = "node"
-	// JobMetaName is the job's display name (troupe submit --name).
-	JobMetaName = "name"
-	// JobMetaLease marks a job kept alive by keep-alives ("1"); the leader
-	// ends it when they stop.
-	JobMetaLease = "lease"
-	// JobMetaDriver says where a driver started by hand runs ("host pid N").
-	JobMetaDriver = "driver"
-)
-
 // SubmitJobRequest asks a node to run a job's driver: an uploaded binary
 // (Hash), or a command in an uploaded working directory (Package).
 type SubmitJobRequest struct {
@@ -114,19 +90,6 @@ type StopJobRequest struct {
 type StopJobResponse struct {
 	Job   string `msgpack:"job"`
 	State string `msgpack:"state"`
-}
-
-// KeepAliveRequest renews the lease of running jobs.
-type KeepAliveRequest struct {
-	Jobs []string `msgpack:"jobs"`
-	Hops int      `msgpack:"hops,omitempty"`
-}
-
-// KeepAliveResponse says how often to renew, and which of the jobs have
-// ended (job → "STATE: message").
-type KeepAliveResponse struct {
-	Every time.Duration     `msgpack:"every"`
-	Ended map[string]string `msgpack:"ended,omitempty"`
 }
 
 // LogsRequest asks for a job's output; with Follow the stream goes on
@@ -211,13 +174,13 @@ var jobsDesc = grpc.ServiceDesc{
 // SubmitJob runs the binary with that hash (uploaded to the node at the
 // client's first address with UploadBinary) as a job's driver there.
 func (c *Client) SubmitJob(ctx context.Context, r *SubmitJobRequest) (*SubmitJobResponse, error) {
-	cc, err := c.conn(c.addrs[0])
+	cc, err := c.Conn(c.First())
 	if err != nil {
 		return nil, err
 	}
 	resp := new(SubmitJobResponse)
 	if err := cc.Invoke(ctx, "/"+JobsServiceName+"/Submit", r, resp); err != nil {
-		return nil, fmt.Errorf("submit at %s: %w", c.addrs[0], err)
+		return nil, fmt.Errorf("submit at %s: %w", c.First(), err)
 	}
 	return resp, nil
 }
@@ -225,7 +188,7 @@ func (c *Client) SubmitJob(ctx context.Context, r *SubmitJobRequest) (*SubmitJob
 // Jobs lists the cluster's jobs.
 func (c *Client) Jobs(ctx context.Context) ([]JobView, error) {
 	resp := new(ListJobsResponse)
-	if err := c.invokeService(ctx, JobsServiceName, "List", &ListJobsRequest{}, resp); err != nil {
+	if err := c.InvokeService(ctx, JobsServiceName, "List", &ListJobsRequest{}, resp); err != nil {
 		return nil, err
 	}
 	return resp.Jobs, nil
@@ -234,13 +197,7 @@ func (c *Client) Jobs(ctx context.Context) ([]JobView, error) {
 // StopJob stops a job (see StopJobRequest).
 func (c *Client) StopJob(ctx context.Context, job string, grace time.Duration, reason string) (*StopJobResponse, error) {
 	resp := new(StopJobResponse)
-	return resp, c.invokeService(ctx, JobsServiceName, "Stop", &StopJobRequest{Job: job, Grace: grace, Reason: reason}, resp)
-}
-
-// KeepAlive renews the leases of running jobs.
-func (c *Client) KeepAlive(ctx context.Context, jobs ...string) (*KeepAliveResponse, error) {
-	resp := new(KeepAliveResponse)
-	return resp, c.invokeService(ctx, JobsServiceName, "KeepAlive", &KeepAliveRequest{Jobs: jobs}, resp)
+	return resp, c.InvokeService(ctx, JobsServiceName, "Stop", &StopJobRequest{Job: job, Grace: grace, Reason: reason}, resp)
 }
 
 // JobLogs streams a job's output to fn, chunk by chunk, from the first
@@ -248,13 +205,9 @@ func (c *Client) KeepAlive(ctx context.Context, jobs ...string) (*KeepAliveRespo
 // returns the driver's exit when the job has ended (nil while it runs and
 // follow is false).
 func (c *Client) JobLogs(ctx context.Context, job string, follow bool, fn func(LogChunk) error) (*JobExit, error) {
-	c.mu.Lock()
-	start := c.next
-	c.mu.Unlock()
 	var last error
-	for i := range c.addrs {
-		addr := c.addrs[(start+i)%len(c.addrs)]
-		cc, err := c.conn(addr)
+	for _, addr := range c.Addrs() {
+		cc, err := c.Conn(addr)
 		if err != nil {
 			last = err
 			continue

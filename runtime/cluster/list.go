@@ -157,7 +157,7 @@ func (l *listImpl) node() *Node { return l.n }
 // List lists one kind of the cluster's entities (see ListRequest).
 func (c *Client) List(ctx context.Context, r *ListRequest) (*ListResponse, error) {
 	out := new(ListResponse)
-	if err := c.invokeService(ctx, StateServiceName, "List", r, out); err != nil {
+	if err := c.InvokeService(ctx, StateServiceName, "List", r, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -238,7 +238,7 @@ func (n *Node) PackagePath(hash string) (string, error) {
 // UploadPackage stores the archive at path (made by PackDirFile, sha256
 // hash) on the node at the client's first address, unless it has it.
 func (c *Client) UploadPackage(ctx context.Context, path, hash string) (sent bool, err error) {
-	return c.upload(ctx, kindPackage, path, hash)
+	return c.Upload(ctx, kindPackage, path, hash)
 }
 
 // walkPackage reads a packed archive entry by entry, checking what unpack

@@ -34,7 +34,8 @@ func cpuMeter(b *testing.B, size int64) func() {
 func BenchmarkTransfer64MiB(b *testing.B) {
 	const size = 64 << 20
 	b.Run("objstore-tcp", func(b *testing.B) {
-		b.Setenv(LocalEnv, "0")
+		SetLocal(false)
+		defer SetLocal(true)
 		fetchBench(b, size)
 	})
 	b.Run("objstore-unix", func(b *testing.B) { fetchBench(b, size) })

@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"troupe/runtime/transport"
 )
 
 // maxIdlePerOwner bounds the idle connections a Client keeps per owner.
@@ -22,6 +24,7 @@ const DialTimeout = 10 * time.Second
 // an owner on the same host through its Unix socket (see ListenLocal).
 type Client struct {
 	local *Store // this process's store, if any: its objects are not fetched over TCP
+	sec   transport.Security
 
 	mu      sync.Mutex
 	idle    map[string][]*clientConn
@@ -41,10 +44,11 @@ type clientConn struct {
 	br *bufio.Reader
 }
 
-// NewClient returns a client. local, when not nil, is this process's own
-// store: fetches and releases of its objects skip the network.
-func NewClient(local *Store) *Client {
-	c := &Client{local: local, idle: map[string][]*clientConn{}, relWake: make(chan struct{}, 1),
+// NewClient returns a client that authenticates to owners with sec.
+// local, when not nil, is this process's own store: fetches and releases
+// of its objects skip the network.
+func NewClient(local *Store, sec transport.Security) *Client {
+	c := &Client{local: local, sec: sec, idle: map[string][]*clientConn{}, relWake: make(chan struct{}, 1),
 		done: make(chan struct{}), relDone: make(chan struct{})}
 	go c.releaseLoop()
 	return c
@@ -95,7 +99,7 @@ func (c *Client) Fetch(ctx context.Context, ref Ref) ([]byte, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("object %s from %s: connect: %w", ref.ID, ref.Owner, ctx.Err())
 			}
-			return nil, fmt.Errorf("object %s: %w: %s: %v", ref.ID, ErrUnreachable, ref.Owner, err)
+			return nil, fmt.Errorf("object %s: %w: %s: %w", ref.ID, ErrUnreachable, ref.Owner, err)
 		}
 		data, keep, stale, err := c.fetchOn(ctx, cc, ref)
 		if keep {
@@ -176,7 +180,7 @@ func (c *Client) conn(ctx context.Context, owner string) (cc *clientConn, reused
 	c.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	nc, err := dial(dctx, owner)
+	nc, err := dial(dctx, c.sec, owner)
 	if err != nil {
 		return nil, false, err
 	}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"troupe/runtime/transport"
 )
 
 // ChunkSize is how much of an object one write or read moves; a transfer
@@ -25,6 +27,7 @@ const (
 // Server serves a Store's objects to other processes.
 type Server struct {
 	store *Store
+	sec   transport.Security
 
 	mu     sync.Mutex
 	lis    []net.Listener
@@ -33,13 +36,18 @@ type Server struct {
 	wg     sync.WaitGroup
 }
 
-// NewServer returns a server for store's objects.
-func NewServer(store *Store) *Server {
-	return &Server{store: store, conns: map[net.Conn]struct{}{}}
+// NewServer returns a server for store's objects that authenticates every
+// connection with sec before it reads a request.
+func NewServer(store *Store, sec transport.Security) *Server {
+	return &Server{store: store, sec: sec, conns: map[net.Conn]struct{}{}}
 }
 
-// Serve accepts connections on l until Close, then returns nil.
+// Serve accepts connections on l until Close, then returns nil. Each
+// connection is served once it has passed the handshake of the server's
+// Security (transport.Security.Wrap: TLS on TCP when configured, then the
+// token); the others are refused and counted.
 func (s *Server) Serve(l net.Listener) error {
+	l = s.sec.Wrap(l)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

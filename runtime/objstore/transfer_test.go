@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"troupe/runtime/transport"
 )
 
 // owner is a Store served on loopback (TCP and the local Unix socket).
@@ -29,7 +30,7 @@ func startOwner(t testing.TB) *owner {
 		t.Fatal(err)
 	}
 	o := &owner{store: NewStore(l.Addr().String())}
-	o.srv = NewServer(o.store)
+	o.srv = NewServer(o.store, testSec)
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := ListenLocal(l); err == nil {
 		o.served.Go(func() { o.srv.Serve(ul) })
@@ -41,7 +42,7 @@ func startOwner(t testing.TB) *owner {
 func (o *owner) close() { o.srv.Close(); o.served.Wait() }
 
 func newClient(t testing.TB, local *Store) *Client {
-	c := NewClient(local)
+	c := NewClient(local, testSec)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -75,14 +76,15 @@ func TestTransferLoopback(t *testing.T) { testTransferLoopback(t, "unix") }
 
 // TestTransferLoopbackTCP: the same without the Unix shortcut.
 func TestTransferLoopbackTCP(t *testing.T) {
-	t.Setenv(LocalEnv, "0")
+	SetLocal(false)
+	defer SetLocal(true)
 	testTransferLoopback(t, "tcp")
 }
 
 func testTransferLoopback(t *testing.T, network string) {
 	base := runtime.NumGoroutine()
 	o := startOwner(t)
-	c := NewClient(nil)
+	c := NewClient(nil, testSec)
 	ctx := context.Background()
 	for i, n := range []int{0, 1, ChunkSize - 1, ChunkSize, ChunkSize + 1, 5<<20 + 3} {
 		want := pattern(n, uint64(i))
@@ -175,9 +177,9 @@ func TestTransferErrors(t *testing.T) {
 	}
 }
 
-// fakeOwner accepts one connection and runs fn on it.
+// fakeOwner accepts one connection, authenticated, and runs fn on it.
 func fakeOwner(t *testing.T, fn func(nc net.Conn)) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := testSec.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,3 +316,6 @@ func TestBoundedCopies(t *testing.T) {
 		t.Errorf("heap in use %d bytes for a %d-byte object: more than two copies", m1.HeapInuse, size)
 	}
 }
+
+// testSec is what the tests' servers and clients authenticate with.
+var testSec = transport.Security{Token: "objstore-test-token"}

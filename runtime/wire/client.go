@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
 )
 
 // Client is the caller's side of one connection to a worker process. Many
@@ -79,27 +81,30 @@ const maxForwarded = 64 << 10
 // probeIdle is how long a connection may go unread before Err probes it.
 const probeIdle = 5 * time.Millisecond
 
-// Dial connects to a worker's call server. network is "tcp" or "unix". For
+// Dial connects to a worker's call server and authenticates with sec (TLS
+// when sec.Client is set, then the token). network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
-// the Unix socket beside it instead (unless TROUPE_WIRE_UNIX=0).
-func Dial(ctx context.Context, network, addr string, maxFrame int) (*Client, error) {
+// the Unix socket beside it instead (unless SetUnix(false)), with the
+// token and without TLS.
+func Dial(ctx context.Context, sec transport.Security, network, addr string, maxFrame int) (*Client, error) {
 	if network == "tcp" && localEnabled() {
-		if nc, err := dialLocal(ctx, addr); err == nil {
+		nc, err := dialLocal(ctx, sec, addr)
+		if err == nil {
 			return NewClient(nc, maxFrame), nil
 		}
+		if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
+			return nil, fmt.Errorf("wire: dial %s (local socket): %w", addr, err)
+		}
 	}
-	d := net.Dialer{KeepAliveConfig: dialKeepAlive}
-	nc, err := d.DialContext(ctx, network, addr)
+	nc, err := sec.Dial(ctx, &net.Dialer{KeepAliveConfig: dialKeepAlive}, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s %s: %w", network, addr, err)
-	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
 	}
 	return NewClient(nc, maxFrame), nil
 }
 
-// NewClient runs the client side over an established connection.
+// NewClient runs the client side over an established connection, one
+// that is already authenticated (Dial's, or a pipe in tests).
 func NewClient(nc net.Conn, maxFrame int) *Client {
 	c := newConn(nc, maxFrame)
 	cl := &Client{c: c, fr: c.newFrameReader(), pending: map[uint64]clientCall{}, done: make(chan struct{}),

@@ -315,7 +315,13 @@ func (c *conn) Err() error {
 // closed a connection nobody reads: nil means it looks open (or cannot be
 // probed), an error says how it ended.
 func (c *conn) probe() error {
-	sc, ok := c.nc.(syscall.Conn)
+	nc := c.nc
+	if u, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		// TLS: peek at the socket beneath; pending records (a session
+		// ticket) mean open as any input does.
+		nc = u.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nil
 	}

@@ -121,7 +121,7 @@ func runPeer() {
 		h.byID[fmt.Sprint("e", i)] = in
 	}
 	wl, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv := NewServer(h, 0)
+	srv := NewServer(h, 0, testSec)
 	go srv.Serve(wl)
 	if ul, err := ListenLocal(wl); err == nil {
 		go srv.Serve(ul)
@@ -307,7 +307,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 		reportRate(b, "calls/s")
 	}))
 
-	cl, err := Dial(ctx, "tcp", peer.wire, 0)
+	cl, err := Dial(ctx, testSec, "tcp", peer.wire, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

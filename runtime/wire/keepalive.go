@@ -10,6 +10,6 @@ import (
 // worker whose host vanished (killed container, cut network) sends no
 // reset, and Go's default (15 s, then 9 probes 15 s apart) would keep a
 // caller's connection to it for two and a half minutes. The driver's call
-// watcher (runtime/remote_watch.go) is the first line; this one needs no
+// watcher (runtime/driver/watch.go) is the first line; this one needs no
 // cluster.
 var dialKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}

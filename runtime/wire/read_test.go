@@ -172,13 +172,13 @@ func TestErrNoticesAnIdlePeerThatLeft(t *testing.T) {
 	ctx := context.Background()
 	h := &host{byID: map[string]*actors.Instance{}}
 	h.spawn(t, "a", spec(0))
-	srv := NewServer(h, 0)
+	srv := NewServer(h, 0, testSec)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(l)
-	cl, err := Dial(ctx, "tcp", l.Addr().String(), 0)
+	cl, err := Dial(ctx, testSec, "tcp", l.Addr().String(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

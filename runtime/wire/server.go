@@ -12,6 +12,7 @@ import (
 	"troupe/actors"
 
 	"troupe/runtime/api"
+	"troupe/runtime/transport"
 )
 
 // Target receives invocations for one actor; *actors.Instance is one.
@@ -35,6 +36,7 @@ func (f HostFunc) Lookup(id string) (Target, bool) { return f(id) }
 type Server struct {
 	host     Host
 	maxFrame int
+	sec      transport.Security
 
 	mu    sync.Mutex
 	lis   []net.Listener
@@ -44,14 +46,19 @@ type Server struct {
 	watching atomic.Bool // the watchdog of inline calls runs (see inline.go)
 }
 
-// NewServer returns a server for host's actors. maxFrame ≤ 0 means
+// NewServer returns a server for host's actors that authenticates every
+// connection with sec before it reads a frame. maxFrame ≤ 0 means
 // DefaultMaxFrame.
-func NewServer(host Host, maxFrame int) *Server {
-	return &Server{host: host, maxFrame: maxFrame, conns: map[*serverConn]struct{}{}}
+func NewServer(host Host, maxFrame int, sec transport.Security) *Server {
+	return &Server{host: host, maxFrame: maxFrame, sec: sec, conns: map[*serverConn]struct{}{}}
 }
 
 // Serve accepts connections on l until Close; it returns nil after Close.
+// Each connection is served once it has passed the handshake of the
+// server's Security (transport.Security.Wrap: TLS on TCP when configured,
+// then the token); the others are refused and counted.
 func (s *Server) Serve(l net.Listener) error {
+	l = s.sec.Wrap(l)
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
@@ -161,7 +168,8 @@ func (in *incoming) resolved(data []byte, err error) {
 	in.sc.reply(in.id, in.tracked, data, err)
 }
 
-// ServeConn serves one connection until it fails or the server closes.
+// ServeConn serves one connection until it fails or the server closes. The
+// connection must be authenticated already: Serve's are.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(nc, s.maxFrame)
 	ctx, cancelAll := context.WithCancel(context.Background())

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"troupe/runtime/transport"
 
 	"troupe/actors"
 )
@@ -59,13 +60,13 @@ func (h *host) spawn(t testing.TB, id string, spec actors.Spec) {
 func pair(t testing.TB, maxFrame int) (*host, *Client) {
 	t.Helper()
 	h := &host{byID: map[string]*actors.Instance{}}
-	srv := NewServer(h, maxFrame)
+	srv := NewServer(h, maxFrame, testSec)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(l)
-	cl, err := Dial(context.Background(), "tcp", l.Addr().String(), maxFrame)
+	cl, err := Dial(context.Background(), testSec, "tcp", l.Addr().String(), maxFrame)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestConnectionLossFailsPendingCalls(t *testing.T) {
 
 func TestServerRejectsGarbage(t *testing.T) {
 	h := &host{byID: map[string]*actors.Instance{}}
-	srv := NewServer(h, 1024)
+	srv := NewServer(h, 1024, testSec)
 	for _, junk := range [][]byte{
 		{0xff, 0xff, 0xff, 0x7f},                 // length beyond the limit
 		{2, 0, 0, 0, 9, 1},                       // unknown kind
@@ -354,7 +355,7 @@ func TestChainedLargeResults(t *testing.T) {
 func TestServerAsksForResultsItDoesNotHave(t *testing.T) {
 	h := &host{byID: map[string]*actors.Instance{}}
 	h.spawn(t, "a", spec(0))
-	srv := NewServer(h, 0)
+	srv := NewServer(h, 0, testSec)
 	defer srv.Close()
 	a, b := net.Pipe()
 	defer b.Close()
@@ -419,3 +420,6 @@ func TestServerAsksForResultsItDoesNotHave(t *testing.T) {
 		t.Fatalf("call on a failed argument: status %d, %q", f.status, f.data)
 	}
 }
+
+// testSec is what the tests' servers and clients authenticate with.
+var testSec = transport.Security{Token: "wire-test-token"}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"troupe/runtime/objstore"
+	"troupe/runtime/transport"
 )
 
 // objects is a worker's object store: results of at least
@@ -22,13 +23,13 @@ type objects struct {
 
 // startObjects serves the worker's store on host (port chosen by the
 // system), and to processes of this host on the Unix socket beside it.
-func startObjects(host string) (*objects, error) {
+func startObjects(host string, sec transport.Security) (*objects, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("worker: object store listen: %w", err)
 	}
 	st := objstore.NewStore(l.Addr().String())
-	o := &objects{store: st, client: objstore.NewClient(st), srv: objstore.NewServer(st)}
+	o := &objects{store: st, client: objstore.NewClient(st, sec), srv: objstore.NewServer(st, sec)}
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := objstore.ListenLocal(l); err == nil {
 		o.served.Go(func() { o.srv.Serve(ul) })

@@ -47,7 +47,7 @@ func TestWorkerObjects(t *testing.T) {
 	if err := p.StartActor(ctx, actors.Spec{Type: "WBlob", Config: cfg}, actors.ActorInfo{ID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	cl, err := wire.Dial(ctx, testSec, "tcp", p.Addr(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestWorkerObjects(t *testing.T) {
 		t.Fatalf("Sum(reference) = %x, %v; want %d", data, err, want)
 	}
 	// Another process fetches it from the owner.
-	oc := objstore.NewClient(nil)
+	oc := objstore.NewClient(nil, testSec)
 	defer oc.Close()
 	got, err := oc.Fetch(ctx, ref)
 	var b []byte
@@ -107,7 +107,7 @@ func TestWorkerStats(t *testing.T) {
 	if err := p.StartActor(ctx, actors.Spec{Type: "WBlob", Config: cfg}, actors.ActorInfo{ID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	cl, err := wire.Dial(ctx, testSec, "tcp", p.Addr(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
 )
 
 // Events are how a Proc reports to its node. Each may be nil; they run on
@@ -50,8 +51,11 @@ type StartOptions struct {
 	Job    string   // the job ID
 	Env    []string // extra environment ("K=V")
 	Host   string   // host the worker's call server listens on
-	Stdout io.Writer
-	Stderr io.Writer
+	// Security is how the worker's call and object ports authenticate
+	// their peers, and how it authenticates to other workers' ports.
+	Security transport.Security
+	Stdout   io.Writer
+	Stderr   io.Writer
 	// ReadyTimeout bounds how long the process may take to report its
 	// address (default 30 s).
 	ReadyTimeout time.Duration
@@ -93,9 +97,15 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 		return nil, fmt.Errorf("start worker for job %s: %s: %w", o.Job, o.Binary, err)
 	}
 	theirs.Close()
-	p := &Proc{cmd: cmd, c: newCtrl(nc), ev: ev, waiting: map[string]chan string{}, statsWait: map[uint64]chan *Stats{},
-		killWait: map[uint64]chan struct{}{},
-		caps:     map[string]bool{}, done: make(chan struct{})}
+	c := newCtrl(nc)
+	if err := c.send(&msg{Op: opSecure, Sec: &secMsg{Token: o.Security.Token}}); err != nil {
+		cmd.Process.Kill()
+		nc.Close()
+		cmd.Wait()
+		return nil, fmt.Errorf("start worker for job %s: %w", o.Job, err)
+	}
+	p := &Proc{cmd: cmd, c: c, ev: ev, waiting: map[string]chan string{}, statsWait: map[uint64]chan *Stats{},
+		killWait: map[uint64]chan struct{}{}, caps: map[string]bool{}, done: make(chan struct{})}
 	to := o.ReadyTimeout
 	if to <= 0 {
 		to = 30 * time.Second

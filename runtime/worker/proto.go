@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
 )
 
 // EnvVar is set by the node for a worker process: "fd:3/<job id>".
@@ -43,13 +44,14 @@ var (
 
 // Message kinds.
 const (
-	opReady   = "ready"   // worker → node: Addr is the wire server's address
-	opStart   = "start"   // node → worker: create the actor
-	opStarted = "started" // worker → node: Err "" or the constructor's error
-	opDied    = "died"    // worker → node: an actor died in the worker
-	opKill    = "kill"    // node → worker: end the actor (the incarnation Inc when Exact)
-	opExit    = "exit"    // node → worker: exit now
-	opStats   = "stats"   // node → worker: report (Seq); worker → node: Stats for Seq
+	opSecure  = "security" // node → worker, first: Sec is how the worker's ports authenticate
+	opReady   = "ready"    // worker → node: Addr is the wire server's address
+	opStart   = "start"    // node → worker: create the actor
+	opStarted = "started"  // worker → node: Err "" or the constructor's error
+	opDied    = "died"     // worker → node: an actor died in the worker
+	opKill    = "kill"     // node → worker: end the actor (the incarnation Inc when Exact)
+	opExit    = "exit"     // node → worker: exit now
+	opStats   = "stats"    // node → worker: report (Seq); worker → node: Stats for Seq
 )
 
 // msg is one control message.
@@ -73,6 +75,23 @@ type msg struct {
 	// Seq pairs a stats request with its answer.
 	Seq   uint64 `json:"seq,omitempty"`
 	Stats *Stats `json:"stats,omitempty"`
+	// Sec, in the security message, is what the worker's listeners and
+	// dialers (wire, objstore) authenticate with.
+	Sec *secMsg `json:"sec,omitempty"`
+}
+
+// secMsg carries a transport.Security over the control channel (a socket
+// pair, which no other process can read): the token, not the environment,
+// so the actors' own child processes do not inherit it.
+type secMsg struct {
+	Token string `json:"token,omitempty"`
+}
+
+func (m *secMsg) security() transport.Security {
+	if m == nil {
+		return transport.Security{}
+	}
+	return transport.Security{Token: m.Token}
 }
 
 // maxLine bounds one control message (a spec carries the constructor config).

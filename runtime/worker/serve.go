@@ -14,19 +14,29 @@ import (
 )
 
 // Serve runs this process as a worker: it serves calls on a wire.Server
-// listening on host (port chosen by the system), reports the address to
+// listening on host (port chosen by the system) that authenticates callers
+// as the node's first message (security) says, reports the address to
 // the node over the control channel, and creates and ends actor instances
 // as the node says, until the node says exit or the channel closes.
 func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 	c := newCtrl(rw)
 	defer rw.Close()
-	objs, err := startObjects(host)
+	// The node says first how the worker's ports authenticate.
+	first, err := c.recv()
+	if err != nil {
+		return fmt.Errorf("worker: waiting for the security message: %w", err)
+	}
+	if first.Op != opSecure {
+		return fmt.Errorf("worker: the node sent %q first, want %q", first.Op, opSecure)
+	}
+	sec := first.Sec.security()
+	objs, err := startObjects(host, sec)
 	if err != nil {
 		return err
 	}
 	defer objs.close()
 	h := &host_{insts: map[string]running{}, objs: objs, calls: newCallRecorder()}
-	srv := wire.NewServer(wire.HostFunc(h.lookup), 0)
+	srv := wire.NewServer(wire.HostFunc(h.lookup), 0, sec)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return fmt.Errorf("worker: listen: %w", err)

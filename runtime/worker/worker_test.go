@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"troupe/runtime/transport"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -40,6 +41,9 @@ func init() {
 }
 
 // TestMain serves as a worker when the test starts itself as one.
+// testSec is what the test workers authenticate with.
+var testSec = transport.Security{Token: "worker-test-token"}
+
 func TestMain(m *testing.M) {
 	if v, ok := os.LookupEnv(EnvVar); ok {
 		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar)); err != nil {
@@ -65,7 +69,7 @@ func startProc(t *testing.T, ev Events) *Proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Start(context.Background(), StartOptions{Binary: exe, Job: "job-1", Host: "127.0.0.1", Stderr: os.Stderr}, ev)
+	p, err := Start(context.Background(), StartOptions{Binary: exe, Job: "job-1", Host: "127.0.0.1", Stderr: os.Stderr, Security: testSec}, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +93,7 @@ func TestWorkerProcess(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "negative start") {
 		t.Fatalf("failing constructor: err = %v", err)
 	}
-	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	cl, err := wire.Dial(ctx, testSec, "tcp", p.Addr(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +181,7 @@ func TestStaleKillSparesRestart(t *testing.T) {
 	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "a1"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	cl, err := wire.Dial(ctx, testSec, "tcp", p.Addr(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +236,7 @@ func TestKillWithoutIncarnation(t *testing.T) {
 	if err := p.StartActor(ctx, spec(t, 0), actors.ActorInfo{ID: "probe"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := wire.Dial(ctx, "tcp", p.Addr(), 0)
+	cl, err := wire.Dial(ctx, testSec, "tcp", p.Addr(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -101,6 +102,9 @@ func Main(prog, doc string, o Options) {
 	o.Progress, o.Log = os.Stderr, os.Stdout
 	ctx := context.Background()
 	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		os.Exit(0) // this process was a worker
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
 		os.Exit(1)
