@@ -67,30 +67,42 @@ func readLives(dir, name string) ([]life, error) {
 		if strings.HasSuffix(e.Name(), ".tmp") {
 			continue
 		}
-		incS, _, ok := strings.Cut(e.Name(), "-")
-		inc, err := strconv.Atoi(incS)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("life file %s: malformed name", e.Name())
-		}
 		b, err := os.ReadFile(filepath.Join(d, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("life file: %w", err)
 		}
-		f := strings.Fields(string(b))
-		if len(f) != 3 {
-			return nil, fmt.Errorf("life file %s: malformed %q", e.Name(), b)
-		}
-		l := life{inc: inc, node: f[2]}
-		l.start, err = strconv.ParseInt(f[0], 10, 64)
-		if err == nil {
-			l.last, err = strconv.ParseInt(f[1], 10, 64)
-		}
+		l, err := parseLife(e.Name(), b)
 		if err != nil {
-			return nil, fmt.Errorf("life file %s: %w", e.Name(), err)
+			return nil, err
 		}
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// parseLife decodes one life file, named "<inc>-<pid>".
+func parseLife(name string, b []byte) (life, error) {
+	incS, _, ok := strings.Cut(name, "-")
+	inc, err := strconv.Atoi(incS)
+	if !ok || err != nil || inc < 0 {
+		return life{}, fmt.Errorf("life file %s: malformed name", name)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return life{}, fmt.Errorf("life file %s: malformed %q", name, b)
+	}
+	l := life{inc: inc, node: f[2]}
+	l.start, err = strconv.ParseInt(f[0], 10, 64)
+	if err == nil {
+		l.last, err = strconv.ParseInt(f[1], 10, 64)
+	}
+	if err != nil {
+		return life{}, fmt.Errorf("life file %s: %w", name, err)
+	}
+	if l.last < l.start {
+		return life{}, fmt.Errorf("life file %s: last seen %d before its start %d", name, l.last, l.start)
+	}
+	return l, nil
 }
 
 // overlaps lists every pair of incarnations of one actor that were alive

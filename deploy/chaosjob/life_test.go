@@ -41,3 +41,24 @@ func TestLifeFiles(t *testing.T) {
 		t.Errorf("malformed life file: %v", err)
 	}
 }
+
+// FuzzParseLife: any file name and content give a life or an error naming
+// the file, never a panic; what parses has last >= start.
+func FuzzParseLife(f *testing.F) {
+	f.Add("0-12", []byte("1700000000000 1700000000200 worker-1\n"))
+	f.Add("3-1", []byte("garbage"))
+	f.Add("x-1", []byte("1 2 w"))
+	f.Add("1-1", []byte("5 4 w"))
+	f.Fuzz(func(t *testing.T, name string, b []byte) {
+		l, err := parseLife(name, b)
+		if err != nil {
+			if !strings.Contains(err.Error(), name) {
+				t.Errorf("error %q does not name the file %q", err, name)
+			}
+			return
+		}
+		if l.last < l.start || l.inc < 0 || l.node == "" {
+			t.Errorf("parsed %+v from %q %q", l, name, b)
+		}
+	})
+}
