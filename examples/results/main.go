@@ -1,7 +1,7 @@
 // Command results regenerates docs/results.md: the miniature version of the
 // AT-GRPO paper's Plan-Path table, and the JoyAgents-R1 ablations. It
 // trains every cell from scratch on the embedded cluster with the recipe of
-// examples/planpath-atgrpo (the main job's tiny character GPTs, warm start on
+// examples/planpath-atgrpo (the main job's tiny character-level models of the Llama family, warm start on
 // expert transcripts, RL), on Plan-Path 6×6 and 10×10 (the paper's size),
 // and reports each on the test range of grids (recipe.TestSeed.., never used
 // for a decision), greedy (as the paper decodes) and sampled, with n and the
@@ -14,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -574,7 +575,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 			fmt.Fprintf(&b, "| ablation | Δ success | verdict |\n|---|---:|---|\n%s\n", strings.Join(abl, "\n"))
 		}
 	}
-	fmt.Fprintf(&b, "\n¹ \"Untrained\" means warm-started only: a randomly initialised tiny GPT scores 0%%, so every policy is\n")
+	fmt.Fprintf(&b, "\n¹ \"Untrained\" means warm-started only: a randomly initialised tiny model scores 0%%, so every policy is\n")
 	fmt.Fprintf(&b, "first trained with supervised learning on expert transcripts (as the paper starts from an instruction-tuned\n")
 	fmt.Fprintf(&b, "model), and the untrained rows are that warm start evaluated before any RL step.\n\n")
 	fmt.Fprintf(&b, "## Learning: validation success at each evaluation (sampled)\n\n| cell | warm start → evaluations (step: success) |\n|---|---|\n")
@@ -595,8 +596,8 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	if len(outs) > 0 {
 		o := outs[0].Opt
 		o.Defaults()
-		fmt.Fprintf(&b, "- Model: the main job's GPT-2 style policy, %d layers, width %d, %d heads, character tokenizer over `envs.Alphabet()`, context = longest observation + action + 3 tokens (+ a hint's length with JoyAgents-R1's memory): %s. One policy actor per role (per-role) or one for both (shared).\n",
-			o.Layers, o.Width, o.Heads, contexts(outs))
+		fmt.Fprintf(&b, "- Model: the main job's policy, %s, %d layers, width %d, %d heads (%d key/value heads), character tokenizer over `envs.Alphabet()`, context = longest observation + action + 3 tokens (+ a hint's length with JoyAgents-R1's memory): %s. One policy actor per role (per-role) or one for both (shared).\n",
+			archName(o.Arch), o.Layers, o.Width, o.Heads, cmp.Or(o.KVHeads, o.Heads), contexts(outs))
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned), cross-entropy on the answer tokens, batch 32, lr %.0e: %d epochs over each per-role policy's transcripts; a shared or single policy gets the same number of SFT steps.\n",
 			o.WarmEpisodes, max(0, o.WarmEpisodes-1), 100*o.WarmNoise, o.WarmLR, o.WarmEpochs)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages; PPO as verl runs it for PettingLLMs: mini-batches of 16 samples (one AdamW step each, lr %.0e), 1 epoch, clip ε = 0.2, token-mean loss, behaviour log-probs from the sampling policy; the per-role updates run as one compiled actor graph.\n", o.Envs, o.K, o.LR)
@@ -642,6 +643,17 @@ func contexts(outs []outcome) string {
 }
 
 // envOr is the environment variable's value, or def when it is unset.
+// archName describes a from-scratch architecture for the markdown.
+func archName(arch string) string {
+	switch arch {
+	case "llama":
+		return "the Llama family (RMSNorm, RoPE, SwiGLU; the code path of a downloaded Qwen or SmolLM checkpoint)"
+	case "gpt", "":
+		return "GPT-2 style"
+	}
+	return arch
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v

@@ -234,6 +234,10 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 	m.running[id] = p
 	m.mu.Unlock()
 	started := make(chan error, 1)
+	// recorded is closed once job.json exists: finish adds the exit to it,
+	// and a driver that ends at once must not finish before it is written
+	// (its exit would be lost and the job read back as "node stopped").
+	recorded := make(chan struct{})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -244,7 +248,9 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 			return
 		}
 		started <- nil
-		m.finish(p, cmd.Wait())
+		werr := cmd.Wait()
+		<-recorded
+		m.finish(p, werr)
 	}()
 	if err := <-started; err != nil {
 		m.mu.Lock()
@@ -257,6 +263,7 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 	if err := writeJobRecord(filepath.Join(dir, "job.json"), rec); err != nil {
 		n.log.Warn("job record", "job", id, "err", err)
 	}
+	close(recorded)
 	n.log.Info("job driver started", "job", id, "pid", cmd.Process.Pid, "name", r.Name)
 	return p, nil
 }
