@@ -552,7 +552,7 @@ func (n *Node) applyCommand(ctx context.Context, c scheduler.Command) (uint64, e
 
 // Drain stops the node gracefully: it is marked draining through raft (no
 // new placements), hands raft leadership to another server if it has it,
-// and leaves the gossip cluster, after which the leader marks it dead and
+// stops its worker processes and leaves the gossip cluster, after which the leader marks it dead and
 // its actors are restarted elsewhere or end as their restart policy says.
 func (n *Node) Drain(ctx context.Context, reason string) error {
 	if reason == "" {
@@ -572,6 +572,11 @@ func (n *Node) Drain(ctx context.Context, reason string) error {
 			}
 		}
 	}
+	// Its actors stop before it leaves: the leader commits a drained node
+	// dead as soon as it has left and restarts its actors elsewhere, and
+	// they must not run twice. (The node is going away: nothing starts
+	// here any more.)
+	n.workers.stopAll()
 	if n.ml != nil {
 		if err := n.ml.Leave(2 * time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("leave gossip: %w", err))
