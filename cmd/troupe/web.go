@@ -243,6 +243,7 @@ func (w *web) refresh() {
 	}
 	w.reg.SetNodeCounts(nodes)
 	w.reg.SetRaft(cs.Leader == w.node.ID(), cs.Term, cs.AppliedIndex)
+	w.reg.SetGossipRejected(w.node.GossipRejected())
 	// This node's placements per GPU, as the GPU service attributes them
 	// (a worker, holding no state, learns them through a server).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

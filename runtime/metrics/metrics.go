@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,9 @@ type Registry struct {
 	raftLeader prometheus.Gauge
 	raftCommit prometheus.Gauge
 	raftTerm   prometheus.Gauge
+	// gossipRejected is the node's count of rejected gossip input
+	// (SetGossipRejected), exported as a counter.
+	gossipRejected atomic.Uint64
 }
 
 // ErrRegister reports a collector that could not be registered (for
@@ -71,7 +75,11 @@ func New(node string) *Registry {
 		Namespace: Namespace, Subsystem: "raft", Name: "term", ConstLabels: nl,
 		Help: "Current raft term seen by this node.",
 	})
-	r.reg.MustRegister(r.actors, r.nodes, r.raftLeader, r.raftCommit, r.raftTerm,
+	gossipRejected := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "gossip", Name: "rejected_total", ConstLabels: nl,
+		Help: "Gossip packets and streams this node rejected: not decryptable with the cluster key, or malformed (their log lines are rate-limited).",
+	}, func() float64 { return float64(r.gossipRejected.Load()) })
+	r.reg.MustRegister(r.actors, r.nodes, r.raftLeader, r.raftCommit, r.raftTerm, gossipRejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -209,6 +217,10 @@ func (c *authCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(r.n), c.node, r.reason)
 	}
 }
+
+// SetGossipRejected records the node's count of rejected gossip input
+// (cluster.Node.GossipRejected).
+func (r *Registry) SetGossipRejected(n uint64) { r.gossipRejected.Store(n) }
 
 // SetRaft records this node's raft view.
 func (r *Registry) SetRaft(leader bool, term, commitIndex uint64) {

@@ -104,6 +104,7 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.SetRaft(true, 3, 1234)
+	r.SetGossipRejected(1950)
 
 	fams := scrape(t, r)
 	base := map[string]string{"node": "node-1", "gpu": "2", "uuid": inv.Devices()[2].UUID, "actor": "coder+planner", "simulated": "true"}
@@ -182,6 +183,9 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 	}
 	if v := find(t, fams, "troupe_raft_commit_index", nil).GetGauge().GetValue(); v != 1234 {
 		t.Errorf("commit index = %v", v)
+	}
+	if v := find(t, fams, "troupe_gossip_rejected_total", nil).GetCounter().GetValue(); v != 1950 {
+		t.Errorf("gossip rejected = %v, want 1950", v)
 	}
 	if fams["go_goroutines"] == nil {
 		t.Error("Go runtime collector missing")

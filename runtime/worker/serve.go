@@ -50,7 +50,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		go srv.Serve(ul)
 	}
 	defer func() { srv.Close(); <-served; h.killAll("worker exiting") }()
-	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String(), Caps: []string{capStats}}); err != nil {
+	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String(), Caps: []string{capStats, capKillAck}}); err != nil {
 		return err
 	}
 	for {
@@ -66,6 +66,11 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 			go h.start(ctx, c, m)
 		case opKill:
 			h.kill(m)
+			if m.Seq != 0 { // the node waits (EndActor): the incarnation is gone now
+				if err := c.send(&msg{Op: opKilled, Seq: m.Seq}); err != nil {
+					return err
+				}
+			}
 		case opExit:
 			return nil
 		case opStats:
