@@ -306,14 +306,8 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 func softmaxRowsCausal(a []float32, T int) {
 	for t := 0; t < T; t++ {
 		row := a[t*T : t*T+T]
-		maxv := row[0]
-		for _, v := range row[1 : t+1] {
-			maxv = max(maxv, v)
-		}
-		inv := 1 / expShift(row[:t+1], maxv)
-		for s := 0; s <= t; s++ {
-			row[s] *= inv
-		}
+		maxv := maxVec(row[:t+1])
+		scaleVec(row[:t+1], 1/expShift(row[:t+1], maxv))
 		clear(row[t+1:])
 	}
 }
@@ -547,16 +541,10 @@ func kSoftmaxGather(j *job, _, lo, hi int) {
 	for n := lo; n < hi; n++ {
 		l, p := logits[n*V:n*V+V], probs[n*V:n*V+V]
 		tgt := l[targets[n]]
-		maxv := l[0]
-		for _, v := range l[1:] {
-			maxv = max(maxv, v)
-		}
+		maxv := maxVec(l)
 		copy(p, l) // no-op when probs aliases logits
 		sum := expShift(p, maxv)
-		inv := 1 / sum
-		for i := range p {
-			p[i] *= inv
-		}
+		scaleVec(p, 1/sum)
 		lse := maxv + float32(math.Log(float64(sum)))
 		if j.flag {
 			out[n] = lse - tgt
