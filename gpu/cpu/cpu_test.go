@@ -574,3 +574,20 @@ func TestMaxScaleVec(t *testing.T) {
 		}
 	}
 }
+
+// TestSumSquaresVec: the vector sum of squares (the gradient norm) against
+// refSumSquares' float64 sum, on lengths around its 32- and 256-element
+// steps.
+func TestSumSquaresVec(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for _, n := range []int{0, 1, 31, 32, 33, 255, 256, 257, 288, 1000, 4099} {
+		x := randf(r, n, 3)
+		got, want := sumSquaresVec(x), refSumSquares(x, n)
+		if math.Abs(got-want) > 1e-6*want {
+			t.Fatalf("n=%d: sumSquaresVec %g, refSumSquares %g", n, got, want)
+		}
+		if g := sumSquaresGo(x); math.Abs(g-want) > 1e-6*want {
+			t.Fatalf("n=%d: sumSquaresGo %g, refSumSquares %g", n, g, want)
+		}
+	}
+}

@@ -623,8 +623,12 @@ func (b *Backend) sumSquares(x []float32, N int) float64 {
 }
 
 func kSumSquares(j *job, chunk, lo, hi int) {
+	j.part[chunk] = sumSquaresVec(j.f[0][lo:hi])
+}
+
+// sumSquaresGo is sumSquaresVec in Go.
+func sumSquaresGo(xs []float32) float64 {
 	var s float64
-	xs := j.f[0][lo:hi]
 	// float32 partial sums of 256 keep the float64 conversions rare
 	for len(xs) > 0 {
 		k := min(256, len(xs))
@@ -635,7 +639,7 @@ func kSumSquares(j *job, chunk, lo, hi int) {
 		s += float64(f)
 		xs = xs[k:]
 	}
-	j.part[chunk] = s
+	return s
 }
 
 const transposeTile = 32 // cache-friendly blocks

@@ -37,3 +37,20 @@ func scaleVec(x []float32, s float32) {
 		x[i] *= s
 	}
 }
+
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float64
+
+// sumSquaresVec returns Σ x[i]² (float32 sums of 256 elements added in
+// float64, as kSumSquares' Go loop; the order differs from refSumSquares'
+// by rounding only).
+func sumSquaresVec(x []float32) float64 {
+	n := len(x) &^ 31
+	var s float64
+	if hasExpAsm && n > 0 {
+		s = sumSquaresAVX2(&x[0], n)
+	} else {
+		n = 0
+	}
+	return s + sumSquaresGo(x[n:])
+}
