@@ -320,7 +320,34 @@ func (c *composeEnv) checkResumes(name string, evs []jobEvent, wantRestart bool)
 	if wantRestart && n == 0 {
 		c.t.Errorf("job %s: no actor was restarted, though its worker was lost", name)
 	}
+	c.checkNoOverlap(name)
 	return n
+}
+
+// checkNoOverlap copies the job's directory out of the shared volume
+// (through a worker container: the image has no shell) and runs the chaos
+// job's --check-lives on it: no two incarnations of an actor were alive at
+// the same time.
+func (c *composeEnv) checkNoOverlap(name string) {
+	c.t.Helper()
+	dst := filepath.Join(c.t.TempDir(), name)
+	ids := c.containers()
+	var err error
+	for _, w := range []string{"worker-1", "worker-2"} {
+		if _, err = run(context.Background(), nil, "docker", "cp", ids[w]+":/shared/"+name, dst); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		c.t.Errorf("job %s: copy its directory out of the shared volume: %v", name, err)
+		return
+	}
+	out, err := run(context.Background(), nil, c.jobBin, "--check-lives", dst, "--name", name, "--actors", "2")
+	if err != nil {
+		c.t.Errorf("job %s: %v\n%s", name, err, out)
+		return
+	}
+	c.t.Logf("job %s: %s", name, strings.TrimSpace(out))
 }
 
 // stepTimes returns how long a job took from its first step to its last

@@ -410,10 +410,12 @@ func TestComposeCluster(t *testing.T) {
 	})
 
 	// (c) Cut a worker holding actors off the network with the job
-	// running: marked dead, its actors restarted on the other worker; the
-	// job holds after its last step so that its actors still live when the
-	// worker is reconnected. Back, the worker rejoins by itself and ends
-	// the incarnations the cluster replaced: no actor runs twice.
+	// running: it fences itself (stops its job's worker processes) once
+	// it has been out of contact for the lease, and only then is it marked
+	// dead and its actors restarted on the other worker; the job holds
+	// after its last step so that its actors still live when the worker is
+	// reconnected. Back, the worker rejoins by itself. No actor runs twice:
+	// the job checks that no two incarnations were alive at once.
 	j = c.startJob("cutoff", c.follower(), true)
 	j.waitEvent(fmt.Sprintf("step %d", faultStep), 3*time.Minute, func(e jobEvent) bool { return e.Event == "step" && e.Step >= faultStep })
 	before = c.committed()
@@ -429,6 +431,11 @@ func TestComposeCluster(t *testing.T) {
 		return nodeState(s, w) == "dead", w + " is " + nodeState(s, w)
 	})
 	t.Logf("MEASURE cut-off worker marked dead after %v", cut.Round(time.Millisecond))
+	// Self-fencing: by the time the leader releases its actors (dead), the
+	// cut-off worker has stopped its job's worker processes itself.
+	if n := c.jobProcs(ids[w]); n != 0 {
+		t.Errorf("cut-off worker %s still runs %d job worker process(es) when it is marked dead and its actors restart elsewhere", w, n)
+	}
 	j.waitEvent("all steps done (holding)", 5*time.Minute, func(e jobEvent) bool { return e.Event == "holding" })
 	// Its own health check, which asks a server through the worker, fails;
 	// the replaced incarnations still run in it, unreachable.
@@ -436,7 +443,7 @@ func TestComposeCluster(t *testing.T) {
 		h := c.health(ids[w])
 		return h == "unhealthy", "health " + h
 	})
-	t.Logf("cut-off worker %s runs %d job worker process(es) while cut off", w, c.jobProcs(ids[w]))
+	t.Logf("cut-off worker %s runs %d job worker process(es) while cut off (fenced)", w, c.jobProcs(ids[w]))
 	// Keep it cut off longer than memberlist gossips to members it
 	// declared dead (GossipToTheDeadTime, 30 s on LAN settings): past
 	// that, only the node's own rejoining brings it back.

@@ -62,6 +62,14 @@ type ldecode struct {
 }
 
 func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
+	if k := m.kept; k != nil {
+		m.kept = nil
+		if k.B == B && k.maxT >= maxT && k.la == nil && !m.hasAdapters() {
+			k.rows = nil
+			return k, nil // positions past a row's own are never read
+		}
+		m.freeDecode(k)
+	}
 	ar := &m.arch
 	C, V, I, QD, KD := ar.C, ar.V, ar.I, ar.NH*ar.HD, ar.KVH*ar.HD
 	d := &ldecode{B: B, maxT: maxT}
@@ -105,6 +113,17 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 		return nil, fmt.Errorf("policy: allocate KV cache for %d rows of %d positions: %w", B, maxT, err)
 	}
 	return d, nil
+}
+
+// keepDecode keeps d for the next newDecode (see Llama.kept), or frees it
+// when it holds adapter scratch.
+func (m *Llama) keepDecode(d *ldecode) {
+	if d.la != nil {
+		m.freeDecode(d)
+		return
+	}
+	d.rows = nil
+	m.kept = d
 }
 
 func (m *Llama) freeDecode(d *ldecode) {
@@ -382,7 +401,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err != nil {
 		return nil, err
 	}
-	defer m.freeDecode(d)
+	defer m.keepDecode(d)
 	d.rows = ads
 	tw, err := m.ensureTransposed()
 	if err != nil {

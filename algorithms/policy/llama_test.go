@@ -270,6 +270,9 @@ func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 			perturb(t, m, 22, 0.3)
 			m.DecodeTransposed = true // until round 5
 			prompts := [][]int32{{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 11}, {12, 0}, make([]int32, 23)}
+			// Rounds 1 and 3-5 reuse the KV cache kept from a call with
+			// more positions (Llama.kept): a wider stride and stale values
+			// past each row's positions.
 			for round, opt := range []GenerateOptions{
 				{MaxNewTokens: 12, Temperature: 0},
 				{MaxNewTokens: 10, Temperature: 1, Seed: 7},

@@ -74,6 +74,24 @@ func TestClusterStatusGolden(t *testing.T) {
 	clusterGolden(t, "status.json", b.Bytes())
 }
 
+// TestStatusSaysCatchingUp: a server that has not caught up with the
+// leader says so above its (possibly empty) tables.
+func TestStatusSaysCatchingUp(t *testing.T) {
+	st := sampleStatus()
+	st.AppliedIndex, st.CatchingUp, st.KnownIndex, st.Nodes, st.Actors = 0, true, 42, nil, nil
+	var b bytes.Buffer
+	renderStatus(&b, st)
+	if !strings.Contains(b.String(), "catching up (applied 0 of 42)") {
+		t.Errorf("status of a server catching up:\n%s", b.String())
+	}
+	st.CatchingUp = false
+	b.Reset()
+	renderStatus(&b, st)
+	if strings.Contains(b.String(), "catching up") {
+		t.Errorf("status of a server that caught up says catching up:\n%s", b.String())
+	}
+}
+
 // TestListGolden: troupe list's tables for every kind, its notes about
 // what was left out, and the --detail view.
 func TestListGolden(t *testing.T) {

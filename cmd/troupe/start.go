@@ -15,6 +15,7 @@ import (
 
 	"troupe/gpu"
 	"troupe/runtime/cluster"
+	"troupe/runtime/transport"
 	"troupe/scheduler"
 )
 
@@ -49,7 +50,8 @@ troupe tls cert create); --insecure turns TLS off.
 Every node samples its GPUs (troupe gpus --address shows them all). The head
 serves the web dashboard (every node's GPUs, nodes, actors) and Prometheus
 /metrics on 127.0.0.1:8265; --http ADDR moves it (any node), --http off
-turns it off.
+turns it off. Beyond loopback it requires the cluster token (Authorization:
+Bearer TOKEN, or basic auth with the token as the password).
 `
 
 func runStart(ctx context.Context, args []string) error {
@@ -170,7 +172,7 @@ func runStart(ctx context.Context, args []string) error {
 		w, err := newWeb(wctx, n.ID(), agent, n, webOptions{noDCGM: !*dcgm})
 		if err == nil {
 			var addr string
-			if addr, err = w.serve(wctx, listen, log); err == nil {
+			if addr, err = w.serve(wctx, listen, transport.HTTPAuth{Token: cfg.Token}, log); err == nil {
 				fmt.Printf("dashboard: http://%s/  metrics: http://%s/metrics\n", addr, addr)
 			}
 		}

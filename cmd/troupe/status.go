@@ -77,6 +77,10 @@ func renderStatus(w io.Writer, st *cluster.ClusterStatus) {
 		leader += " at " + st.LeaderAddr
 	}
 	fmt.Fprintf(w, "raft leader: %s, term %d, applied index %d (as seen by %s)\n", leader, st.Term, st.AppliedIndex, st.ReportedBy)
+	if st.CatchingUp {
+		fmt.Fprintf(w, "warning: %s is catching up (applied %d of %d): what follows may be old or incomplete; ask another server or wait\n",
+			st.ReportedBy, st.AppliedIndex, st.KnownIndex)
+	}
 	var servers []string
 	for _, s := range st.Servers {
 		x := s.ID

@@ -18,6 +18,7 @@ import (
 	"troupe/runtime/cluster"
 	"troupe/runtime/dashboard"
 	"troupe/runtime/metrics"
+	"troupe/runtime/transport"
 	"troupe/runtime/worker"
 )
 
@@ -57,6 +58,24 @@ func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Nod
 		assigned: map[string]bool{}, hist: map[string][]dashboard.Point{}, since: map[string]int64{}}
 	w.local.Node = name
 	if err := w.reg.RegisterGPUs(agent.sampler, metrics.GPUOptions{SkipDCGM: o.noDCGM}); err != nil {
+		return nil, err
+	}
+	// Refused connections: this process's (the dashboard beyond loopback)
+	// and, on a node, its workers' call and object ports. The workers'
+	// counts go with them when they exit.
+	err := w.reg.RegisterAuth(func(ctx context.Context) transport.AuthStats {
+		s := transport.ProcessAuthStats()
+		if node != nil {
+			reports, _, _ := node.WorkerStats(ctx)
+			for _, r := range reports {
+				if r.Stats != nil && r.Stats.Auth != nil {
+					s = s.Add(*r.Stats.Auth)
+				}
+			}
+		}
+		return s
+	})
+	if err != nil {
 		return nil, err
 	}
 	if node != nil {
@@ -224,6 +243,7 @@ func (w *web) refresh() {
 	}
 	w.reg.SetNodeCounts(nodes)
 	w.reg.SetRaft(cs.Leader == w.node.ID(), cs.Term, cs.AppliedIndex)
+	w.reg.SetGossipRejected(w.node.GossipRejected())
 	// This node's placements per GPU, as the GPU service attributes them
 	// (a worker, holding no state, learns them through a server).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -269,13 +289,20 @@ func (w *web) handler() http.Handler {
 	return mux
 }
 
-// serve listens on addr and serves until ctx ends.
-func (w *web) serve(ctx context.Context, addr string, log *slog.Logger) (string, error) {
+// serve listens on addr and serves until ctx ends. Bound beyond loopback,
+// it requires auth (the token or basic auth) on every page, /metrics
+// included, and refuses to start without one.
+func (w *web) serve(ctx context.Context, addr string, auth transport.HTTPAuth, log *slog.Logger) (string, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("dashboard: listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
+	h, err := auth.Guard(w.handler(), l.Addr())
+	if err != nil {
+		l.Close()
+		return "", fmt.Errorf("dashboard: %w (pass --token, or --basic-auth USER:PASSWORD)", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -295,6 +322,8 @@ func runDashboard(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8265", "HTTP address to serve the dashboard (/) and Prometheus metrics (/metrics) on")
 	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
 	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names (false where dcgm-exporter runs too)")
+	token := fs.String("token", os.Getenv("TROUPE_TOKEN"), "token that clients must send (bearer, or as the basic-auth password) when --listen is beyond loopback; default TROUPE_TOKEN")
+	basic := fs.String("basic-auth", "", "USER:PASSWORD that clients may send instead when --listen is beyond loopback")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: troupe dashboard [flags]\n\nServes the web dashboard and Prometheus metrics for this machine's GPUs until\ninterrupted. A cluster node serves the same pages for the cluster with\n'troupe start --http ADDR'.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -305,6 +334,14 @@ func runDashboard(ctx context.Context, args []string) error {
 		}
 		return errUsage
 	}
+	auth := transport.HTTPAuth{Token: *token}
+	if *basic != "" {
+		u, p, ok := strings.Cut(*basic, ":")
+		if !ok || u == "" || p == "" {
+			return fmt.Errorf("--basic-auth %q: want USER:PASSWORD", *basic)
+		}
+		auth.User, auth.Password = u, p
+	}
 	host, _ := os.Hostname()
 	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: host, Simulate: *simGPUs})
 	if err != nil {
@@ -314,7 +351,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	addr, err := w.serve(ctx, *listen, slog.Default())
+	addr, err := w.serve(ctx, *listen, auth, slog.Default())
 	if err != nil {
 		return err
 	}
@@ -334,7 +371,8 @@ func simulatedLabel(labels map[string]string) string {
 
 // defaultDashboard is where the head serves the dashboard unless --http
 // says otherwise: loopback only (reach it remotely through an SSH tunnel,
-// or pass --http 0.0.0.0:8265 on a trusted network).
+// or pass --http 0.0.0.0:8265: beyond loopback every page and /metrics
+// require the cluster token, as a bearer token or basic-auth password).
 const defaultDashboard = "127.0.0.1:8265"
 
 // dashboardAddr resolves --http: "off" (or "none", "false") disables the

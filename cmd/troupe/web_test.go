@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"image/png"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +29,7 @@ import (
 	"troupe/internal/testnet"
 	"troupe/runtime/cluster"
 	"troupe/runtime/dashboard"
+	"troupe/runtime/transport"
 	"troupe/scheduler"
 )
 
@@ -299,4 +302,56 @@ func TestWorkerMetricsNameActors(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestWebBeyondLoopbackRequiresAuth: the dashboard bound to all addresses
+// serves no page, no state and no metrics without the token, and serves
+// them with it; without a credential it does not start at all.
+func TestWebBeyondLoopbackRequiresAuth(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: "box", Simulate: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWeb(ctx, "box", agent, nil, webOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.serve(ctx, "0.0.0.0:0", transport.HTTPAuth{}, slog.Default()); !errors.Is(err, transport.ErrOpenHTTP) {
+		t.Fatalf("serving beyond loopback without a credential: %v, want ErrOpenHTTP", err)
+	}
+	addr, err := w.serve(ctx, "0.0.0.0:0", transport.HTTPAuth{Token: "tok"}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	base := "http://127.0.0.1:" + port
+	for _, path := range []string{"/", "/api/state", "/metrics"} {
+		for _, auth := range []string{"", "Bearer wrong"} {
+			req, _ := http.NewRequest("GET", base+path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(b), "troupe_gpu") || strings.Contains(string(b), "<html") {
+				t.Errorf("GET %s with %q: %s %.80q, want 401 and nothing served", path, auth, resp.Status, b)
+			}
+		}
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET %s with the token: %s", path, resp.Status)
+		}
+	}
 }

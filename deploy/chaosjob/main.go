@@ -20,7 +20,9 @@
 // incarnation, the step it resumed from and the last checkpoint the driver
 // saw it save), "done" (wall time, restarts, steps redone). The exit code
 // is 0 only if every actor reached the last step and every resume started
-// from the last checkpoint.
+// from the last checkpoint. With --check-lives DIR it checks, instead of
+// running, that no two incarnations of an actor were alive at the same
+// time (life.go), from a copy of the job's --dir.
 package main
 
 import (
@@ -104,6 +106,10 @@ func NewTrainer(ctx context.Context, cfg TrainerConfig) (*Trainer, error) {
 		return nil, err
 	}
 	t.pol = pol
+	info, _ := actors.Self(ctx)
+	if err := keepLife(cfg, info.Restarts, info.Node); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -296,7 +302,16 @@ func main() {
 	name := flag.String("name", "trainer", "actor name prefix (names are unique among live actors)")
 	hold := flag.String("hold", "", "after the last step, wait until this file (relative: in the working directory) exists before ending the job")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	checkLives := flag.String("check-lives", "", "do not run: check the incarnation lifetimes a job with --name and --actors left in this directory (a copy of its --dir), and exit 1 if two incarnations of an actor were alive at once")
 	flag.Parse()
+	if *checkLives != "" {
+		if err := checkNoOverlap(*checkLives, *name, *n); err != nil {
+			fmt.Fprintln(os.Stderr, "chaosjob:", err)
+			os.Exit(1)
+		}
+		fmt.Println("no actor ran twice")
+		return
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

@@ -549,3 +549,45 @@ func TestExpShift(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxScaleVec: the vector max and scale of the softmaxes against their
+// references, on lengths around the 8- and 16-lane steps, the maximum at
+// every position.
+func TestMaxScaleVec(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 10))
+	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 24, 33, 64, 65, 200, 512} {
+		for at := 0; at < n; at += max(1, n/7) {
+			x := randf(r, n, 5)
+			x[at] = 9
+			if got, want := maxVec(x), maxRef(x); got != want {
+				t.Fatalf("n=%d max at %d: maxVec %g, maxRef %g", n, at, got, want)
+			}
+		}
+		x := randf(r, n, 5)
+		y := append([]float32(nil), x...)
+		scaleVec(x, 0.37)
+		scaleRef(y, 0.37)
+		for i := range x {
+			if x[i] != y[i] {
+				t.Fatalf("n=%d: scaleVec[%d] = %g, scaleRef %g", n, i, x[i], y[i])
+			}
+		}
+	}
+}
+
+// TestSumSquaresVec: the vector sum of squares (the gradient norm) against
+// refSumSquares' float64 sum, on lengths around its 32- and 256-element
+// steps.
+func TestSumSquaresVec(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for _, n := range []int{0, 1, 31, 32, 33, 255, 256, 257, 288, 1000, 4099} {
+		x := randf(r, n, 3)
+		got, want := sumSquaresVec(x), refSumSquares(x, n)
+		if math.Abs(got-want) > 1e-6*want {
+			t.Fatalf("n=%d: sumSquaresVec %g, refSumSquares %g", n, got, want)
+		}
+		if g := sumSquaresGo(x); math.Abs(g-want) > 1e-6*want {
+			t.Fatalf("n=%d: sumSquaresGo %g, refSumSquares %g", n, g, want)
+		}
+	}
+}

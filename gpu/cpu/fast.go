@@ -306,14 +306,8 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 func softmaxRowsCausal(a []float32, T int) {
 	for t := 0; t < T; t++ {
 		row := a[t*T : t*T+T]
-		maxv := row[0]
-		for _, v := range row[1 : t+1] {
-			maxv = max(maxv, v)
-		}
-		inv := 1 / expShift(row[:t+1], maxv)
-		for s := 0; s <= t; s++ {
-			row[s] *= inv
-		}
+		maxv := maxVec(row[:t+1])
+		scaleVec(row[:t+1], 1/expShift(row[:t+1], maxv))
 		clear(row[t+1:])
 	}
 }
@@ -547,16 +541,10 @@ func kSoftmaxGather(j *job, _, lo, hi int) {
 	for n := lo; n < hi; n++ {
 		l, p := logits[n*V:n*V+V], probs[n*V:n*V+V]
 		tgt := l[targets[n]]
-		maxv := l[0]
-		for _, v := range l[1:] {
-			maxv = max(maxv, v)
-		}
+		maxv := maxVec(l)
 		copy(p, l) // no-op when probs aliases logits
 		sum := expShift(p, maxv)
-		inv := 1 / sum
-		for i := range p {
-			p[i] *= inv
-		}
+		scaleVec(p, 1/sum)
 		lse := maxv + float32(math.Log(float64(sum)))
 		if j.flag {
 			out[n] = lse - tgt
@@ -635,8 +623,12 @@ func (b *Backend) sumSquares(x []float32, N int) float64 {
 }
 
 func kSumSquares(j *job, chunk, lo, hi int) {
+	j.part[chunk] = sumSquaresVec(j.f[0][lo:hi])
+}
+
+// sumSquaresGo is sumSquaresVec in Go.
+func sumSquaresGo(xs []float32) float64 {
 	var s float64
-	xs := j.f[0][lo:hi]
 	// float32 partial sums of 256 keep the float64 conversions rare
 	for len(xs) > 0 {
 		k := min(256, len(xs))
@@ -647,7 +639,7 @@ func kSumSquares(j *job, chunk, lo, hi int) {
 		s += float64(f)
 		xs = xs[k:]
 	}
-	j.part[chunk] = s
+	return s
 }
 
 const transposeTile = 32 // cache-friendly blocks

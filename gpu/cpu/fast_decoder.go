@@ -409,14 +409,8 @@ func axpy(y, x []float32, a float32) {
 func softmaxRowsCausalRange(a []float32, T, r0, r1 int) {
 	for t := r0; t < r1; t++ {
 		row := a[t*T : t*T+r1]
-		maxv := row[0]
-		for _, v := range row[1 : t+1] {
-			maxv = max(maxv, v)
-		}
-		inv := 1 / expShift(row[:t+1], maxv)
-		for s := 0; s <= t; s++ {
-			row[s] *= inv
-		}
+		maxv := maxVec(row[:t+1])
+		scaleVec(row[:t+1], 1/expShift(row[:t+1], maxv))
 		clear(row[t+1:])
 	}
 }

@@ -397,3 +397,19 @@ func refMatmulForwardT(out, inp, weightT, bias []float32, N, C, OC int) {
 		}
 	}
 }
+
+// maxRef is max(x) (x not empty), maxVec's reference.
+func maxRef(x []float32) float32 {
+	m := x[0]
+	for _, v := range x[1:] {
+		m = max(m, v)
+	}
+	return m
+}
+
+// scaleRef sets x[i] *= s, scaleVec's reference.
+func scaleRef(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}

@@ -32,6 +32,8 @@ type InfoResponse struct {
 	GRPCAddr   string `msgpack:"grpc"`
 	GossipAddr string `msgpack:"gossip"`
 	RaftAddr   string `msgpack:"raft,omitempty"`
+	// Applied is a server's last applied raft index (catch-up checks).
+	Applied uint64 `msgpack:"applied,omitempty"`
 }
 
 // ApplyRequest carries one encoded scheduler command to commit.
@@ -125,6 +127,13 @@ type NodeActorsResponse struct {
 	// server honours Wait (an older one answers at once).
 	Index uint64 `msgpack:"index,omitempty"`
 	Waits bool   `msgpack:"waits,omitempty"`
+	// NotAlive: the committed state has the asking node suspect or dead,
+	// and LeaderAge is how long before answering the server last heard
+	// from the raft leader (0 on the leader). A node counts an answer as
+	// contact with the cluster only when it is alive in a fresh state
+	// (self-fencing, runtime/cluster/fence.go).
+	NotAlive  bool          `msgpack:"notalive,omitempty"`
+	LeaderAge time.Duration `msgpack:"leaderage,omitempty"`
 }
 
 // WaitActorRequest waits (up to Timeout) until the actor with ID is dead,

@@ -30,6 +30,13 @@ type ClusterStatus struct {
 	ActorsOmitted int         `msgpack:"omitted,omitempty" json:"actors_omitted,omitempty"`
 	// Groups lists placement groups, sorted by ID.
 	Groups []GroupView `msgpack:"groups" json:"placement_groups"`
+	// CatchingUp: the reporting server has not caught up with the leader
+	// (a server restarted with its data dir replays the log), so what it
+	// reports may be old or incomplete; KnownIndex is the index it is
+	// catching up to (the leader's applied index, or with no leader known
+	// the last index in its own log).
+	CatchingUp bool   `msgpack:"catching_up,omitempty" json:"catching_up,omitempty"`
+	KnownIndex uint64 `msgpack:"known,omitempty" json:"known_index,omitempty"`
 }
 
 // RaftServer is one member of the raft configuration.

@@ -22,7 +22,16 @@
 // (submitted drivers, leases, logs), groups (placement groups), gpus (GPU
 // views) and list (troupe list). Start also starts the node's loops:
 // gossip, raft on servers, the leader's reconcile and placer, the worker
-// processes and the job manager; Shutdown stops them.
+// processes and the job manager; Shutdown stops them. nodeSvc (Node:
+// EndActor) is what the leader asks of the node hosting an actor.
+//
+// # No actor runs twice
+//
+// A committed KillActor returns only once the hosting node's worker has
+// ended the incarnation (kill.go). A node out of contact with the cluster
+// for a lease stops its worker processes itself, and the leader keeps a
+// node that gossip lost suspect for the lease plus a margin before it
+// commits it dead and restarts its actors elsewhere (fence.go).
 //
 // # Errors
 //

@@ -25,6 +25,9 @@ func (c *controlImpl) info(ctx context.Context, r *InfoRequest) (*InfoResponse, 
 	if n.cfg.Role.isServer() {
 		out.RaftAddr = n.r.raftAddr()
 	}
+	if n.fsm != nil {
+		n.fsm.Read(func(s *scheduler.State) { out.Applied = s.AppliedIndex() })
+	}
 	return out, nil
 }
 
@@ -73,7 +76,9 @@ func (c *controlImpl) status(ctx context.Context, r *StatusRequest) (*ClusterSta
 		out := new(ClusterStatus)
 		return out, n.forwardRead(ctx, "Status", r.Hops, &StatusRequest{Hops: r.Hops + 1}, out)
 	}
-	return n.Status(), nil
+	out := n.Status()
+	n.checkCaughtUp(ctx, out)
+	return out, nil
 }
 
 // Status returns this server's view of the cluster (a worker's is empty:
@@ -170,10 +175,13 @@ func (c *controlImpl) nodeActors(ctx context.Context, r *NodeActorsRequest) (*No
 			return nil, err
 		}
 	}
-	out := &NodeActorsResponse{Waits: true}
+	out := &NodeActorsResponse{Waits: true, LeaderAge: n.leaderAge()}
 	node := scheduler.NodeID(r.Node)
 	n.fsm.Read(func(s *scheduler.State) {
 		out.Index = s.AppliedIndex()
+		if nd := s.Node(node); nd != nil && (nd.State == scheduler.NodeSuspect || nd.State == scheduler.NodeDead) {
+			out.NotAlive = true
+		}
 		for _, a := range s.StartingOn(node) { // not its running actors: a tick costs little on a busy node
 			if inc, ok := r.Hosted[a.Spec.ID]; ok && inc == a.Restarts {
 				out.Unreported = append(out.Unreported, a.Spec.ID)

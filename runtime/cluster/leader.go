@@ -62,6 +62,9 @@ func (n *Node) lead(ctx context.Context) {
 		}
 	}
 	n.log.Info("acting as raft leader", "term", n.raft.Stats()["term"])
+	n.leaderReady.Store(true)
+	n.caughtUp.Store(true)
+	defer n.leaderReady.Store(false)
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.placer(ctx) }()
 	tick := time.NewTicker(n.cfg.Timing.Reconcile)
@@ -123,18 +126,11 @@ func (n *Node) reconcile(ctx context.Context) {
 	n.fsm.Read(func(s *scheduler.State) {
 		for _, nd := range s.Nodes() {
 			m, ok := ms[string(nd.ID)]
-			var want scheduler.NodeState
-			cause := ""
-			switch {
-			case ok && m.state == memberlist.StateAlive && (nd.State == scheduler.NodeDead || nd.State == scheduler.NodeSuspect):
-				want = scheduler.NodeAlive
-			case ok && m.state != memberlist.StateAlive && nd.State == scheduler.NodeDraining:
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s left the cluster (drained)", nd.ID)
-			case ok && m.state != memberlist.StateAlive && nd.State != scheduler.NodeDead:
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: failed gossip probes", nd.ID)
-			case !ok && nd.State != scheduler.NodeDead && now.Sub(n.startedAt) > n.goneGrace():
-				want, cause = scheduler.NodeDead, fmt.Sprintf("node %s lost: not in gossip membership", nd.ID)
-			default:
+			gone := (ok && m.state != memberlist.StateAlive) || (!ok && now.Sub(n.startedAt) > n.goneGrace())
+			// A lost node is suspect first, dead only after suspectWait
+			// (fence.go): by then it has stopped its actors itself.
+			want, cause := nodeVerdict(nd, ok, m.state, gone, now, n.suspectWait())
+			if want == 0 {
 				continue
 			}
 			cmds = append(cmds, &scheduler.UpdateNodeState{Node: nd.ID, State: want, Cause: cause, At: now.UnixNano()})
@@ -216,6 +212,19 @@ type placeResult struct {
 	err     error
 }
 
+// hasGroupWork reports whether any request of the batch carries group work.
+func hasGroupWork(batch []*placeReq) bool {
+	for _, r := range batch {
+		if r.groups.size() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// placeAttempts bounds how often a refused batch is planned again.
+const placeAttempts = 3
+
 // maxPlaceBatch bounds how many actors one raft entry creates.
 const maxPlaceBatch = 1024
 
@@ -247,87 +256,101 @@ func (n *Node) placer(ctx context.Context) {
 				break more
 			}
 		}
-		var applied uint64
-		n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
-		if scratch != nil && applied != scratchIdx && !catchUp(n.fsm, scratch, scratchIdx, applied, false) {
-			scratch = nil
-		}
-		if scratch == nil {
-			n.fsm.Read(func(s *scheduler.State) {
-				applied = s.AppliedIndex()
-				scratch = s.Clone()
-			})
-		}
-		base := applied // scratch equals the FSM's state at base
-		at := time.Now().UnixNano()
-		type slot struct{ req, i int }
-		var cmds [][]byte
-		var slots []slot
-		results := make([][]CreateResult, len(batch))
-		for ri, r := range batch {
-			results[ri] = make([]CreateResult, r.size())
-			for i, spec := range r.specs {
-				res := &results[ri][i]
-				if a := scratch.Actor(spec.ID); a != nil && sameSpec(&a.Spec, &spec) {
-					// A retry of a create whose first attempt committed (its
-					// outcome was lost with a leader change or a dropped
-					// reply): report the committed actor, commit nothing.
-					if a.Node != "" {
-						res.Placement = &scheduler.Placement{Node: a.Node, GPUs: a.GPUs, Bundle: a.Bundle}
-					} else {
-						res.Pending = a.PendingReason
-					}
-					continue
-				}
-				c, err := n.planner.CreateActor(scratch, spec, at)
-				if err == nil {
-					err = scratch.Apply(c)
-				}
-				var b []byte
-				if err == nil {
-					b, err = scheduler.EncodeCommand(c)
-				}
-				if err != nil {
-					res.Err = api.Encode(err)
-					continue
-				}
-				res.Placement, res.Pending = c.Placement, c.PendingReason
-				cmds = append(cmds, b)
-				slots = append(slots, slot{ri, i})
-			}
-			for i := 0; i < r.groups.size(); i++ {
-				if b := r.groups.plan(n, scratch, i, at, &results[ri][len(r.specs)+i]); b != nil {
-					cmds = append(cmds, b)
-					slots = append(slots, slot{ri, len(r.specs) + i})
-				}
-			}
-		}
+		// A batch the FSM refuses because something else committed between
+		// the plan and the batch (a node turned suspect under the plan) is
+		// planned again on the newer state, at most placeAttempts times.
+		var results [][]CreateResult
 		var err error
-		if len(cmds) > 0 {
-			var resp *ApplyResponse
-			resp, err = n.applyLocal(mustEncode(&scheduler.Batch{Commands: cmds}))
-			switch {
-			case err != nil:
+		for attempt := 1; ; attempt++ {
+			var applied uint64
+			n.fsm.Read(func(s *scheduler.State) { applied = s.AppliedIndex() })
+			if scratch != nil && applied != scratchIdx && !catchUp(n.fsm, scratch, scratchIdx, applied, false) {
 				scratch = nil
-			case resp.Err != nil:
-				scratch = nil // the FSM refused some: the scratch copy diverged
-				for k, s := range slots {
-					res := &results[s.req][s.i]
-					res.Index = resp.Index
-					if k < len(resp.BatchErrs) && resp.BatchErrs[k] != nil {
-						*res = CreateResult{Index: resp.Index, Err: resp.BatchErrs[k]}
-					} else if len(resp.BatchErrs) == 0 {
-						*res = CreateResult{Index: resp.Index, Err: resp.Err}
+			}
+			if scratch == nil {
+				n.fsm.Read(func(s *scheduler.State) {
+					applied = s.AppliedIndex()
+					scratch = s.Clone()
+				})
+			}
+			base := applied // scratch equals the FSM's state at base
+			retryPlan := false
+			at := time.Now().UnixNano()
+			type slot struct{ req, i int }
+			var cmds [][]byte
+			var slots []slot
+			results = make([][]CreateResult, len(batch))
+			for ri, r := range batch {
+				results[ri] = make([]CreateResult, r.size())
+				for i, spec := range r.specs {
+					res := &results[ri][i]
+					if a := scratch.Actor(spec.ID); a != nil && sameSpec(&a.Spec, &spec) {
+						// A retry of a create whose first attempt committed (its
+						// outcome was lost with a leader change or a dropped
+						// reply): report the committed actor, commit nothing.
+						if a.Node != "" {
+							res.Placement = &scheduler.Placement{Node: a.Node, GPUs: a.GPUs, Bundle: a.Bundle}
+						} else {
+							res.Pending = a.PendingReason
+						}
+						continue
+					}
+					c, err := n.planner.CreateActor(scratch, spec, at)
+					if err == nil {
+						err = scratch.Apply(c)
+					}
+					var b []byte
+					if err == nil {
+						b, err = scheduler.EncodeCommand(c)
+					}
+					if err != nil {
+						res.Err = api.Encode(err)
+						continue
+					}
+					res.Placement, res.Pending = c.Placement, c.PendingReason
+					cmds = append(cmds, b)
+					slots = append(slots, slot{ri, i})
+				}
+				for i := 0; i < r.groups.size(); i++ {
+					if b := r.groups.plan(n, scratch, i, at, &results[ri][len(r.specs)+i]); b != nil {
+						cmds = append(cmds, b)
+						slots = append(slots, slot{ri, len(r.specs) + i})
 					}
 				}
-			default:
-				scratchIdx = resp.Index
-				if !catchUp(n.fsm, scratch, base, resp.Index-1, true) {
+			}
+			err = nil
+			if len(cmds) > 0 {
+				var resp *ApplyResponse
+				resp, err = n.applyLocal(mustEncode(&scheduler.Batch{Commands: cmds}))
+				switch {
+				case err != nil:
 					scratch = nil
+				case resp.Err != nil:
+					scratch = nil // the FSM refused some: the scratch copy diverged
+					// Creates are idempotent (sameSpec above); group work is
+					// not retried.
+					retryPlan = resp.Index > base+1 && !hasGroupWork(batch)
+					for k, s := range slots {
+						res := &results[s.req][s.i]
+						res.Index = resp.Index
+						if k < len(resp.BatchErrs) && resp.BatchErrs[k] != nil {
+							*res = CreateResult{Index: resp.Index, Err: resp.BatchErrs[k]}
+						} else if len(resp.BatchErrs) == 0 {
+							*res = CreateResult{Index: resp.Index, Err: resp.Err}
+						}
+					}
+				default:
+					scratchIdx = resp.Index
+					if !catchUp(n.fsm, scratch, base, resp.Index-1, true) {
+						scratch = nil
+					}
+					for _, s := range slots {
+						results[s.req][s.i].Index = resp.Index
+					}
 				}
-				for _, s := range slots {
-					results[s.req][s.i].Index = resp.Index
-				}
+			}
+			if !retryPlan || attempt == placeAttempts {
+				break
 			}
 		}
 		for ri, r := range batch {

@@ -15,6 +15,9 @@ import (
 type logWriter struct {
 	log       *slog.Logger
 	component string
+	// filter, if set, sees each line first and swallows it by returning
+	// true (gossip junk, gossipjunk.go).
+	filter func(line string) bool
 
 	mu  sync.Mutex
 	buf []byte
@@ -57,7 +60,7 @@ func (w *logWriter) emit(line string) {
 		}
 	}
 	line = strings.TrimSpace(line)
-	if line == "" || !w.log.Enabled(context.Background(), level) {
+	if line == "" || (w.filter != nil && w.filter(line)) || !w.log.Enabled(context.Background(), level) {
 		return
 	}
 	w.log.Log(context.Background(), level, line, "component", w.component)

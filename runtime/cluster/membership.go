@@ -162,7 +162,10 @@ func (n *Node) newMemberlist(r resolved) (*memberlist.Memberlist, error) {
 	c.Delegate = n.members
 	c.Events = n.members
 	n.members.revived = n.peers.resetBackoff
-	c.Logger = log.New(newLogWriter(n.log, "memberlist"), "", 0)
+	lw := newLogWriter(n.log, "memberlist")
+	n.junk = &gossipJunk{log: n.log, now: time.Now}
+	lw.filter = n.junk.filter
+	c.Logger = log.New(lw, "", 0)
 	ml, err := memberlist.Create(c)
 	if err != nil {
 		// memberlist does not wrap its listen errors: probe the port to

@@ -253,8 +253,10 @@ func TestMultiProcessCluster(t *testing.T) {
 		start := time.Now()
 		worker.kill()
 		// Bound: generous for -race on a loaded 2-core machine (memberlist
-		// stretches its probes when the local node is slow); typical: < 1.2 s.
-		waitFor(t, "worker marked dead", 15*time.Second, func() bool {
+		// stretches its probes when the local node is slow); typical:
+		// detection (< 1.2 s) then suspect for suspectWait (6 s), by which
+		// time a cut-off node has fenced itself (fence.go).
+		waitFor(t, "worker marked dead", 25*time.Second, func() bool {
 			st, err := statusFrom(all, tok)
 			return err == nil && nodeState(st, "wrk1") == "dead"
 		})
@@ -348,6 +350,7 @@ func TestMultiProcessCluster(t *testing.T) {
 		p := spawn(parent, sp) // same ID, data dir and ports; lives until the end of the whole test
 		servers[leaderIdx] = p
 		var want uint64
+		sawCatchingUp := false
 		waitFor(t, "the restarted server to catch up", 15*time.Second, func() bool {
 			cl, err := statusFrom(all, tok)
 			if err != nil || cl.Leader == "" {
@@ -355,9 +358,18 @@ func TestMultiProcessCluster(t *testing.T) {
 			}
 			want = cl.AppliedIndex
 			own, err := statusFrom(p.addr(), tok)
-			return err == nil && own.ReportedBy == sp.ID && own.AppliedIndex >= want && len(own.Actors) == len(specsA)+1 &&
+			// Honest status: while it trails what the leader had applied
+			// before this poll, it says it is catching up.
+			if err == nil && own.ReportedBy == sp.ID && own.AppliedIndex < want && !own.CatchingUp {
+				t.Errorf("restarted server reports applied index %d (leader had %d) without saying it is catching up", own.AppliedIndex, want)
+			}
+			if err == nil && own.CatchingUp {
+				sawCatchingUp = true
+			}
+			return err == nil && own.ReportedBy == sp.ID && !own.CatchingUp && own.AppliedIndex >= want && len(own.Actors) == len(specsA)+1 &&
 				nodeState(own, sp.ID) == "alive" && own.GossipAlive == 3 // rejoined gossip: the three servers
 		})
+		t.Logf("restarted server said it was catching up before it had: %v", sawCatchingUp)
 		own, _ := statusFrom(p.addr(), tok)
 		if len(own.Servers) != 3 {
 			t.Errorf("restarted server sees %d raft servers, want 3", len(own.Servers))

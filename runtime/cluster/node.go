@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,7 +63,16 @@ type Node struct {
 	groups  *groupImpl   // placement groups
 	gpus    *gpuService  // GPU views
 	list    *listImpl    // State: troupe list
-	binMu   sync.Mutex   // serializes job binary uploads
+	nodeSvc *nodeImpl    // Node: what the leader asks of this node (kill.go)
+
+	// leaderReady: this server leads and its barrier passed (its state
+	// holds every committed entry); caughtUp: this server has caught up
+	// with the leader since it started (caughtup.go).
+	leaderReady atomic.Bool
+	caughtUp    atomic.Bool
+
+	junk  *gossipJunk // rejected gossip: counted, logged at a rate limit (set before memberlist starts)
+	binMu sync.Mutex  // serializes job binary uploads
 
 	trigger chan struct{} // pokes the leader's reconcile
 	placeCh chan *placeReq
@@ -155,6 +165,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.registerLoop() }()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.workerLoop() }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.fenceLoop() }()
 	ok = true
 	n.log.Info("node started", "role", cfg.Role, "grpc", r.grpcAddr(), "gossip", r.gossipAddr(), "raft", n.raftAddrOrNone())
 	return n, nil
@@ -521,8 +533,12 @@ func (n *Node) apply(ctx context.Context, r *ApplyRequest) (*ApplyResponse, erro
 	}
 	var out *ApplyResponse
 	err := n.onLeader(ctx, r.Hops, func() error {
+		node, end, kill := n.killTarget(r.Cmd)
 		var err error
 		out, err = n.applyLocal(r.Cmd)
+		if err == nil && kill && out.Err == nil {
+			n.endOn(ctx, node, &end) // kill.go: Kill returns once the actor is stopped
+		}
 		return err
 	}, func(cc *grpc.ClientConn) error {
 		out = new(ApplyResponse)
@@ -547,7 +563,7 @@ func (n *Node) applyCommand(ctx context.Context, c scheduler.Command) (uint64, e
 
 // Drain stops the node gracefully: it is marked draining through raft (no
 // new placements), hands raft leadership to another server if it has it,
-// and leaves the gossip cluster, after which the leader marks it dead and
+// stops its worker processes and leaves the gossip cluster, after which the leader marks it dead and
 // its actors are restarted elsewhere or end as their restart policy says.
 func (n *Node) Drain(ctx context.Context, reason string) error {
 	if reason == "" {
@@ -567,6 +583,11 @@ func (n *Node) Drain(ctx context.Context, reason string) error {
 			}
 		}
 	}
+	// Its actors stop before it leaves: the leader commits a drained node
+	// dead as soon as it has left and restarts its actors elsewhere, and
+	// they must not run twice. (The node is going away: nothing starts
+	// here any more.)
+	n.workers.stopAll()
 	if n.ml != nil {
 		if err := n.ml.Leave(2 * time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("leave gossip: %w", err))

@@ -13,6 +13,7 @@ func (n *Node) newServices() {
 	n.groups = &groupImpl{n: n}
 	n.gpus = &gpuService{n: n}
 	n.list = &listImpl{n: n}
+	n.nodeSvc = &nodeImpl{n: n}
 }
 
 // registerServices registers every service of the node on srv.
@@ -22,4 +23,5 @@ func (n *Node) registerServices(srv *grpc.Server) {
 	srv.RegisterService(&groupDesc, n.groups)
 	srv.RegisterService(&jobsDesc, n.jobs)
 	srv.RegisterService(&listDesc, n.list)
+	srv.RegisterService(&nodeDesc, n.nodeSvc)
 }

@@ -57,6 +57,9 @@ type workerSet struct {
 	rmu       sync.Mutex
 	reports   []*scheduler.ActorStarted
 	reporting bool
+
+	// fence is the self-fencing state (fence.go), guarded by mu.
+	fence fenceState
 }
 
 // anonymousJob hosts actors created without a job ID.
@@ -69,7 +72,8 @@ const idleExit = 2 * time.Second
 func newWorkerSet(n *Node) *workerSet {
 	return &workerSet{n: n, startProc: worker.Start, procs: map[scheduler.JobID]*worker.Proc{}, launching: map[scheduler.JobID]*launch{},
 		actors: map[scheduler.ActorID]hosted{}, seen: map[string]bool{},
-		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}, lastCalls: map[*worker.Proc][]worker.CallStats{}}
+		starting: map[scheduler.JobID]int{}, idleSince: map[scheduler.JobID]time.Time{}, lastCalls: map[*worker.Proc][]worker.CallStats{},
+		fence: fenceState{clock: contactClock{lease: n.fenceLease(), last: time.Now()}}}
 }
 
 // workerLoop starts what the committed state places on this node and ends
@@ -154,8 +158,12 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 		req.After, req.Wait = seen, wait
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second+wait)
+	asked := time.Now()
 	resp, err := n.control.nodeActors(ctx, req)
 	cancel()
+	if err == nil {
+		w.contact(resp, asked)
+	}
 	if err != nil {
 		select { // no server reachable now; try again soon
 		case <-n.ctx.Done():
@@ -197,7 +205,7 @@ func (w *workerSet) sync(full bool, seen uint64, wait time.Duration) (uint64, bo
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closing {
+	if w.closing || w.fencedLocked() { // fenced: nothing starts until contact is back
 		return resp.Index, waited
 	}
 	// Starts the committed state still shows as in progress although this
@@ -314,6 +322,12 @@ func (w *workerSet) start(a *scheduler.Actor) {
 	}
 	now := time.Now()
 	w.mu.Lock()
+	if w.fencedLocked() { // fenced while it started: it must not run
+		w.fence.lost = append(w.fence.lost, &scheduler.ActorDied{Actor: id, Incarnation: inc, Cause: fmt.Sprintf("node %s fenced itself while the actor started", n.cfg.NodeID), At: now.UnixNano()})
+		w.mu.Unlock()
+		proc.KillActor(string(id), inc, "node fenced")
+		return
+	}
 	w.actors[id] = hosted{inc: inc, job: a.Spec.JobID, proc: proc, reported: now}
 	w.mu.Unlock()
 	ok = true

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"troupe/gpu"
+	"troupe/runtime/transport"
 	"troupe/runtime/worker"
 )
 
@@ -39,6 +41,9 @@ type Registry struct {
 	raftLeader prometheus.Gauge
 	raftCommit prometheus.Gauge
 	raftTerm   prometheus.Gauge
+	// gossipRejected is the node's count of rejected gossip input
+	// (SetGossipRejected), exported as a counter.
+	gossipRejected atomic.Uint64
 }
 
 // ErrRegister reports a collector that could not be registered (for
@@ -70,7 +75,11 @@ func New(node string) *Registry {
 		Namespace: Namespace, Subsystem: "raft", Name: "term", ConstLabels: nl,
 		Help: "Current raft term seen by this node.",
 	})
-	r.reg.MustRegister(r.actors, r.nodes, r.raftLeader, r.raftCommit, r.raftTerm,
+	gossipRejected := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "gossip", Name: "rejected_total", ConstLabels: nl,
+		Help: "Gossip packets and streams this node rejected: not decryptable with the cluster key, or malformed (their log lines are rate-limited).",
+	}, func() float64 { return float64(r.gossipRejected.Load()) })
+	r.reg.MustRegister(r.actors, r.nodes, r.raftLeader, r.raftCommit, r.raftTerm, gossipRejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -163,6 +172,55 @@ func (c *callCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- h
 	}
 }
+
+// AuthSource returns the connections accepted and refused by the
+// authenticated listeners of a node and its worker processes.
+type AuthSource func(ctx context.Context) transport.AuthStats
+
+// RegisterAuth exports what src reports as troupe_connections_accepted_total
+// and troupe_connections_refused_total (labelled reason: bad_token,
+// no_token, junk, tls, peer, overloaded), read at scrape time. A flood of
+// unauthenticated junk shows here, not in the logs (logged at a rate
+// limit).
+func (r *Registry) RegisterAuth(src AuthSource) error {
+	if err := r.reg.Register(&authCollector{node: r.node, src: src}); err != nil {
+		return fmt.Errorf("%w: connections of node %s: %v", ErrRegister, r.node, err)
+	}
+	return nil
+}
+
+var (
+	descAccepted = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "connections", "accepted_total"),
+		"Connections to this node's and its workers' call and object ports (and HTTP requests beyond loopback) that passed authentication.",
+		[]string{"node"}, nil)
+	descRefused = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "connections", "refused_total"),
+		"Connections (and HTTP requests beyond loopback) refused by authentication, by reason: bad_token, no_token, junk (no troupe handshake), tls, peer (a local socket peer of another user), overloaded.",
+		[]string{"node", "reason"}, nil)
+)
+
+type authCollector struct {
+	node string
+	src  AuthSource
+}
+
+func (c *authCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descAccepted; ch <- descRefused }
+
+func (c *authCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), callScrapeTimeout)
+	defer cancel()
+	s := c.src(ctx)
+	ch <- prometheus.MustNewConstMetric(descAccepted, prometheus.CounterValue, float64(s.Accepted), c.node)
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{{"bad_token", s.BadToken}, {"no_token", s.NoToken}, {"junk", s.Junk}, {"tls", s.TLS}, {"peer", s.Peer}, {"overloaded", s.Overloaded}} {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(r.n), c.node, r.reason)
+	}
+}
+
+// SetGossipRejected records the node's count of rejected gossip input
+// (cluster.Node.GossipRejected).
+func (r *Registry) SetGossipRejected(n uint64) { r.gossipRejected.Store(n) }
 
 // SetRaft records this node's raft view.
 func (r *Registry) SetRaft(leader bool, term, commitIndex uint64) {

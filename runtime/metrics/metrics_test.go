@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"troupe/gpu"
+	"troupe/runtime/transport"
 	"troupe/runtime/worker"
 )
 
@@ -103,6 +104,7 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.SetRaft(true, 3, 1234)
+	r.SetGossipRejected(1950)
 
 	fams := scrape(t, r)
 	base := map[string]string{"node": "node-1", "gpu": "2", "uuid": inv.Devices()[2].UUID, "actor": "coder+planner", "simulated": "true"}
@@ -182,6 +184,9 @@ func TestScrapeGPUsAndRuntimeMetrics(t *testing.T) {
 	if v := find(t, fams, "troupe_raft_commit_index", nil).GetGauge().GetValue(); v != 1234 {
 		t.Errorf("commit index = %v", v)
 	}
+	if v := find(t, fams, "troupe_gossip_rejected_total", nil).GetCounter().GetValue(); v != 1950 {
+		t.Errorf("gossip rejected = %v, want 1950", v)
+	}
 	if fams["go_goroutines"] == nil {
 		t.Error("Go runtime collector missing")
 	}
@@ -215,5 +220,38 @@ func TestMissingFieldsAreOmitted(t *testing.T) {
 	}
 	if fams["DCGM_FI_DEV_GPU_UTIL"] != nil {
 		t.Error("DCGM names exported with SkipDCGM")
+	}
+}
+
+// TestRegisterAuth: the accepted and refused connection counts appear per
+// reason as the source reports them.
+func TestRegisterAuth(t *testing.T) {
+	r := New("n1")
+	if err := r.RegisterAuth(func(context.Context) transport.AuthStats {
+		return transport.AuthStats{Accepted: 3, Refused: 7, BadToken: 2, Junk: 5}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := r.Prometheus().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					key += "/" + l.GetValue()
+				}
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for k, want := range map[string]float64{"troupe_connections_accepted_total": 3, "troupe_connections_refused_total/bad_token": 2,
+		"troupe_connections_refused_total/junk": 5, "troupe_connections_refused_total/no_token": 0} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
 	}
 }

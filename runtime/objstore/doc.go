@@ -37,10 +37,14 @@
 //
 // # Transfer protocol
 //
-// A Client opens connections to the owner's Server (TCP, or the abstract
-// Unix socket beside the owner's TCP address when the owner is on the same
-// host: see ListenLocal) and keeps a few idle ones per owner. A connection
-// starts with the 5-byte preface "TOBJ\x01";
+// A Client opens connections to the owner's Server (TCP, or the Unix
+// socket beside the owner's TCP address when the owner is on the same host:
+// see ListenLocal) and keeps a few idle ones per owner. Before anything
+// else each connection passes the handshake of the cluster's
+// transport.Security (TLS on TCP when the cluster has it, then the token
+// proved by HMAC challenge-response): a peer without the token reads no
+// object and frees none. Then it starts with the 5-byte preface
+// "TOBJ\x01";
 // then requests and responses alternate:
 //
 //	fetch:    u8 1 | 16 id | 16 key

@@ -25,12 +25,18 @@ type owner struct {
 
 func startOwner(t testing.TB) *owner {
 	t.Helper()
+	return startOwnerWith(t, testSec)
+}
+
+// startOwnerWith is startOwner with the Security sec.
+func startOwnerWith(t testing.TB, sec transport.Security) *owner {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := &owner{store: NewStore(l.Addr().String())}
-	o.srv = NewServer(o.store, testSec)
+	o.srv = NewServer(o.store, sec)
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := ListenLocal(l); err == nil {
 		o.served.Go(func() { o.srv.Serve(ul) })

@@ -24,12 +24,19 @@ import (
 // runs inside it, bound to the TLS session (a keying-material exporter is
 // part of each MAC), so a proof cannot be relayed into another session.
 // Without TLS the token still never crosses the wire: each side proves it
-// with an HMAC over nonces of both sides.
+// with an HMAC over nonces of both sides (an eavesdropper sees MACs of
+// random nonces, which tell nothing of a random token). Without TLS the
+// connection is authenticated, not protected: an active attacker on the
+// path could take it over after the handshake, which is what TLS is for.
 //
+//	client → server  preamble: "TRPA" | u8 version
 //	server → client  hello:  "TRPA" | u8 version | u8 flags | 32 server nonce
 //	client → server  proof:  u8 version | u8 flags | 32 client nonce | 32 client MAC
 //	server → client  answer: u8 status | 32 server MAC
 //
+// The client speaks first, so a plaintext peer of a TLS side (or the
+// reverse) fails at its first bytes instead of waiting for a deadline; the
+// handshake costs two round trips (after TLS's), once per connection.
 // flags bit 0 says the side holds a token. The MACs are HMAC-SHA256 keyed
 // by the token, over a label ("troupe-auth v1 client" or "... server"),
 // the version, both nonces and the TLS binding (empty without TLS). The
@@ -59,6 +66,7 @@ const (
 	handshakeMagic = "TRPA"
 	nonceLen       = 32
 	macLen         = sha256.Size
+	preambleLen    = len(handshakeMagic) + 1
 	helloLen       = len(handshakeMagic) + 2 + nonceLen
 	proofLen       = 2 + nonceLen + macLen
 	answerLen      = 1 + macLen
@@ -85,6 +93,24 @@ var statusText = [nStatus]string{
 	statusBadToken: "wrong cluster token",
 	statusNoToken:  "no cluster token given; this cluster requires one",
 	statusVersion:  "unsupported handshake version",
+}
+
+func appendPreamble(b []byte) []byte {
+	return append(append(b, handshakeMagic...), HandshakeVersion)
+}
+
+// parsePreamble decodes a client preamble and returns its version.
+func parsePreamble(b []byte) (byte, error) {
+	if len(b) != preambleLen {
+		return 0, fmt.Errorf("%w: preamble of %d bytes, want %d", ErrUnauthenticated, len(b), preambleLen)
+	}
+	if string(b[:len(handshakeMagic)]) != handshakeMagic {
+		return 0, fmt.Errorf("%w: the peer is not a troupe client (it began with %q)", ErrUnauthenticated, b[:len(handshakeMagic)])
+	}
+	if b[len(handshakeMagic)] == 0 {
+		return 0, fmt.Errorf("%w: preamble with version 0", ErrUnauthenticated)
+	}
+	return b[len(handshakeMagic)], nil
 }
 
 // hello is the server's opening message.
@@ -185,7 +211,7 @@ func handshakeMAC(token, label string, version byte, server, client *[nonceLen]b
 // tlsBinding is the keying material the MACs of a TLS connection are bound
 // to; nil for a plain connection.
 func tlsBinding(nc net.Conn) ([]byte, error) {
-	tc, ok := nc.(*tls.Conn)
+	tc, ok := nc.(*tlsConn)
 	if !ok {
 		return nil, nil
 	}
@@ -216,11 +242,12 @@ const (
 func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout time.Duration) (net.Conn, refusal, error) {
 	nc.SetDeadline(time.Now().Add(timeout))
 	if tlsConf != nil {
-		tc := tls.Server(nc, tlsConf)
+		raw := newBatchConn(nc)
+		tc := tls.Server(raw, tlsConf)
 		if err := tc.Handshake(); err != nil {
 			return nil, refusedTLS, fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err)
 		}
-		nc = tc
+		nc = &tlsConn{Conn: tc, raw: raw}
 	}
 	binding, err := tlsBinding(nc)
 	if err != nil {
@@ -233,14 +260,20 @@ func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout tim
 	if _, err := rand.Read(h.nonce[:]); err != nil {
 		return nil, refusedJunk, fmt.Errorf("handshake nonce: %w", err)
 	}
+	var buf [preambleLen + proofLen]byte
+	if _, err := io.ReadFull(nc, buf[:preambleLen]); err != nil {
+		return nil, refusedJunk, fmt.Errorf("%w: no preamble: %v", ErrUnauthenticated, err)
+	}
+	if _, err := parsePreamble(buf[:preambleLen]); err != nil {
+		return nil, refusedJunk, err
+	}
 	if _, err := nc.Write(appendHello(make([]byte, 0, helloLen), &h)); err != nil {
 		return nil, refusedJunk, fmt.Errorf("%w: send hello: %v", ErrUnauthenticated, err)
 	}
-	var buf [proofLen]byte
-	if _, err := io.ReadFull(nc, buf[:]); err != nil {
+	if _, err := io.ReadFull(nc, buf[preambleLen:]); err != nil {
 		return nil, refusedJunk, fmt.Errorf("%w: no proof: %v", ErrUnauthenticated, err)
 	}
-	p, err := parseProof(buf[:])
+	p, err := parseProof(buf[preambleLen:])
 	if err != nil {
 		return nil, refusedJunk, err
 	}
@@ -296,15 +329,19 @@ func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tl
 			tlsConf = tlsConf.Clone()
 			tlsConf.ServerName = serverName
 		}
-		tc := tls.Client(nc, tlsConf)
+		raw := newBatchConn(nc)
+		tc := tls.Client(raw, tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, fail(fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err))
 		}
-		nc = tc
+		nc = &tlsConn{Conn: tc, raw: raw}
 	}
 	binding, err := tlsBinding(nc)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := nc.Write(appendPreamble(make([]byte, 0, preambleLen))); err != nil {
+		return nil, fail(fmt.Errorf("%w: send preamble: %v", ErrUnauthenticated, err))
 	}
 	var hb [helloLen]byte
 	if _, err := io.ReadFull(nc, hb[:]); err != nil {

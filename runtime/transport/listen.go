@@ -29,8 +29,13 @@ func (s Security) Listen(network, addr string) (net.Listener, error) {
 // closed, counted in ProcessAuthStats and logged at a rate limit. On a
 // Unix socket a peer of another user (SO_PEERCRED, where the system has
 // it) is refused before the handshake. Close closes l and the connections
-// still in their handshake, and waits for the handshake goroutines.
+// still in their handshake, and waits for the handshake goroutines. A
+// listener Wrap or Listen returned is returned as it is (its connections
+// are authenticated already).
 func (s Security) Wrap(l net.Listener) net.Listener {
+	if al, ok := l.(*authListener); ok {
+		return al
+	}
 	return s.wrap(l, HandshakeTimeout)
 }
 
@@ -224,6 +229,12 @@ type AuthStats struct {
 var auth struct {
 	accepted                                     atomic.Uint64
 	badToken, noToken, junk, tls, peer, overload atomic.Uint64
+}
+
+// Add returns the sum of s and o.
+func (s AuthStats) Add(o AuthStats) AuthStats {
+	return AuthStats{Accepted: s.Accepted + o.Accepted, Refused: s.Refused + o.Refused, BadToken: s.BadToken + o.BadToken,
+		NoToken: s.NoToken + o.NoToken, Junk: s.Junk + o.Junk, TLS: s.TLS + o.TLS, Peer: s.Peer + o.Peer, Overloaded: s.Overloaded + o.Overloaded}
 }
 
 // ProcessAuthStats returns this process's handshake counters.

@@ -315,12 +315,14 @@ func (c *conn) Err() error {
 // closed a connection nobody reads: nil means it looks open (or cannot be
 // probed), an error says how it ended.
 func (c *conn) probe() error {
-	nc := c.nc
-	if u, ok := nc.(interface{ NetConn() net.Conn }); ok {
-		// TLS: peek at the socket beneath; pending records (a session
-		// ticket) mean open as any input does.
-		nc = u.NetConn()
+	if p, ok := c.nc.(interface{ Probe() error }); ok {
+		// TLS (transport): it reads what is there through TLS.
+		if err := p.Probe(); err != nil {
+			return fmt.Errorf("%w: probe: %v", ErrClosed, err)
+		}
+		return nil
 	}
+	nc := c.nc
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nil

@@ -10,6 +10,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,6 +30,8 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
+	"troupe/runtime/transport/transporttest"
 )
 
 const peerEnv = "TROUPE_WIRE_BENCH_PEER"
@@ -138,7 +142,15 @@ func runPeer() {
 	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	gs.RegisterService(&echoDesc, struct{}{})
 	go gs.Serve(gl)
-	fmt.Printf("%s %s %s\n", wl.Addr(), tl.Addr(), gl.Addr())
+	// The same actors on a TLS port (with a CA made here, which the
+	// benchmark process is told to trust), without a local socket.
+	pki, err := transporttest.New()
+	if err != nil {
+		panic(err)
+	}
+	sl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go NewServer(h, 0, transport.Security{Token: testSec.Token, Server: pki.Server()}).Serve(sl)
+	fmt.Printf("%s %s %s %s %s\n", wl.Addr(), tl.Addr(), gl.Addr(), sl.Addr(), base64.StdEncoding.EncodeToString(pki.CA))
 	io.Copy(io.Discard, os.Stdin)
 }
 
@@ -147,6 +159,8 @@ var peer struct {
 	cmd              *exec.Cmd
 	stdin            io.Closer
 	wire, tcp, grpcA string
+	wireTLS          string      // the actors' TLS port
+	tls              *tls.Config // a client configuration trusting its CA
 	err              error
 }
 
@@ -167,7 +181,16 @@ func startPeer(b *testing.B) {
 			return
 		}
 		f := strings.Fields(line)
-		peer.wire, peer.tcp, peer.grpcA = f[0], f[1], f[2]
+		if len(f) != 5 {
+			peer.err = fmt.Errorf("peer said %q", line)
+			return
+		}
+		peer.wire, peer.tcp, peer.grpcA, peer.wireTLS = f[0], f[1], f[2], f[3]
+		ca, err := base64.StdEncoding.DecodeString(f[4])
+		if err == nil {
+			peer.tls, err = transporttest.ClientTrusting(ca)
+		}
+		peer.err = err
 	})
 	if peer.err != nil {
 		b.Fatal(peer.err)
@@ -327,18 +350,23 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 	}
 	// Dial goes through the Unix socket beside the TCP address (same
-	// host); troupe-sync-tcp is the same calls over TCP.
+	// host); troupe-sync-tcp is the same calls over TCP, and
+	// troupe-sync-tls over TCP with TLS 1.3 (AES-GCM where the CPU has
+	// AES-NI) and the token.
 	b.Run("troupe-sync", withCPU(syncCalls(e[0])))
-	if localEnabled() {
-		nc, err := net.Dial("tcp", peer.wire)
-		if err != nil {
-			b.Fatal(err)
-		}
-		nc.(*net.TCPConn).SetNoDelay(true)
-		tcl := NewClient(nc, 0)
-		defer tcl.Close()
-		b.Run("troupe-sync-tcp", withCPU(syncCalls(handle(tcl, "e0"))))
+	nc, err := testSec.Dial(ctx, nil, "tcp", peer.wire)
+	if err != nil {
+		b.Fatal(err)
 	}
+	tcl := NewClient(nc, 0)
+	defer tcl.Close()
+	tlsCl, err := Dial(ctx, transport.Security{Token: testSec.Token, Client: peer.tls}, "tcp", peer.wireTLS, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tlsCl.Close()
+	b.Run("troupe-sync-tcp", withCPU(syncCalls(handle(tcl, "e0"))))
+	b.Run("troupe-sync-tls", withCPU(syncCalls(handle(tlsCl, "e0"))))
 	b.Run("troupe-graph-echo", withCPU(func(b *testing.B) {
 		// A compiled one-actor graph across the two processes.
 		g, in := actors.NewGraph[[]byte]()
@@ -368,20 +396,25 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 		reportRate(b, "runs/s")
 	}))
-	b.Run("troupe-pipelined", withCPU(func(b *testing.B) {
-		const window = 2000
-		futs := make([]*actors.Future[[]byte], 0, window)
-		for i := 0; i < b.N; i++ {
-			futs = append(futs, actors.Call(ctx, e[0], (*echo).Bytes, payload))
-			if len(futs) == window || i == b.N-1 {
-				if _, err := futs[len(futs)-1].Get(ctx); err != nil {
-					b.Fatal(err)
+	pipelined := func(h actors.Handle[echo]) func(b *testing.B) {
+		return func(b *testing.B) {
+			const window = 2000
+			futs := make([]*actors.Future[[]byte], 0, window)
+			for i := 0; i < b.N; i++ {
+				futs = append(futs, actors.Call(ctx, h, (*echo).Bytes, payload))
+				if len(futs) == window || i == b.N-1 {
+					if _, err := futs[len(futs)-1].Get(ctx); err != nil {
+						b.Fatal(err)
+					}
+					futs = futs[:0]
 				}
-				futs = futs[:0]
 			}
+			reportRate(b, "calls/s")
 		}
-		reportRate(b, "calls/s")
-	}))
+	}
+	b.Run("troupe-pipelined", withCPU(pipelined(e[0])))
+	b.Run("troupe-pipelined-tcp", withCPU(pipelined(handle(tcl, "e3"))))
+	b.Run("troupe-pipelined-tls", withCPU(pipelined(handle(tlsCl, "e3"))))
 	b.Run("troupe-n2n-4x4", withCPU(func(b *testing.B) {
 		// 4 caller goroutines, each pipelining to its own actor.
 		var wg sync.WaitGroup

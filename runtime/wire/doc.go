@@ -3,6 +3,11 @@
 // socket between processes of one node) that carries actor invocations from
 // a caller straight to the worker hosting the actor, and their replies back.
 //
+// A connection passes the handshake of the cluster's transport.Security
+// before its first frame (TLS on TCP when the cluster has it, then the
+// token proved by HMAC challenge-response; Unix sockets are files only
+// their user can open): a peer without the token runs no method.
+//
 // gRPC carries the control plane; calls take this path because measuring
 // showed gRPC's per-message cost (HTTP/2 framing, flow control, one goroutine
 // per stream) caps a ping-pong far below a plain framed socket on the same

@@ -35,8 +35,9 @@ type Proc struct {
 	caps map[string]bool // what the worker answers besides the basics
 
 	mu        sync.Mutex
-	waiting   map[string]chan string // "id/inc" → constructor outcome ("" = ok)
-	statsWait map[uint64]chan *Stats // stats request → answer
+	waiting   map[string]chan string   // "id/inc" → constructor outcome ("" = ok)
+	statsWait map[uint64]chan *Stats   // stats request → answer
+	killWait  map[uint64]chan struct{} // acknowledged kill (EndActor) → closed on its answer
 	seq       uint64
 	exited    bool
 	cause     string
@@ -108,7 +109,7 @@ func Start(ctx context.Context, o StartOptions, ev Events) (*Proc, error) {
 		return nil, fmt.Errorf("start worker for job %s: %w", o.Job, err)
 	}
 	p := &Proc{cmd: cmd, c: c, ev: ev, waiting: map[string]chan string{}, statsWait: map[uint64]chan *Stats{},
-		caps: map[string]bool{}, done: make(chan struct{})}
+		killWait: map[uint64]chan struct{}{}, caps: map[string]bool{}, done: make(chan struct{})}
 	to := o.ReadyTimeout
 	if to <= 0 {
 		to = 30 * time.Second
@@ -242,6 +243,13 @@ func (p *Proc) read() {
 				}
 			}
 			p.mu.Unlock()
+		case opKilled:
+			p.mu.Lock()
+			if ch := p.killWait[m.Seq]; ch != nil {
+				close(ch)
+				delete(p.killWait, m.Seq)
+			}
+			p.mu.Unlock()
 		}
 	}
 }
@@ -259,6 +267,10 @@ func (p *Proc) wait() {
 	for k, ch := range p.statsWait {
 		close(ch)
 		delete(p.statsWait, k)
+	}
+	for k, ch := range p.killWait {
+		close(ch)
+		delete(p.killWait, k)
 	}
 	p.mu.Unlock()
 	close(p.done)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"troupe/actors"
+	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 )
 
@@ -52,7 +53,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 		go srv.Serve(ul)
 	}
 	defer func() { srv.Close(); <-served; h.killAll("worker exiting") }()
-	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String(), Caps: []string{capStats}}); err != nil {
+	if err := c.send(&msg{Op: opReady, Addr: l.Addr().String(), Caps: []string{capStats, capKillAck}}); err != nil {
 		return err
 	}
 	for {
@@ -68,6 +69,11 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 			go h.start(ctx, c, m)
 		case opKill:
 			h.kill(m)
+			if m.Seq != 0 { // the node waits (EndActor): the incarnation is gone now
+				if err := c.send(&msg{Op: opKilled, Seq: m.Seq}); err != nil {
+					return err
+				}
+			}
 		case opExit:
 			return nil
 		case opStats:
@@ -88,7 +94,8 @@ type host_ struct {
 
 // stats is the worker's answer to a stats request.
 func (h *host_) stats() *Stats {
-	st := &Stats{PID: os.Getpid(), Calls: h.calls.snapshot()}
+	auth := transport.ProcessAuthStats()
+	st := &Stats{PID: os.Getpid(), Calls: h.calls.snapshot(), Auth: &auth}
 	if h.objs != nil {
 		st.Objects, st.ObjectsTotal = h.objs.store.List(MaxListedObjects)
 		st.ObjectAddr = h.objs.store.Owner()

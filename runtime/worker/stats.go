@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"troupe/runtime/objstore"
+	"troupe/runtime/transport"
 )
 
 // A node asks its workers for their statistics (the calls their actors
@@ -54,6 +55,9 @@ type Stats struct {
 	ObjectsTotal int                   `json:"objects_total,omitempty"`
 	// ObjectAddr is the worker's object store address.
 	ObjectAddr string `json:"object_addr,omitempty"`
+	// Auth counts the connections the worker's call and object ports
+	// accepted and refused (transport.ProcessAuthStats).
+	Auth *transport.AuthStats `json:"auth,omitempty"`
 }
 
 // MaxListedObjects bounds the objects one worker lists.

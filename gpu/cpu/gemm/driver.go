@@ -29,6 +29,12 @@ const (
 	// rowSplitMin: products with A in place and at least this many rows
 	// per part are split by rows (see sgemm).
 	rowSplitMin = 64
+
+	// prepackMax: a row-split product whose packed B has at most this many
+	// elements (8 MiB, within L3) packs B once, its column panels shared
+	// out among the parts, instead of every part packing all of it (see
+	// prepackB).
+	prepackMax = 2 << 20
 )
 
 // workspace holds one goroutine's packing buffers; pooled so steady-state
@@ -73,13 +79,26 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 			*j = job{kn: kn, splitM: splitM, units: tiles, parts: min(threads, tiles),
 				transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
 				a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, bias: bias}
+			var pre *[]float32
+			if splitM && n <= kn.nc && (transB || packNN && m/j.parts > directMaxM) {
+				ncPad := (n + kn.nr - 1) / kn.nr * kn.nr
+				if k*ncPad <= prepackMax {
+					pre = prePool.Get().(*[]float32)
+					*pre = grow(*pre, k*ncPad)
+					prepackB(kn, j.parts, *pre, transB, n, k, b, ldb)
+					j.pre = *pre
+				}
+			}
 			j.fork()
+			if pre != nil {
+				prePool.Put(pre)
+			}
 			return
 		}
 	}
 	fillBias(bias, c, ldc, 0, m, 0, n)
 	ws := wsPool.Get().(*workspace)
-	block(kn, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	block(kn, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
 	wsPool.Put(ws)
 }
 
@@ -140,6 +159,7 @@ type job struct {
 	a, b, c       []float32
 	lda, ldb, ldc int
 	bias          []float32 // nil, or the row C starts from (beta is 1)
+	pre           []float32 // nil, or all of B packed (prepackB; splitM only)
 }
 
 var jobPool = sync.Pool{New: func() any { return new(job) }}
@@ -172,7 +192,7 @@ func (j *job) run(t int) {
 			aa = j.a[i0*j.lda:]
 		}
 		fillBias(j.bias, j.c, j.ldc, i0, i1, 0, j.n)
-		block(kn, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc)
+		block(kn, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc, j.pre)
 	} else {
 		j0, j1 := lo*kn.nr, min(hi*kn.nr, j.n)
 		var bb []float32
@@ -182,7 +202,7 @@ func (j *job) run(t int) {
 			bb = j.b[j0:]
 		}
 		fillBias(j.bias, j.c, j.ldc, 0, j.m, j0, j1)
-		block(kn, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc)
+		block(kn, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc, nil)
 	}
 	wsPool.Put(ws)
 }
@@ -251,11 +271,55 @@ func rowRange(kn *kernel, transA bool, m, j0, j1, k int, alpha float32, a []floa
 	}
 }
 
-// block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr, ir).
-func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// prePool holds prepackB's buffers.
+var prePool = sync.Pool{New: func() any { return new([]float32) }}
+
+// prepackTask packs a share of B's column panels for prepackB.
+type prepackTask struct {
+	kn            *kernel
+	dst, b        []float32
+	transB        bool
+	n, k, ldb     int
+	panels, parts int
+}
+
+func (t *prepackTask) Run(part int) {
+	kn := t.kn
+	r0, r1 := part*t.panels/t.parts*kn.nr, min((part+1)*t.panels/t.parts*kn.nr, t.n)
+	if r0 >= r1 {
+		return
+	}
+	ncPad := (t.n + kn.nr - 1) / kn.nr * kn.nr
+	kcb := kn.kcFor(t.k)
+	for pc := 0; pc < t.k; pc += kcb {
+		kc := min(kcb, t.k-pc)
+		packB(kn, t.dst[pc*ncPad+r0*kc:], t.transB, t.b, t.ldb, pc, r0, kc, r1-r0)
+	}
+}
+
+var prepackPool = sync.Pool{New: func() any { return new(prepackTask) }}
+
+// prepackB packs all of op(B) (k×n, n <= kn.nc) into dst in block's
+// layout, the parts packing disjoint column panels at once: the k block
+// starting at pc is at pc*ncPad, its panel r at pc*ncPad + r*nr*kc. A
+// row-split product then shares one packing of B (each part packing all of
+// it cost 5% of a training step, the parts' rows being few).
+func prepackB(kn *kernel, parts int, dst []float32, transB bool, n, k int, b []float32, ldb int) {
+	t := prepackPool.Get().(*prepackTask)
+	panels := (n + kn.nr - 1) / kn.nr
+	*t = prepackTask{kn: kn, dst: dst, b: b, transB: transB, n: n, k: k, ldb: ldb,
+		panels: panels, parts: min(parts, panels)}
+	par.Run(t.parts, t)
+	*t = prepackTask{}
+	prepackPool.Put(t)
+}
+
+// block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr,
+// ir). pre, if not nil, is all of B packed by prepackB (n <= kn.nc).
+func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, pre []float32) {
 	mr, nr := kn.mr, kn.nr
 	aDirect := !transA || !packTransA
-	bDirect := !transB && (m <= directMaxM || !packNN)
+	bDirect := !transB && (m <= directMaxM || !packNN) && pre == nil
 	kcb := kn.kcFor(k)
 	for jc := 0; jc < n; jc += kn.nc {
 		nc := min(kn.nc, n-jc)
@@ -267,9 +331,13 @@ func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha fl
 			if pc > 0 {
 				betaEff = 1 // later k blocks accumulate into the partial sums
 			}
-			if !bDirect {
+			bp := ws.bp
+			if pre != nil {
+				bp = pre[pc*ncPad : pc*ncPad+kc*ncPad]
+			} else if !bDirect {
 				ws.bp = grow(ws.bp, kc*ncPad)
-				packB(kn, ws.bp, transB, b, ldb, pc, jc, kc, nc)
+				bp = ws.bp
+				packB(kn, bp, transB, b, ldb, pc, jc, kc, nc)
 			} else if ncFull < nc {
 				// Only the ragged last panel needs packing.
 				ws.bp = grow(ws.bp, kc*nr)
@@ -291,7 +359,7 @@ func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha fl
 					bps := nr
 					switch {
 					case !bDirect:
-						bpan = ws.bp[jr*kc : (jr+nr)*kc]
+						bpan = bp[jr*kc : (jr+nr)*kc]
 					case cols == nr:
 						bpan = b[pc*ldb+jc+jr:]
 						bps = ldb

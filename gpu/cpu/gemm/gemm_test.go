@@ -141,6 +141,9 @@ func testLargerShapes(t *testing.T) {
 			for _, tb := range []bool{false, true} {
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+				// On two threads, row-split with B packed once for both
+				// parts (prepackB): ragged last panel, three k blocks.
+				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 200, n: 100, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// Several k blocks (kcFor splits 1100 into three).
 				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 37, n: 45, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// More than one nc block (n > 2048), small m (direct B path
