@@ -95,14 +95,13 @@ func TestEmuSelectCUDA(t *testing.T) {
 		t.Fatalf("Available() = %v, %q", ok, reason)
 	}
 	for _, v := range []string{"", "cuda"} {
-		t.Setenv("TROUPE_BACKEND", v)
-		be, note, err := Select()
+		be, note, err := Select(v)
 		if err != nil {
-			t.Fatalf("TROUPE_BACKEND=%q: %v", v, err)
+			t.Fatalf("backend %q: %v", v, err)
 		}
 		cb, isCUDA := be.(*Backend)
 		if !isCUDA || !strings.HasPrefix(note, "cuda:0 (troupe CUDA emulator") {
-			t.Fatalf("TROUPE_BACKEND=%q: got %T, note %q", v, be, note)
+			t.Fatalf("backend %q: got %T, note %q", v, be, note)
 		}
 		x, err := cb.Alloc(3)
 		if err != nil {

@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"troupe/gpu"
@@ -50,24 +49,26 @@ func New(ordinal int) (*Backend, error) {
 	return b, nil
 }
 
-// ErrBackendName reports an unknown TROUPE_BACKEND value.
-var ErrBackendName = errors.New("unknown TROUPE_BACKEND")
+// ErrBackendName reports an unknown backend name (--backend,
+// TROUPE_BACKEND).
+var ErrBackendName = errors.New("unknown backend")
 
 // Select returns the compute backend this process should use and a one-line
-// note saying which and why. TROUPE_BACKEND=cpu forces the CPU backend;
-// TROUPE_BACKEND=cuda forces CUDA and fails with a clear error when it is
-// unavailable; unset (or "auto") picks CUDA when Available and the CPU
-// backend otherwise.
-func Select() (gpu.Backend, string, error) {
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("TROUPE_BACKEND"))); v {
+// note saying which and why. mode is what the user asked for, read at the
+// edge (a --backend flag defaulting to TROUPE_BACKEND): "cpu" forces the CPU
+// backend; "cuda" forces CUDA and fails with a clear error when it is
+// unavailable; "" or "auto" picks CUDA when Available and the CPU backend
+// otherwise.
+func Select(mode string) (gpu.Backend, string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(mode)); v {
 	case "cpu":
-		return cpu.New(), "cpu (TROUPE_BACKEND=cpu)", nil
+		return cpu.New(), "cpu (backend cpu asked for)", nil
 	case "cuda":
 		b, err := New(0)
 		if err != nil {
-			return nil, "", fmt.Errorf("TROUPE_BACKEND=cuda: %w", err)
+			return nil, "", fmt.Errorf("backend cuda: %w", err)
 		}
-		return b, b.Name() + " (TROUPE_BACKEND=cuda)", nil
+		return b, b.Name() + " (backend cuda asked for)", nil
 	case "", "auto":
 		if ok, reason := Available(); !ok {
 			return cpu.New(), "cpu (" + reason + ")", nil

@@ -10,17 +10,15 @@ import (
 // CUDA backend must say so and Select must fall back or fail clearly.
 
 func TestSelectCPUForced(t *testing.T) {
-	t.Setenv("TROUPE_BACKEND", "cpu")
-	b, note, err := Select()
+	b, note, err := Select("cpu")
 	if err != nil || b == nil || b.Name() != "cpu" {
-		t.Fatalf("Select() = %v, %q, %v; want the cpu backend", b, note, err)
+		t.Fatalf("Select(cpu) = %v, %q, %v; want the cpu backend", b, note, err)
 	}
 }
 
 func TestSelectBadName(t *testing.T) {
-	t.Setenv("TROUPE_BACKEND", "tpu")
-	if _, _, err := Select(); !errors.Is(err, ErrBackendName) {
-		t.Fatalf("Select with TROUPE_BACKEND=tpu: %v, want ErrBackendName", err)
+	if _, _, err := Select("tpu"); !errors.Is(err, ErrBackendName) {
+		t.Fatalf("Select(tpu): %v, want ErrBackendName", err)
 	}
 }
 
@@ -32,13 +30,11 @@ func TestSelectWithoutGPU(t *testing.T) {
 	if ok {
 		t.Skipf("a CUDA device is present (%s): see the cudagpu tests", reason)
 	}
-	t.Setenv("TROUPE_BACKEND", "")
-	b, note, err := Select()
+	b, note, err := Select("")
 	if err != nil || b == nil || b.Name() != "cpu" || !strings.Contains(note, "unavailable") {
 		t.Fatalf("auto Select without a GPU = %v, %q, %v; want cpu with the reason", b, note, err)
 	}
-	t.Setenv("TROUPE_BACKEND", "cuda")
-	if _, _, err := Select(); !errors.Is(err, ErrUnavailable) {
+	if _, _, err := Select("cuda"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("forced cuda without a GPU: %v, want ErrUnavailable", err)
 	}
 	if _, err := New(0); !errors.Is(err, ErrUnavailable) {
