@@ -212,7 +212,7 @@ func nodeResources(cfg *cluster.Config, resFlag, simulate string, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	r := scheduler.Resources{MilliCPU: int64(goruntime.NumCPU()) * 1000, MemoryBytes: machineMemory(), Custom: custom}
+	r := scheduler.Resources{MilliCPU: int64(goruntime.NumCPU()) * 1000, MemoryBytes: gpu.HostMemory(), Custom: custom}
 	if cpu != nil {
 		r.MilliCPU = int64(*cpu * 1000)
 	}
@@ -285,23 +285,6 @@ func nodeGPUs(where, simulate string) ([]scheduler.GPUInfo, [][]int, bool, error
 		}
 	}
 	return out, topo, inv.Simulated(), nil
-}
-
-// machineMemory reads MemTotal from /proc/meminfo (0 when unknown).
-func machineMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
 }
 
 // Node labels that let the cluster see nodes sharing a machine.

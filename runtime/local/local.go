@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	goruntime "runtime"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -79,7 +76,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.OverrideCPUs {
 		cpus = cfg.CPUs
 	}
-	mem := machineMemory()
+	mem := gpu.HostMemory()
 	if cfg.OverrideMemory {
 		mem = cfg.MemoryBytes
 	}
@@ -388,21 +385,4 @@ func gpuUUIDs(devs []gpu.DeviceInfo, idx []int) []string {
 		}
 	}
 	return out
-}
-
-// machineMemory reads MemTotal from /proc/meminfo; 0 when unknown.
-func machineMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb * 1024
-			}
-		}
-	}
-	return 0
 }
