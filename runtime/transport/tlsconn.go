@@ -17,6 +17,11 @@ import (
 // batchConn: the records of one Write are gathered and written to the
 // socket together, and reads take what the socket has, up to
 // tlsReadBuffer (64 KiB: four full records), in one call.
+//
+// Those socket reads go through a spinReader (spin.go): a connection
+// waiting for a reply polls the socket briefly before it parks, as a
+// plaintext one of runtime/wire does; without it a synchronous call over
+// TLS paid a thread wake-up on every reply.
 
 // tlsReadBuffer is how much one read of a TLS connection's socket takes.
 const tlsReadBuffer = 64 << 10
@@ -28,7 +33,8 @@ const tlsWriteBatch = 1 << 20
 // batchConn is the socket beneath a TLS connection.
 type batchConn struct {
 	net.Conn
-	r *bufio.Reader
+	r    *bufio.Reader
+	spin *spinReader // beneath r
 
 	mu       sync.Mutex // guards the following
 	batching bool       // inside tlsConn.Write: gather records
@@ -42,7 +48,8 @@ var tlsBatching = true
 func newBatchConn(nc net.Conn) *batchConn {
 	b := &batchConn{Conn: nc}
 	if tlsBatching {
-		b.r = bufio.NewReaderSize(nc, tlsReadBuffer)
+		b.spin = newSpinReader(nc, spinMax())
+		b.r = bufio.NewReaderSize(b.spin, tlsReadBuffer)
 	}
 	return b
 }

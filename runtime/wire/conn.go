@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"troupe/runtime/transport"
 )
 
 // conn is one framed connection with a reader loop and flush-combining
@@ -195,7 +197,7 @@ type frameReader struct {
 var errInterrupted = errors.New("wire: read interrupted")
 
 func (c *conn) newFrameReader() *frameReader {
-	return &frameReader{c: c, br: bufio.NewReaderSize(newSpinReader(c.nc, spinMax()), 64<<10)}
+	return &frameReader{c: c, br: bufio.NewReaderSize(transport.NewSpinReader(c.nc, transport.Spin()), 64<<10)}
 }
 
 // next reads one frame, and reports whether more input is already

@@ -103,14 +103,14 @@ func echoServe(l net.Listener) {
 }
 
 // echoServePolling echoes every connection of l reading through a
-// spinReader (the polling raw baseline).
+// transport.NewSpinReader (the polling raw baseline).
 func echoServePolling(l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go io.Copy(c, newSpinReader(c, defaultSpin))
+		go io.Copy(c, transport.NewSpinReader(c, transport.DefaultSpin))
 	}
 }
 
@@ -275,7 +275,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 			defer c.Close()
 			var r io.Reader = c
 			if polling {
-				r = newSpinReader(c, defaultSpin)
+				r = transport.NewSpinReader(c, transport.DefaultSpin)
 			}
 			buf := make([]byte, 64)
 			for i := 0; i < b.N; i++ {

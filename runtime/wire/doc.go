@@ -44,6 +44,7 @@
 // write, read and run calls take over only for bursts, long calls and
 // results nobody waits for yet. And a goroutine that finds no input polls
 // the socket for up to 50 µs before it sleeps, when its recent waits were
-// that short (spin.go): on these machines waking an idle vCPU costs more
-// than the rest of a round trip.
+// that short (runtime/transport/spin.go, which TLS connections share): on
+// these machines waking an idle vCPU costs more than the rest of a round
+// trip.
 package wire

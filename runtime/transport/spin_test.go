@@ -1,6 +1,7 @@
-package wire
+package transport
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -144,5 +145,125 @@ func TestParseSpin(t *testing.T) {
 		if _, err := parseSpin(v); err == nil || !strings.Contains(err.Error(), spinEnv) {
 			t.Errorf("%s=%q: %v, want an error naming the variable", spinEnv, v, err)
 		}
+	}
+}
+
+// tlsPair runs both handshakes of this package, with TLS, over the two
+// ends of a socket pair, and returns the client's and the server's
+// connections.
+func tlsPair(t *testing.T) (client, server *tlsConn) {
+	t.Helper()
+	a, b := socketPair(t)
+	pki := newTestPKI(t)
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	srv := make(chan result, 1)
+	go func() {
+		c, _, err := serverHandshake(b, "tok", pki.Server(), 10*time.Second)
+		srv <- result{c, err}
+	}()
+	cc, err := clientHandshake(context.Background(), a, "tok", pki.Client(), "localhost")
+	s := <-srv
+	if err != nil || s.err != nil {
+		t.Fatalf("handshakes: client %v, server %v", err, s.err)
+	}
+	return cc.(*tlsConn), s.c.(*tlsConn)
+}
+
+// A TLS connection reads its socket through a spinReader, so a read
+// waiting for a record polls: the record written when the server's read
+// first finds the socket empty is taken by a poll, not after parking.
+func TestTLSReadsPoll(t *testing.T) {
+	client, server := tlsPair(t)
+	r := server.raw.spin
+	if r == nil || r.rc == nil {
+		t.Fatal("a TLS connection over a socket reads it without polling")
+	}
+	r.max = time.Hour // any wait ends while polling
+	r.spin = true
+	wrote := make(chan error, 1)
+	r.empty = func() {
+		r.empty = nil
+		_, err := client.Write([]byte("ping"))
+		wrote <- err
+	}
+	before := r.polled
+	buf := make([]byte, 16)
+	// Were the read not polling, nothing would write: fail, not hang.
+	server.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := server.Read(buf)
+	server.SetReadDeadline(time.Time{})
+	if err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("client write: %v", err)
+		}
+	default:
+		t.Fatal("the server's read found input without waiting for it")
+	}
+	if r.polled != before+1 {
+		t.Fatalf("%d reads took input while polling, want 1", r.polled-before)
+	}
+
+	// A read deadline still ends a polling TLS read, and the connection
+	// reads on afterwards (Client.interrupt relies on both).
+	server.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+	if _, err := server.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("TLS read past the deadline: %v", err)
+	}
+	server.SetReadDeadline(time.Time{})
+	if _, err := client.Write([]byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "again" {
+		t.Fatalf("read after an interrupted read %q, %v", buf[:n], err)
+	}
+}
+
+// Spin 0 turns polling off for TLS connections opened afterwards, and a
+// TLS connection over a net.Pipe reads it plainly.
+func TestTLSSpinOffAndPipes(t *testing.T) {
+	old := spinMax()
+	SetSpin(0)
+	defer SetSpin(old)
+	_, server := tlsPair(t)
+	if server.raw.spin.rc != nil {
+		t.Error("spin 0 still polls a TLS connection")
+	}
+	SetSpin(old)
+
+	l := newPipeListener()
+	defer l.Close()
+	srv := acceptOne(l)
+	c := l.dial()
+	defer c.Close()
+	pki := newTestPKI(t)
+	done := make(chan error, 1)
+	go func() {
+		s := <-srv
+		sc, _, err := serverHandshake(s, "tok", pki.Server(), 10*time.Second)
+		if err == nil {
+			if sc.(*tlsConn).raw.spin.rc != nil {
+				err = errors.New("the server polls a net.Pipe")
+			}
+			sc.Close()
+		}
+		done <- err
+	}()
+	cc, err := clientHandshake(context.Background(), c, "tok", pki.Client(), "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if cc.(*tlsConn).raw.spin.rc != nil {
+		t.Error("the client polls a net.Pipe")
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
