@@ -5,26 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
-	"troupe/runtime/api"
 
 	"troupe/actors"
+	"troupe/internal/testnet"
+	"troupe/runtime/api"
 	"troupe/runtime/cluster"
 	"troupe/scheduler"
 )
 
-func freeTCPPort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freeTCPPort is a loopback port free for TCP and UDP, from below the
+// ephemeral range (testnet): a port the kernel chose for :0 can be taken by
+// another test binary's outgoing connection before the node binds it.
+func freeTCPPort(t testing.TB) int { return testnet.Port(t, "127.0.0.1") }
 
 type discard struct{}
 
