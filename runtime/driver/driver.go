@@ -46,7 +46,6 @@ type Driver struct {
 	node   func(addr string) (Control, error)
 	job    scheduler.JobID
 	binary string
-	token  string
 	sec    transport.Security // the worker call ports and object stores (the token; TLS from the cluster)
 	sess   jobSession         // keep-alives of the job (job.go)
 
@@ -134,7 +133,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
-	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, token: tok, sec: sec,
+	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, sec: sec,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
 	r.spawns.r = r
 	r.ctx, r.cancel = context.WithCancel(context.Background())
