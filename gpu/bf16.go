@@ -1,11 +1,14 @@
 package gpu
 
-// BF16Matmuler is an optional Backend extension for a frozen base kept in
-// BF16: the matmuls read the weight as BF16 bits in host memory (PyTorch's
-// [OC, C] layout, a Linear's weight) instead of a float32 copy widened
-// before every use, which halves the bytes a decode step reads. Callers test
-// for it with a type assertion and fall back to widening into a float32
-// buffer and MatmulForward / MatmulBackward.
+// BF16Matmuler is an optional Backend extension for matmuls in BF16: for a
+// frozen base kept in BF16, the matmuls read the weight as BF16 bits in host
+// memory (PyTorch's [OC, C] layout, a Linear's weight) instead of a float32
+// copy widened before every use, which halves the bytes a decode step reads;
+// for mixed-precision training (float32 master weights, BF16 copies made
+// after each update, as PyTorch's autocast computes), the weight gradient
+// and the rounding of the master weights come too. Callers test for it with
+// a type assertion and fall back to widening into a float32 buffer and
+// MatmulForward / MatmulBackward.
 //
 // Sums are float32. An implementation may round the float32 activations to
 // BF16 before multiplying (as PyTorch's BF16 matmul does, and gpu/cpu on
@@ -19,4 +22,12 @@ type BF16Matmuler interface {
 	// (the input gradient of MatmulForwardBF16; the weight is frozen).
 	// dinp (N,C), dout (N,OC), weight len OC*C.
 	MatmulBackwardInputBF16(dinp, dout Buffer, weight []uint16, N, C, OC int)
+	// MatmulBackwardWeightBF16 accumulates the weight and bias gradients
+	// of MatmulForwardBF16 with dout and inp rounded to BF16 (float32
+	// sums): dweight[o,c] += sum_n dout[n,o]*inp[n,c], dbias[o] += sum_n
+	// dout[n,o]. dweight (OC,C) and dbias (OC) may each be nil.
+	MatmulBackwardWeightBF16(dweight, dbias, dout, inp Buffer, N, C, OC int)
+	// RoundBF16 writes the first len(dst) elements of src rounded to BF16
+	// (nearest, ties to even, as PyTorch's .to(torch.bfloat16)) into dst.
+	RoundBF16(dst []uint16, src Buffer)
 }

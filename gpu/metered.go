@@ -280,6 +280,16 @@ func (o *meteredBF) MatmulBackwardInputBF16(dinp, dout Buffer, weight []uint16, 
 	o.f.MatmulBackwardInputBF16(dinp, dout, weight, N, C, OC)
 }
 
+func (o *meteredBF) MatmulBackwardWeightBF16(dweight, dbias, dout, inp Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.f.MatmulBackwardWeightBF16(dweight, dbias, dout, inp, N, C, OC)
+}
+
+func (o *meteredBF) RoundBF16(dst []uint16, src Buffer) {
+	defer o.m.done(o.m.now())
+	o.f.RoundBF16(dst, src)
+}
+
 // meteredDec times the ops DecoderBackend adds to Backend.
 type meteredDec struct {
 	m *metered

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -72,10 +73,72 @@ func TestMatmulBF16MatchesReference(t *testing.T) {
 	}
 }
 
-func roundedBF16(x []float32) []float32 {
-	h := make([]uint16, len(x))
-	gemm.ToBF16(h, x)
-	return widenBF16(h)
+// TestMatmulBackwardWeightBF16 checks the mixed-precision weight gradient
+// against the float64 reference on rounded operands (what it computes),
+// accumulating and after a Zero, with and without the bias gradient, on
+// shapes around the 16×16 transpose tiles and both kernels' edges; and its
+// rounding against the unrounded float32 product.
+func TestMatmulBackwardWeightBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 2))
+	for _, s := range []struct{ N, C, OC int }{
+		{1, 3, 5}, {2, 33, 17}, {6, 31, 33}, {17, 129, 65}, {64, 96, 257}, {130, 40, 12}, {512, 64, 48},
+	} {
+		inp, dout := randf(r, s.N*s.C, 1), randf(r, s.N*s.OC, 1)
+		dw0, db0 := randf(r, s.OC*s.C, 1), randf(r, s.OC, 1)
+		for _, ref := range []bool{false, true} {
+			e := env{t, New()}
+			if ref {
+				e.be = NewReference()
+			}
+			dw, db := e.buf(dw0), e.buf(db0)
+			e.be.MatmulBackwardWeightBF16(dw, db, e.buf(dout), e.buf(inp), s.N, s.C, s.OC)
+			wantW, wantB := clone(dw0), clone(db0)
+			refMatmulBackward(nil, wantW, wantB, roundedBF16(dout), roundedBF16(inp), nil, s.N, s.C, s.OC)
+			assertClose(t, "dweight accumulates", data(dw), wantW, 2e-5)
+			clear(wantB)
+			copy(wantB, db0)
+			refMatmulBackward(nil, nil, wantB, dout, nil, nil, s.N, s.C, s.OC)
+			assertClose(t, "dbias (unrounded dout)", data(db), wantB, 2e-5)
+
+			e.be.Zero(dw)
+			e.be.MatmulBackwardWeightBF16(dw, nil, e.buf(dout), e.buf(inp), s.N, s.C, s.OC)
+			clear(wantW)
+			refMatmulBackward(nil, wantW, nil, dout, inp, nil, s.N, s.C, s.OC)
+			assertClose(t, "dweight after Zero vs unrounded", data(dw), wantW, 2e-2)
+			if err := e.be.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestRoundBF16Op checks the backend's rounding against the scalar one,
+// ties and NaNs included, on a length that splits across workers unevenly.
+func TestRoundBF16Op(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	src := randf(r, 1<<15+37, 4)
+	src[5] = math.Float32frombits(0x3f808000) // a tie: rounds to even (down)
+	src[6] = math.Float32frombits(0x3f818000) // a tie: rounds to even (up)
+	src[7] = float32(math.NaN())
+	src[8] = float32(math.Inf(-1))
+	e := env{t, New()}
+	got := make([]uint16, len(src)-3) // a prefix of the buffer
+	e.be.RoundBF16(got, e.buf(src))
+	if err := e.be.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if want := gemm.RoundBF16(src[i]); v != want {
+			t.Fatalf("element %d (%v): %#04x, want %#04x", i, src[i], v, want)
+		}
+	}
+	if got[5] != 0x3f80 || got[6] != 0x3f82 || got[7]&0x7fc0 != 0x7fc0 || got[8] != 0xff80 {
+		t.Fatalf("ties/NaN/Inf: %#04x %#04x %#04x %#04x", got[5], got[6], got[7], got[8])
+	}
+	e.be.RoundBF16(make([]uint16, len(src)+1), e.buf(src))
+	if err := e.be.Err(); err == nil {
+		t.Fatal("RoundBF16 past the end of src: no error")
+	}
 }
 
 func TestMatmulBF16Errors(t *testing.T) {

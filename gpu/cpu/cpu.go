@@ -67,6 +67,9 @@ type Backend struct {
 	partial []float64
 	adamK   [10][8]float32 // broadcast AdamW constants for the vector kernel
 	ones    []float32      // all ones, for bias gradients as a matmul
+	bfA     []uint16       // MatmulBackwardWeightBF16's dout, transposed and rounded
+	bfB     []uint16       // MatmulBackwardWeightBF16's inp, rounded
+	bfT     []uint16       // its dout, rounded before the transpose
 	job     job            // the kernel being dispatched (see pool.go)
 	dec     decArgs        // a decoder kernel's arguments (fast_decoder.go)
 	decD    []float32      // attention backward's score gradients, grown on demand

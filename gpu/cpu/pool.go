@@ -13,6 +13,8 @@ type job struct {
 	fn   func(j *job, chunk, lo, hi int)
 	f    [6][]float32
 	ints []int32
+	h    []uint16 // BF16 output of the rounding kernels
+	h2   []uint16 // BF16 input of the transpose
 	n    [4]int
 	x    [8]float32
 	flag bool
