@@ -25,6 +25,7 @@ test:
 testdata-llama:
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen.py
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen_lora.py
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen_autocast.py
 
 # The node image, FROM scratch, with the binary and the libraries ldd lists.
 image:

@@ -223,9 +223,10 @@ type Llama struct {
 	a    *lacts
 	rope *ropeTables
 
-	lr *loraState // adapters (lora.go); the base is frozen while it has any
-	la *loraActs
-	bf *bf16Base // the base's matrices in BF16 (llama_bf16.go), or nil
+	lr  *loraState // adapters (lora.go); the base is frozen while it has any
+	la  *loraActs
+	bf  *bf16Base // the base's matrices in BF16 (llama_bf16.go), or nil
+	amp *ampState // mixed precision: BF16 copies of the float32 matrices (llama_amp.go), or nil
 
 	wver int
 	tw   *ltransposed
@@ -539,6 +540,12 @@ func (m *Llama) Clone(be gpu.Backend) (*Llama, error) {
 		return nil, err
 	}
 	c.Optim, c.DecodeTransposed = m.Optim, m.DecodeTransposed
+	if m.amp != nil {
+		if err := c.SetComputeDType(hf.BF16); err != nil {
+			c.Free()
+			return nil, err
+		}
+	}
 	if err := c.CopyWeightsFrom(m); err != nil {
 		c.Free()
 		return nil, err
@@ -570,6 +577,7 @@ func (m *Llama) Free() {
 		m.kept = nil
 	}
 	m.freeBF16()
+	m.amp = nil
 	if m.lr != nil {
 		for _, ad := range m.lr.order {
 			ad.free()

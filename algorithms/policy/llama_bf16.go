@@ -271,6 +271,10 @@ func (m *Llama) layerBF16(k, l int) []uint16 {
 // float32 view from layerWeights), out (N, OC) = inp (N, C)·wᵀ + bias; with
 // the backend's BF16 matmuls it reads the BF16 matrix in place.
 func (m *Llama) baseForward(l, k int, out, inp, w, bias gpu.Buffer, N, C, OC int) {
+	if m.amp != nil {
+		m.amp.mm.MatmulForwardBF16(out, inp, m.ampMat(k, l), bias, N, C, OC)
+		return
+	}
 	if bf := m.bf; bf != nil && bf.mm != nil {
 		bf.mm.MatmulForwardBF16(out, inp, m.layerBF16(k, l), bias, N, C, OC)
 		return
@@ -283,6 +287,15 @@ func (m *Llama) baseForward(l, k int, out, inp, w, bias gpu.Buffer, N, C, OC int
 // backend's BF16 matmuls dinp reads the BF16 matrix in place and the
 // gradients (which need no weight) go through MatmulBackward.
 func (m *Llama) baseBackward(l, k int, dinp, dweight, dbias, dout, inp, w gpu.Buffer, N, C, OC int) {
+	if a := m.amp; a != nil {
+		if dinp != nil {
+			a.mm.MatmulBackwardInputBF16(dinp, dout, m.ampMat(k, l), N, C, OC)
+		}
+		if dweight != nil || dbias != nil {
+			a.mm.MatmulBackwardWeightBF16(dweight, dbias, dout, inp, N, C, OC)
+		}
+		return
+	}
 	bf := m.bf
 	if bf == nil || bf.mm == nil {
 		m.be.MatmulBackward(dinp, dweight, dbias, dout, inp, w, N, C, OC)
@@ -345,6 +358,10 @@ func (m *Llama) embedForward(out gpu.Buffer, inp gpu.IntBuffer, host []int32, N 
 // headMatmul is out (n, V) = inp (n, C) · headᵀ.
 func (m *Llama) headMatmul(out, inp gpu.Buffer, n int) {
 	be, C, V := m.be, m.arch.C, m.arch.V
+	if m.amp != nil {
+		m.amp.mm.MatmulForwardBF16(out, inp, m.ampHead(), nil, n, C, V)
+		return
+	}
 	if m.bf == nil {
 		be.MatmulForward(out, inp, m.pv.head, nil, n, C, V)
 		return
@@ -369,6 +386,13 @@ func (m *Llama) headMatmul(out, inp gpu.Buffer, n int) {
 // the head's gradient, unless the base is frozen).
 func (m *Llama) headMatmulBackward(dinp, dout, inp gpu.Buffer, n int) {
 	be, C, V := m.be, m.arch.C, m.arch.V
+	if a := m.amp; a != nil {
+		a.mm.MatmulBackwardInputBF16(dinp, dout, m.ampHead(), n, C, V)
+		if m.gv.head != nil {
+			a.mm.MatmulBackwardWeightBF16(m.gv.head, nil, dout, inp, n, C, V)
+		}
+		return
+	}
 	if m.bf == nil {
 		be.MatmulBackward(dinp, m.gv.head, nil, dout, inp, m.pv.head, n, C, V)
 		return
@@ -561,6 +585,7 @@ func (m *Llama) MemoryBytes() int {
 		}
 		n += m.bf16Bytes()
 	}
+	n += m.ampBytes()
 	if m.rope != nil {
 		add(m.rope.cos, m.rope.sin)
 	}

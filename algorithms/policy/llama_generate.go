@@ -160,7 +160,7 @@ func (m *Llama) freeTransposed() {
 // backend lacks the extension or DecodeTransposed is off.
 func (m *Llama) ensureTransposed() (*ltransposed, error) {
 	tb, ok := m.be.(gpu.MatmulTransposer)
-	if !ok || !m.DecodeTransposed || m.bf != nil { // BF16: no float32 copy of the weights
+	if !ok || !m.DecodeTransposed || m.bf != nil || m.amp != nil { // BF16: the matmuls read BF16 matrices
 		m.freeTransposed()
 		return nil, nil
 	}
@@ -224,7 +224,7 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	l := 0 // the layer mm runs
 	mm := func(k int, out, inp, w, wT, bias gpu.Buffer, C, OC int) {
-		if m.bf != nil {
+		if m.bf != nil || m.amp != nil {
 			m.baseForward(l, k, out, inp, w, bias, B, C, OC)
 		} else if tw != nil {
 			be.(gpu.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, B, C, OC)

@@ -213,6 +213,7 @@ def forward(c, P, tokens, lora=None):
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
     x = P["model.embed_tokens.weight"][tokens]  # [B, T, C]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # float32 under gen_autocast.py
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
