@@ -306,3 +306,20 @@ func TestLoRAPretrainedBF16Base(t *testing.T) {
 		t.Fatal("SFT changed the BF16 base")
 	}
 }
+
+// A full fine-tune in mixed precision (ComputeBF16) learns as the float32
+// one does, its model computes in BF16, and a GPT refuses the option.
+func TestComputeBF16Policy(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Arch, cfg.KVHeads, cfg.ComputeBF16 = "llama", 1, true
+	p := newTiny(t, cfg)
+	if dt := p.Model().(*policy.Llama).ComputeDType(); dt != hf.BF16 {
+		t.Fatalf("ComputeDType %s, want BF16", dt)
+	}
+	learnsAnswer(t, p, "p a01 g22", "R")
+	bad := tinyConfig() // a GPT
+	bad.ComputeBF16 = true
+	if _, err := NewPolicy(context.Background(), bad); !errors.Is(err, ErrConfig) {
+		t.Fatalf("ComputeBF16 on a GPT: %v", err)
+	}
+}

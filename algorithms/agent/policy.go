@@ -126,6 +126,12 @@ type Config struct {
 	Adapters []string
 	// BaseBF16 keeps a LoRA base's matrices in BF16 (half the memory).
 	BaseBF16 bool
+	// ComputeBF16 runs a Llama-family model's matmuls in BF16 with float32
+	// weights, gradients and optimizer (mixed precision, as
+	// torch.autocast(dtype=torch.bfloat16)): about twice the matmul speed
+	// on CPUs with AVX512_BF16, log-probs to about 1e-2 instead of 1e-4.
+	// See policy.Llama.SetComputeDType.
+	ComputeBF16 bool
 	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
 	// With auto the actor computes on the GPU it was placed on (CUDA on a
 	// real GPU, the CPU metered against a simulated one) and on the CPU
@@ -205,6 +211,17 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := p.addAdapters(); err != nil {
 		p.model.Free()
 		return nil, err
+	}
+	if cfg.ComputeBF16 {
+		m, ok := p.model.(*policy.Llama)
+		if !ok {
+			p.model.Free()
+			return nil, fmt.Errorf("%w: ComputeBF16 needs a model of the Llama family, not %s", ErrConfig, p.model.Family())
+		}
+		if err := m.SetComputeDType(hf.BF16); err != nil {
+			p.model.Free()
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	p.model.SetOptimizer(cfg.Optim)
 	return p, nil

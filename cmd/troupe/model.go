@@ -220,6 +220,7 @@ type lmFlags struct {
 	model, backend, system string
 	prompt, promptIDs      string
 	chat, noThink, asJSON  bool
+	bf16                   bool
 }
 
 func (f *lmFlags) register(fs *flag.FlagSet) {
@@ -235,6 +236,7 @@ func (f *lmFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.system, "system", "", "system message for --chat")
 	fs.BoolVar(&f.noThink, "no-think", false, "with --chat: enable_thinking=false (Qwen3)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fs.BoolVar(&f.bf16, "bf16", false, "matmuls in BF16 on the float32 weights (mixed precision, as torch.autocast(dtype=torch.bfloat16)): faster on CPUs with AVX512_BF16, log-probs to about 1e-2")
 }
 
 // loaded is a model with its tokenizer.
@@ -270,6 +272,18 @@ func (f *lmFlags) load(stderr io.Writer) (*loaded, error) {
 	m, _, err := policy.LoadCheckpoint(f.model, be)
 	if err != nil {
 		return nil, err
+	}
+	if f.bf16 {
+		lm, ok := m.(*policy.Llama)
+		if !ok {
+			m.Free()
+			return nil, fmt.Errorf("--bf16: %s is a %s model, not of the Llama family", f.model, m.Family())
+		}
+		if err := lm.SetComputeDType(hf.BF16); err != nil {
+			m.Free()
+			return nil, fmt.Errorf("--bf16: %w", err)
+		}
+		note += ", bf16"
 	}
 	return &loaded{m: m, tok: tok, note: note}, nil
 }

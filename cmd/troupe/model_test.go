@@ -127,6 +127,26 @@ func TestGenerateAndLogprobsMatchPyTorch(t *testing.T) {
 					t.Fatalf("log-prob of completion token %d: troupe %v, PyTorch %v", i, lp, w)
 				}
 			}
+			// --bf16: mixed precision, within PyTorch autocast's error on
+			// these models (0.03-0.12, testdata/llama/autocast.json)
+			out.Reset()
+			err = runLogprobs([]string{"--model", dir, "--backend", "cpu", "--bf16", "--prompt-ids", ids(row[:split]),
+				"--completion-ids", ids(row[split:]), "--json"}, &out, &errb)
+			if err != nil {
+				t.Fatalf("logprobs --bf16: %v: %s", err, errb.String())
+			}
+			var resBF LogprobsOutput
+			if err := json.Unmarshal(out.Bytes(), &resBF); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(resBF.Backend, "bf16") || len(resBF.Logprobs) != len(res.Logprobs) {
+				t.Fatalf("--bf16: backend %q, %d log-probs", resBF.Backend, len(resBF.Logprobs))
+			}
+			for i, lp := range resBF.Logprobs {
+				if w := want[1*(T-1)+split-1+i]; math.Abs(float64(lp-w)) > 0.25 {
+					t.Fatalf("--bf16: log-prob of completion token %d: troupe %v, PyTorch (float64) %v", i, lp, w)
+				}
+			}
 		})
 	}
 }

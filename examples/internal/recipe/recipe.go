@@ -72,6 +72,8 @@ type Options struct {
 	LoRARank   int
 	SharedBase bool
 	BaseBF16   bool
+	// ComputeBF16 runs the Llama family's matmuls in BF16 (mixed precision).
+	ComputeBF16 bool
 
 	Steps    int // RL steps (0: warm start and evaluation only)
 	K        int // AT-GRPO branches / JoyAgents G
@@ -391,6 +393,7 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 		KVHeads:      o.KVHeads,
 		ModelDir:     o.ModelDir,
 		BaseBF16:     o.BaseBF16,
+		ComputeBF16:  o.ComputeBF16,
 	}
 	if o.LoRARank > 0 {
 		pc.LoRA = policy.DefaultLoRA()
