@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"troupe/algorithms/policy/hf"
 	"troupe/gpu/cpu"
 	"troupe/gpu/cpu/gemm"
 )
@@ -142,7 +143,7 @@ func BenchmarkTrainISA(b *testing.B) {
 		b.Run(isa+"/gpt-4.8M", func(b *testing.B) { must(b, gemm.SetISA(isa)); benchTrain(b, cfg48) })
 		b.Run(isa+"/smollm2-135m-4x128", func(b *testing.B) {
 			must(b, gemm.SetISA(isa))
-			benchLlamaTrain(b, smolLM2Config(b), 4, 128)
+			benchLlamaTrain(b, smolLM2Config(b), 4, 128, hf.F32)
 		})
 	}
 }

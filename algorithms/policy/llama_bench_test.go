@@ -70,20 +70,29 @@ func BenchmarkLlama(b *testing.B) {
 		name string
 		cfg  func(*testing.B) hf.Config
 	}{{"smollm2-135m", smolLM2Config}, {"qwen2.5-0.5b", qwen25Config}} {
-		b.Run(shape.name+"/prefill-1x512", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512) })
+		b.Run(shape.name+"/prefill-1x512", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512, hf.F32) })
+		// mixed precision (SetComputeDType(BF16)); the peer is PyTorch's autocast
+		b.Run(shape.name+"/prefill-1x512-bf16", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512, hf.BF16) })
 		for _, B := range []int{1, 32} {
 			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true) })
 			// without the transposed weight copy: less memory
 			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-untransposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false) })
 		}
-		b.Run(shape.name+"/train-4x128", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128) })
+		b.Run(shape.name+"/train-4x128", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128, hf.F32) })
+		b.Run(shape.name+"/train-4x128-bf16", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128, hf.BF16) })
 	}
 }
 
-func benchModel(b *testing.B, cfg hf.Config) *Llama {
+func benchModel(b *testing.B, cfg hf.Config) *Llama { return benchModelDT(b, cfg, hf.F32) }
+
+// benchModelDT is benchModel computing in dt (SetComputeDType).
+func benchModelDT(b *testing.B, cfg hf.Config, dt hf.DType) *Llama {
 	resetPeakRSS()
 	m, err := NewLlama(cpu.New(), cfg, 1)
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.SetComputeDType(dt); err != nil {
 		b.Fatal(err)
 	}
 	return m
@@ -97,8 +106,8 @@ func reportLlama(b *testing.B, tokens int, c0 float64) {
 
 // benchLlamaPrefill: one T-token prompt through the prefill (KV cache
 // filled) and the first sampled token.
-func benchLlamaPrefill(b *testing.B, cfg hf.Config, T int) {
-	m := benchModel(b, cfg)
+func benchLlamaPrefill(b *testing.B, cfg hf.Config, T int, dt hf.DType) {
+	m := benchModelDT(b, cfg, dt)
 	defer m.Free()
 	prompt := make([]int32, T)
 	for i := range prompt {
@@ -153,8 +162,8 @@ func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool) {
 
 // benchLlamaTrain: full fine-tuning steps (forward, backward, AdamW) on
 // B×T tokens.
-func benchLlamaTrain(b *testing.B, cfg hf.Config, B, T int) {
-	m := benchModel(b, cfg)
+func benchLlamaTrain(b *testing.B, cfg hf.Config, B, T int, dt hf.DType) {
+	m := benchModelDT(b, cfg, dt)
 	defer m.Free()
 	seqs := make([][]int32, B)
 	for i := range seqs {
@@ -228,7 +237,7 @@ func BenchmarkLlamaLoad(b *testing.B) {
 //
 //	go test -run '^$' -bench 'LoRA' -benchtime 2x ./algorithms/policy
 func BenchmarkLoRA(b *testing.B) {
-	b.Run("smollm2-135m/train-full-4x128", func(b *testing.B) { benchLlamaTrain(b, smolLM2Config(b), 4, 128) })
+	b.Run("smollm2-135m/train-full-4x128", func(b *testing.B) { benchLlamaTrain(b, smolLM2Config(b), 4, 128, hf.F32) })
 	b.Run("smollm2-135m/train-lora-r16-4x128", func(b *testing.B) {
 		benchLoRATrain(b, smolLM2Config(b), false, []string{"a"}, 4, 128)
 	})

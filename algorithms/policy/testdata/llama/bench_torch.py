@@ -13,6 +13,10 @@ Go benchmark measures on the same shapes:
   train-4x128     forward + backward + clip_grad_norm_ + AdamW on 4x128
                   tokens (tokens/s = 512 / time)
 
+A "-bf16" suffix (prefill-1x512-bf16, train-4x128-bf16) runs the same under
+torch.autocast("cpu", dtype=torch.bfloat16): float32 weights and optimizer,
+BF16 matmuls, the peer of the Go benchmark's SetComputeDType(BF16) runs.
+
 Each measurement runs in its own process so that peak-MiB (ru_maxrss) is
 that benchmark's. Usage:
 
@@ -40,7 +44,7 @@ SHAPES = {
     "smollm2-135m": (49152, 576, 1536, 30, 9, 3, 64, 100000.0, 1e-5, False),
     "qwen2.5-0.5b": (151936, 896, 4864, 24, 14, 2, 64, 1000000.0, 1e-6, True),
 }
-BENCHES = ["prefill-1x512", "decode-batch1", "decode-batch32", "train-4x128"]
+BENCHES = ["prefill-1x512", "decode-batch1", "decode-batch32", "train-4x128", "prefill-1x512-bf16", "train-4x128-bf16"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -142,6 +146,13 @@ def generate(m, prompts, n):
 
 
 def run(shape, bench, iters):
+    if bench.endswith("-bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return run_(shape, bench[:-len("-bf16")], iters, "-bf16")
+    return run_(shape, bench, iters, "")
+
+
+def run_(shape, bench, iters, suffix):
     torch.manual_seed(1)
     m = Model(*SHAPES[shape])
     V = SHAPES[shape][0]
@@ -181,7 +192,7 @@ def run(shape, bench, iters):
     tok = sum(step() for _ in range(iters))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"torch {shape}/{bench}\t{tok / wall:.1f} tokens/s\t{tok / cpu:.1f} tokens/cpu-s\t{peak:.0f} peak-MiB", flush=True)
+    print(f"torch {shape}/{bench}{suffix}\t{tok / wall:.1f} tokens/s\t{tok / cpu:.1f} tokens/cpu-s\t{peak:.0f} peak-MiB", flush=True)
 
 
 def main():
