@@ -27,6 +27,11 @@ type BF16Matmuler interface {
 	// sums): dweight[o,c] += sum_n dout[n,o]*inp[n,c], dbias[o] += sum_n
 	// dout[n,o]. dweight (OC,C) and dbias (OC) may each be nil.
 	MatmulBackwardWeightBF16(dweight, dbias, dout, inp Buffer, N, C, OC int)
+	// GQAttentionForwardBF16 is DecoderBackend.GQAttentionForward with the
+	// two products (q·kᵀ and att·v) on BF16-rounded operands and float32
+	// sums, as PyTorch's autocast runs attention's matmuls; the softmax and
+	// att stay float32.
+	GQAttentionForwardBF16(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
 	// RoundBF16 writes the first len(dst) elements of src rounded to BF16
 	// (nearest, ties to even, as PyTorch's .to(torch.bfloat16)) into dst.
 	RoundBF16(dst []uint16, src Buffer)

@@ -285,6 +285,11 @@ func (o *meteredBF) MatmulBackwardWeightBF16(dweight, dbias, dout, inp Buffer, N
 	o.f.MatmulBackwardWeightBF16(dweight, dbias, dout, inp, N, C, OC)
 }
 
+func (o *meteredBF) GQAttentionForwardBF16(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.f.GQAttentionForwardBF16(out, att, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
 func (o *meteredBF) RoundBF16(dst []uint16, src Buffer) {
 	defer o.m.done(o.m.now())
 	o.f.RoundBF16(dst, src)

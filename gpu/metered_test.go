@@ -115,6 +115,33 @@ func TestMeteredBF16Ops(t *testing.T) {
 			t.Fatalf("backward %v, want %v", gotD, wantD)
 		}
 	}
+	// the mixed-precision ops: timed, and they reach the wrapped backend
+	dw := buf(0, 0, 0, 0, 0, 0)
+	before = c.Busy()
+	f.MatmulBackwardWeightBF16(dw, nil, dout, inp, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulBackwardWeightBF16 metered %v, want %v", d, step)
+	}
+	gotW := make([]float32, OC*C)
+	be.Download(gotW, dw)
+	if err := be.Sync(); err != nil || gotW[0] != 1 || gotW[3] != 2 {
+		t.Fatalf("weight gradient %v (%v), want doutᵀ·inp = [1 1 1 2 0 -1]", gotW, err)
+	}
+	h := make([]uint16, 2)
+	before = c.Busy()
+	f.RoundBF16(h, bias)
+	if d := c.Busy() - before; d != step || h[0] != 0x4120 || h[1] != 0x41a0 {
+		t.Errorf("RoundBF16 metered %v, gave %#04x, want %v and [0x4120 0x41a0]", d, h, step)
+	}
+	q, att, o := buf(1, 0, 0, 1), buf(0, 0, 0, 0), buf(0, 0, 0, 0)
+	before = c.Busy()
+	f.GQAttentionForwardBF16(o, att, q, q, q, 1, 2, 1, 1, 2, 1)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("GQAttentionForwardBF16 metered %v, want %v", d, step)
+	}
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestMeteredDecoderOps(t *testing.T) {

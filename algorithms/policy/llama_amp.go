@@ -11,8 +11,10 @@ import (
 // autocast(dtype=torch.bfloat16) does on a CPU: the weights, their
 // gradients and the AdamW moments stay float32, and the matmuls (the seven
 // projections and the output head; forward, input gradient and weight
-// gradient) multiply BF16-rounded operands with float32 sums. Norms, RoPE,
-// attention, SwiGLU, the softmax and the loss stay float32. Each matrix
+// gradient) and attention's two products in the forward multiply
+// BF16-rounded operands with float32 sums. Norms, RoPE, the attention
+// softmax and backward, SwiGLU and the loss stay float32; so does the
+// decode step's attention over the KV cache (memory-bound, nothing to gain). Each matrix
 // gets a BF16 copy, rounded again whenever the weights change (wver): one
 // pass over the weights per optimizer step, about 1% of a training step.
 //

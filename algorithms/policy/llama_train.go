@@ -332,7 +332,11 @@ func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buf
 		if kv != nil {
 			kv(l, la.k, la.v)
 		}
-		be.GQAttentionForward(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
+		if m.amp != nil { // autocast runs attention's products in BF16 too
+			m.amp.mm.GQAttentionForwardBF16(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
+		} else {
+			be.GQAttentionForward(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
+		}
 		m.baseForward(l, kO, la.res2, la.o, lp.o, lp.ob, N, QD, C)
 		m.loraForward(m.la, l, tO, la.res2, la.o)
 		be.ResidualForward(la.res2, la.res2, x, N*C)

@@ -170,3 +170,31 @@ func TestMatmulBF16Reference(t *testing.T) {
 	refMatmulForward(want, inp, widenBF16(w), nil, N, C, OC)
 	assertClose(t, "reference forward", data(out), want, 1e-6)
 }
+
+// TestGQAttentionForwardBF16 checks BF16 attention against the float64
+// reference on rounded q, k and v: the probabilities to float32-sum
+// precision (scores are exact products of rounded operands), the output to
+// the rounding of the probabilities; and the output against unrounded
+// attention, on lengths below and above gemmMinT, ragged blocks, GQA and MQA.
+func TestGQAttentionForwardBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, s := range []struct{ B, T, NH, KVH, HD int }{
+		{1, 5, 2, 1, 8}, {2, 8, 4, 2, 16}, {1, 37, 3, 1, 64}, {2, 70, 6, 3, 32}, {1, 129, 9, 3, 64},
+	} {
+		NH, KVH, HD, T, B := s.NH, s.KVH, s.HD, s.T, s.B
+		scale := float32(1 / math.Sqrt(float64(HD)))
+		q, k, v := randf(r, B*T*NH*HD, 1), randf(r, B*T*KVH*HD, 1), randf(r, B*T*KVH*HD, 1)
+		e := env{t, New()}
+		out, att := e.buf(make([]float32, B*T*NH*HD)), e.buf(make([]float32, B*NH*T*T))
+		e.be.GQAttentionForwardBF16(out, att, e.buf(q), e.buf(k), e.buf(v), B, T, NH, KVH, HD, scale)
+		if err := e.be.Err(); err != nil {
+			t.Fatal(err)
+		}
+		wantO, wantA := make([]float32, B*T*NH*HD), make([]float32, B*NH*T*T)
+		refGQAttentionForward(wantO, wantA, roundedBF16(q), roundedBF16(k), roundedBF16(v), B, T, NH, KVH, HD, scale)
+		assertClose(t, "att", data(att), wantA, 2e-5)
+		assertClose(t, "out vs rounded q, k, v", data(out), wantO, 1e-2)
+		refGQAttentionForward(wantO, wantA, q, k, v, B, T, NH, KVH, HD, scale)
+		assertClose(t, "out vs float32", data(out), wantO, 3e-2)
+	}
+}

@@ -70,6 +70,9 @@ type Backend struct {
 	bfA     []uint16       // MatmulBackwardWeightBF16's dout, transposed and rounded
 	bfB     []uint16       // MatmulBackwardWeightBF16's inp, rounded
 	bfT     []uint16       // its dout, rounded before the transpose
+	bfQ     []uint16       // GQAttentionForwardBF16's q, rounded
+	bfK     []uint16       // k
+	bfV     []uint16       // and v
 	job     job            // the kernel being dispatched (see pool.go)
 	dec     decArgs        // a decoder kernel's arguments (fast_decoder.go)
 	decD    []float32      // attention backward's score gradients, grown on demand

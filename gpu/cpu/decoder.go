@@ -205,6 +205,38 @@ func (b *Backend) GQAttentionForward(out, att, q, k, v gpu.Buffer, B, T, NH, KVH
 	b.gqAttentionForward(o, a, qd, kd, vd, B, T, NH, KVH, HD, scale)
 }
 
+// GQAttentionForwardBF16 implements gpu.BF16Matmuler: q, k and v are
+// rounded to BF16 once (bfQ, bfK, bfV), the probabilities as gemm packs them
+// (VDPBF16PS; elsewhere gemm widens and only q, k, v are rounded). Below
+// gemmMinT, and in the reference backend, it is the float32 reference on
+// rounded q, k and v: the probabilities stay float32 there.
+func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v gpu.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	const op = "GQAttentionForwardBF16"
+	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
+		return
+	}
+	o, a := b.f(op, "out", out, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
+	qd, kd, vd := b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
+	if b.err != nil {
+		return
+	}
+	if b.ref || T < gemmMinT {
+		refGQAttentionForward(o, a, roundedBF16(qd), roundedBF16(kd), roundedBF16(vd), B, T, NH, KVH, HD, scale)
+		return
+	}
+	n, nq := B*T*KVH*HD, B*T*NH*HD
+	b.bfK, b.bfV, b.bfQ = growU16(b.bfK, n), growU16(b.bfV, n), growU16(b.bfQ, nq)
+	b.roundBF16(b.bfQ[:nq], qd)
+	b.roundBF16(b.bfK[:n], kd)
+	b.roundBF16(b.bfV[:n], vd)
+	_, pairs := blockPairs(T)
+	b.dec = decArgs{out: o, att: a, B: B, T: T, NH: NH, KVH: KVH, HD: HD,
+		pairs: pairs, scale: scale, qh: b.bfQ[:nq], kh: b.bfK[:n], vh: b.bfV[:n]}
+	j := b.newJob(kGQAttentionForwardBF16)
+	j.d = &b.dec
+	parallelFor(B*NH*pairs, 1, j)
+}
+
 // GQAttentionBackward implements gpu.DecoderBackend.
 func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att gpu.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionBackward"

@@ -20,6 +20,7 @@ type decArgs struct {
 	out, att, q, k, v       []float32
 	dout, dq, dk, dv, d     []float32
 	cache                   []float32
+	qh, kh, vh              []uint16 // BF16 q, k and v (GQAttentionForwardBF16)
 	pos                     []int32
 	B, T, NH, KVH, HD, maxT int
 	pairs                   int // row-block pairs per head (attention)
@@ -444,6 +445,32 @@ func kGQAttentionForward(j *job, _, lo, hi int) {
 				clear(a[t*T+r1 : t*T+T])
 			}
 			prodNN(d.useGemm, r1-r0, HD, r1, a[r0*T:], T, v, ks, false, o[r0*qs:], qs)
+		})
+	}
+}
+
+// kGQAttentionForwardBF16 is kGQAttentionForward with both products on
+// gemm.GemmBF16 (q, k and v already BF16).
+func kGQAttentionForwardBF16(j *job, _, lo, hi int) {
+	d := j.d
+	T, NH, HD := d.T, d.NH, d.HD
+	qs, ks := NH*HD, d.KVH*HD
+	nb, _ := blockPairs(T)
+	for it := lo; it < hi; it++ {
+		bh, pj := it/d.pairs, it%d.pairs
+		bb, h := bh/NH, bh%NH
+		g := h / (NH / d.KVH)
+		q := d.qh[bb*T*qs+h*HD:]
+		k, v := d.kh[bb*T*ks+g*HD:], d.vh[bb*T*ks+g*HD:]
+		a := d.att[bh*T*T : (bh+1)*T*T]
+		o := d.out[bb*T*qs+h*HD:]
+		pairBlocks(T, nb, pj, func(r0, r1 int) {
+			gemm.GemmBF16(false, true, r1-r0, r1, HD, d.scale, q[r0*qs:], qs, k, ks, 0, a[r0*T:], T)
+			softmaxRowsCausalRange(a, T, r0, r1)
+			for t := r0; t < r1; t++ {
+				clear(a[t*T+r1 : t*T+T])
+			}
+			gemm.GemmBF16(false, false, r1-r0, HD, r1, 1, a[r0*T:], T, v, ks, 0, o[r0*qs:], qs)
 		})
 	}
 }
