@@ -217,12 +217,30 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 // decodeStep feeds d.hostTok[b] at position d.hostPos[b] for every row and
 // leaves the next-token logits (B,V) in d.hostLogits.
 func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
-	be, p, ar := m.be, &m.pv, &m.arch
+	be := m.be
+	be.UploadInt(d.tok, d.hostTok)
+	be.UploadInt(d.pos, d.hostPos)
+	m.embedForward(d.x, d.tok, d.hostTok, d.B)
+	m.setGroups(d.rows, 1)
+	for l := range m.pv.layers {
+		m.decodeLayer(d, tw, l)
+	}
+	var th gpu.Buffer
+	if tw != nil {
+		th = tw.head
+	}
+	return m.decodeHead(d, th)
+}
+
+// decodeLayer runs block l on one position a row: d.x (B,C) at positions
+// d.pos, its key and value written into the cache there, attending over
+// the cache up to it; d.x becomes the block's output.
+func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
+	be, ar := m.be, &m.arch
 	B := d.B
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD := NH*HD, KVH*HD
 	scale := float32(1 / math.Sqrt(float64(HD)))
-	l := 0 // the layer mm runs
 	mm := func(k int, out, inp, w, wT, bias gpu.Buffer, C, OC int) {
 		if m.bf != nil || m.amp != nil {
 			m.baseForward(l, k, out, inp, w, bias, B, C, OC)
@@ -233,54 +251,44 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 		}
 	}
 	rope := m.rope
-	be.UploadInt(d.tok, d.hostTok)
-	be.UploadInt(d.pos, d.hostPos)
-	m.embedForward(d.x, d.tok, d.hostTok, B)
-	m.setGroups(d.rows, 1)
-	lf := func(l, t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
-	var tq, tk, tv, to, tg, tu, td, th gpu.Buffer
-	for l = range p.layers {
-		lp := m.layerWeights(l)
-		if tw != nil {
-			t := &tw.layers[l]
-			tq, tk, tv, to, tg, tu, td = t.q, t.k, t.v, t.o, t.gate, t.up, t.down
-		}
-		be.RMSNormForward(d.ln, d.r, d.x, lp.attnNorm, B, C, ar.eps)
-		if ar.qkNorm {
-			mm(kQ, d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
-			lf(l, tQ, d.qr, d.ln)
-			mm(kK, d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
-			lf(l, tK, d.kr, d.ln)
-			be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
-			be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
-		} else {
-			mm(kQ, d.q, d.ln, lp.q, tq, lp.qb, C, QD)
-			lf(l, tQ, d.q, d.ln)
-			mm(kK, d.k, d.ln, lp.k, tk, lp.kb, C, KD)
-			lf(l, tK, d.k, d.ln)
-		}
-		mm(kV, d.v, d.ln, lp.v, tv, lp.vb, C, KD)
-		lf(l, tV, d.v, d.ln)
-		be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
-		be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
-		be.GQAttentionDecode(d.o, d.cache[l], d.q, d.k, d.v, d.pos, B, d.maxT, NH, KVH, HD, scale)
-		mm(kO, d.tmp, d.o, lp.o, to, lp.ob, QD, C)
-		lf(l, tO, d.tmp, d.o)
-		be.ResidualForward(d.x, d.x, d.tmp, B*C)
-		be.RMSNormForward(d.ln, d.r, d.x, lp.mlpNorm, B, C, ar.eps)
-		mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
-		lf(l, tGate, d.gate, d.ln)
-		mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)
-		lf(l, tUp, d.up, d.ln)
-		be.SwiGLUForward(d.act, d.gate, d.up, B*I)
-		mm(kDown, d.tmp, d.act, lp.down, td, lp.downb, I, C)
-		lf(l, tDown, d.tmp, d.act)
-		be.ResidualForward(d.x, d.x, d.tmp, B*C)
-	}
+	lf := func(t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
+	var tq, tk, tv, to, tg, tu, td gpu.Buffer
+	lp := m.layerWeights(l)
 	if tw != nil {
-		th = tw.head
+		t := &tw.layers[l]
+		tq, tk, tv, to, tg, tu, td = t.q, t.k, t.v, t.o, t.gate, t.up, t.down
 	}
-	return m.decodeHead(d, th)
+	be.RMSNormForward(d.ln, d.r, d.x, lp.attnNorm, B, C, ar.eps)
+	if ar.qkNorm {
+		mm(kQ, d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
+		lf(tQ, d.qr, d.ln)
+		mm(kK, d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
+		lf(tK, d.kr, d.ln)
+		be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
+		be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
+	} else {
+		mm(kQ, d.q, d.ln, lp.q, tq, lp.qb, C, QD)
+		lf(tQ, d.q, d.ln)
+		mm(kK, d.k, d.ln, lp.k, tk, lp.kb, C, KD)
+		lf(tK, d.k, d.ln)
+	}
+	mm(kV, d.v, d.ln, lp.v, tv, lp.vb, C, KD)
+	lf(tV, d.v, d.ln)
+	be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
+	be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
+	be.GQAttentionDecode(d.o, d.cache[l], d.q, d.k, d.v, d.pos, B, d.maxT, NH, KVH, HD, scale)
+	mm(kO, d.tmp, d.o, lp.o, to, lp.ob, QD, C)
+	lf(tO, d.tmp, d.o)
+	be.ResidualForward(d.x, d.x, d.tmp, B*C)
+	be.RMSNormForward(d.ln, d.r, d.x, lp.mlpNorm, B, C, ar.eps)
+	mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
+	lf(tGate, d.gate, d.ln)
+	mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)
+	lf(tUp, d.up, d.ln)
+	be.SwiGLUForward(d.act, d.gate, d.up, B*I)
+	mm(kDown, d.tmp, d.act, lp.down, td, lp.downb, I, C)
+	lf(tDown, d.tmp, d.act)
+	be.ResidualForward(d.x, d.x, d.tmp, B*C)
 }
 
 // decodeHead runs the final norm and the head on d.x and downloads the
@@ -300,10 +308,13 @@ func (m *Llama) decodeHead(d *ldecode, headT gpu.Buffer) error {
 	return nil
 }
 
-// prefill runs the prompts through the full forward pass in row groups,
-// writes every prompt position's k and v into the cache and leaves each
-// row's last hidden state in d.x; decodeHead then gives the first logits.
-func (m *Llama) prefill(d *ldecode, prompts [][]int32) error {
+// prefill runs the prompts through the forward pass in row groups and
+// writes every prompt position's k and v into the cache. The last block
+// runs in full only at each row's last position (decodeLayer, after all
+// groups): the rest of its work would feed positions nobody reads. It
+// leaves each row's last hidden state in d.x; decodeHead then gives the
+// first logits.
+func (m *Llama) prefill(d *ldecode, tw *ltransposed, prompts [][]int32) error {
 	be, ar := m.be, &m.arch
 	KD, C := ar.KVH*ar.HD, ar.C
 	for b0 := 0; b0 < len(prompts); {
@@ -341,7 +352,7 @@ func (m *Llama) prefill(d *ldecode, prompts [][]int32) error {
 			ads = d.rows[b0:b1]
 		}
 		m.setGroups(ads, T)
-		x := m.forwardLayers(B, T, func(l int, k, v gpu.Buffer) {
+		x := m.forwardLayers(B, T, true, func(l int, k, v gpu.Buffer) {
 			for b, p := range rows {
 				for t := range p {
 					dst := ((b0+b)*d.maxT + t) * 2 * KD
@@ -357,6 +368,15 @@ func (m *Llama) prefill(d *ldecode, prompts [][]int32) error {
 			return fmt.Errorf("policy: prefill: %w", err)
 		}
 		b0 = b1
+	}
+	for b, p := range prompts {
+		d.hostPos[b] = int32(len(p) - 1)
+	}
+	m.be.UploadInt(d.pos, d.hostPos)
+	m.setGroups(d.rows, 1)
+	m.decodeLayer(d, tw, len(m.pv.layers)-1)
+	if err := be.Sync(); err != nil {
+		return fmt.Errorf("policy: prefill: %w", err)
 	}
 	return nil
 }
@@ -407,7 +427,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err != nil {
 		return nil, err
 	}
-	if err := m.prefill(d, prompts); err != nil {
+	if err := m.prefill(d, tw, prompts); err != nil {
 		return nil, err
 	}
 	var headT gpu.Buffer

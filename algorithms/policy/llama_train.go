@@ -300,8 +300,10 @@ func view(be gpu.Backend, b gpu.Buffer, off, n int) gpu.Buffer {
 // forwardLayers runs the embedding and all blocks over the loaded B×T
 // tokens and returns the last residual stream (N,C). kv, if not nil, is
 // called after each layer's k and v are final (RoPE applied), to fill a KV
-// cache.
-func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buffer {
+// cache. With kvOnlyLast the last block stops there: it returns the last
+// block's input instead, for a prefill that needs the block's output at one
+// position a row only (Llama.prefill; llama.cpp skips the same work).
+func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v gpu.Buffer)) gpu.Buffer {
 	be, a, ar := m.be, m.a, &m.arch
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD, N := NH*HD, KVH*HD, B*T
@@ -311,26 +313,37 @@ func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buf
 	x := a.x0
 	for l := range a.layers {
 		la, lp := &a.layers[l], m.layerWeights(l)
+		kvOnly := kvOnlyLast && l == len(a.layers)-1
 		be.RMSNormForward(la.ln1, la.r1, x, lp.attnNorm, N, C, ar.eps)
+		if !kvOnly {
+			if ar.qkNorm {
+				m.baseForward(l, kQ, la.qr, la.ln1, lp.q, lp.qb, N, C, QD)
+				m.loraForward(m.la, l, tQ, la.qr, la.ln1)
+				be.RMSNormForward(la.q, la.rq, la.qr, lp.qNorm, N*NH, HD, ar.eps)
+			} else {
+				m.baseForward(l, kQ, la.q, la.ln1, lp.q, lp.qb, N, C, QD)
+				m.loraForward(m.la, l, tQ, la.q, la.ln1)
+			}
+		}
 		if ar.qkNorm {
-			m.baseForward(l, kQ, la.qr, la.ln1, lp.q, lp.qb, N, C, QD)
-			m.loraForward(m.la, l, tQ, la.qr, la.ln1)
 			m.baseForward(l, kK, la.kr, la.ln1, lp.k, lp.kb, N, C, KD)
 			m.loraForward(m.la, l, tK, la.kr, la.ln1)
-			be.RMSNormForward(la.q, la.rq, la.qr, lp.qNorm, N*NH, HD, ar.eps)
 			be.RMSNormForward(la.k, la.rk, la.kr, lp.kNorm, N*KVH, HD, ar.eps)
 		} else {
-			m.baseForward(l, kQ, la.q, la.ln1, lp.q, lp.qb, N, C, QD)
-			m.loraForward(m.la, l, tQ, la.q, la.ln1)
 			m.baseForward(l, kK, la.k, la.ln1, lp.k, lp.kb, N, C, KD)
 			m.loraForward(m.la, l, tK, la.k, la.ln1)
 		}
 		m.baseForward(l, kV, la.v, la.ln1, lp.v, lp.vb, N, C, KD)
 		m.loraForward(m.la, l, tV, la.v, la.ln1)
-		be.RopeForward(la.q, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
+		if !kvOnly {
+			be.RopeForward(la.q, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
+		}
 		be.RopeForward(la.k, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
 		if kv != nil {
 			kv(l, la.k, la.v)
+		}
+		if kvOnly {
+			return x
 		}
 		if m.amp != nil { // autocast runs attention's products in BF16 too
 			m.amp.mm.GQAttentionForwardBF16(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
@@ -357,7 +370,7 @@ func (m *Llama) forwardLayers(B, T int, kv func(l int, k, v gpu.Buffer)) gpu.Buf
 // forward runs the network and the final norm over the loaded tokens
 // (the head runs per chunk in the loss functions).
 func (m *Llama) forward(B, T int) {
-	x := m.forwardLayers(B, T, nil)
+	x := m.forwardLayers(B, T, false, nil)
 	m.be.RMSNormForward(m.a.lnf, m.a.rf, x, m.pv.all[kNorm], B*T, m.arch.C, m.arch.eps)
 }
 
