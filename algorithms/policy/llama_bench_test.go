@@ -74,9 +74,11 @@ func BenchmarkLlama(b *testing.B) {
 		// mixed precision (SetComputeDType(BF16)); the peer is PyTorch's autocast
 		b.Run(shape.name+"/prefill-1x512-bf16", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512, hf.BF16) })
 		for _, B := range []int{1, 32} {
-			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true) })
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true, hf.F32) })
 			// without the transposed weight copy: less memory
-			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-untransposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false) })
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-untransposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false, hf.F32) })
+			// mixed precision: the matmuls read the BF16 copies
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-bf16", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false, hf.BF16) })
 		}
 		b.Run(shape.name+"/train-4x128", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128, hf.F32) })
 		b.Run(shape.name+"/train-4x128-bf16", func(b *testing.B) { benchLlamaTrain(b, shape.cfg(b), 4, 128, hf.BF16) })
@@ -130,8 +132,8 @@ func benchLlamaPrefill(b *testing.B, cfg hf.Config, T int, dt hf.DType) {
 // benchLlamaDecode: B rows of a 16-token prompt, n new tokens each
 // (greedy: the model's speed, not the sampler's); tokens/s counts new
 // tokens, the prefill included in the time.
-func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool) {
-	m := benchModel(b, cfg)
+func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool, dt hf.DType) {
+	m := benchModelDT(b, cfg, dt)
 	defer m.Free()
 	m.DecodeTransposed = transposed
 	prompts := make([][]int32, B)

@@ -84,3 +84,20 @@ func packBNAsm(kn *kernel, d, src []float32, ld, kc int) bool {
 	packBN(kc, &src[0], ld, &d[0], kn.nr)
 	return true
 }
+
+//go:noescape
+func gemvF32x4(k16 int, w *float32, ldw int, x *float32, dots *[4]float32)
+
+// gemvF32x4Asm sets dots[i] to the dot product of x with row i of W (i < 4,
+// row stride ldw) over p < k rounded down to 16 and returns how many p.
+func gemvF32x4Asm(k int, w []float32, ldw int, x []float32, dots *[4]float32) int {
+	k16 := k / 16
+	if !hasAVX2 || k16 == 0 {
+		*dots = [4]float32{}
+		return 0
+	}
+	_ = w[3*ldw+k16*16-1]
+	_ = x[k16*16-1]
+	gemvF32x4(k16, &w[0], ldw, &x[0], dots)
+	return k16 * 16
+}

@@ -474,7 +474,7 @@ func GemvBF16(n, k int, alpha float32, w []uint16, ldw int, x []float32, beta fl
 	_ = x[k-1]
 	_ = y[n-1]
 	threads := Threads()
-	if parts := min(threads, n/64); parts > 1 && n*k >= parMinWork/2 {
+	if parts := min(threads, n/64); parts > 1 && n*k >= gemvParMin {
 		j := gvPool.Get().(*gvJob)
 		*j = gvJob{parts: parts, n: n, k: k, alpha: alpha, w: w, ldw: ldw, x: x, beta: beta, y: y}
 		par.Run(parts, j)

@@ -73,6 +73,11 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		rows(kn, threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	if m < rowsMaxM && gemvPath {
+		fillBias(bias, c, ldc, 0, m, 0, n)
+		gemvRows(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	if threads > 1 && m*n*k >= parMinWork {
 		if splitM, tiles, ok := split(kn, threads, transA, m, n); ok {
 			j := jobPool.Get().(*job)

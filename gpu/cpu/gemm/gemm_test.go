@@ -95,6 +95,12 @@ func kernels(t *testing.T, f func(t *testing.T)) {
 	for _, isa := range allISAs {
 		t.Run(isa, func(t *testing.T) { withISA(t, isa, f) })
 	}
+	// Few rows with B transposed through the blocked kernel, not Gemv.
+	t.Run("no-gemv", func(t *testing.T) {
+		gemvPath = false
+		defer func() { gemvPath = true }()
+		f(t)
+	})
 	// The in-place (unpacked) operand paths the tuning chose against.
 	t.Run("unpacked", func(t *testing.T) {
 		o1, o2 := packTransA, packNN

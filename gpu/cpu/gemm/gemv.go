@@ -1,0 +1,114 @@
+package gemm
+
+import (
+	"sync"
+
+	"troupe/gpu/cpu/internal/par"
+)
+
+// Gemv computes y = alpha*W·x + beta*y for a float32 matrix W of n rows and
+// k columns (row stride ldw; a PyTorch Linear's [out, in] weight) and x
+// (length k), y (length n): a decode step's matrix–vector product on the
+// weight as stored. Packing W for the blocked kernel, as Sgemm does for
+// any product, would read and write all of it to feed one row; here W
+// streams once through four-row dot products (gemvF32x4, AVX2). Large
+// products split the rows across Threads() goroutines. With beta == 0, y
+// is only written. Sgemm takes this path for fewer than rowsMaxM rows with
+// B transposed.
+func Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
+	if n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(1, n, beta, y, n)
+		return
+	}
+	_ = w[(n-1)*ldw+k-1]
+	_ = x[k-1]
+	_ = y[n-1]
+	threads := Threads()
+	if parts := min(threads, n/64); parts > 1 && n*k >= gemvParMin {
+		j := gvfPool.Get().(*gvfJob)
+		*j = gvfJob{parts: parts, n: n, k: k, alpha: alpha, w: w, ldw: ldw, x: x, beta: beta, y: y}
+		par.Run(parts, j)
+		*j = gvfJob{}
+		gvfPool.Put(j)
+		return
+	}
+	gemvRangeF32(0, n, k, alpha, w, ldw, x, beta, y)
+}
+
+// gemvParMin is the smallest matrix (elements) Gemv and GemvBF16 split
+// across goroutines: 64K elements stream in about 10-20 µs on one core, ten
+// times a fork/join, and a decode step's smaller projections (SmolLM2's
+// q, k, v and o) are of that size; left to one core they read at half the
+// machine's bandwidth.
+const gemvParMin = 1 << 16
+
+type gvfJob struct {
+	parts, n, k int
+	alpha, beta float32
+	w           []float32
+	ldw         int
+	x, y        []float32
+}
+
+var gvfPool = sync.Pool{New: func() any { return new(gvfJob) }}
+
+func (j *gvfJob) Run(t int) {
+	g := (j.n + 3) / 4 // whole 4-row groups a part
+	r0, r1 := min(t*g/j.parts*4, j.n), min((t+1)*g/j.parts*4, j.n)
+	gemvRangeF32(r0, r1, j.k, j.alpha, j.w, j.ldw, j.x, j.beta, j.y)
+}
+
+// gemvRangeF32 computes rows [r0, r1) of Gemv.
+func gemvRangeF32(r0, r1, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
+	var dots [4]float32
+	for r := r0; r < r1; r += 4 {
+		rows := min(4, r1-r)
+		done := 0
+		if rows == 4 {
+			done = gemvF32x4Asm(k, w[r*ldw:], ldw, x, &dots)
+		} else {
+			dots = [4]float32{}
+		}
+		for i := 0; i < rows; i++ {
+			s := dots[i]
+			row := w[(r+i)*ldw+done : (r+i)*ldw+k]
+			for p, v := range row {
+				s += v * x[done+p]
+			}
+			if beta == 0 {
+				y[r+i] = alpha * s
+			} else {
+				y[r+i] = alpha*s + beta*y[r+i]
+			}
+		}
+	}
+}
+
+// gemvPath sends Sgemm's few-rows products with B transposed to Gemv; the
+// tests turn it off to check the blocked kernel on those shapes too.
+var gemvPath = true
+
+// gemvRows is Sgemm for m < rowsMaxM rows with B transposed: a Gemv per
+// row of op(A) (gathered when A is transposed).
+func gemvRows(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	var x []float32
+	if transA {
+		buf := prePool.Get().(*[]float32)
+		defer prePool.Put(buf)
+		*buf = grow(*buf, k)
+		x = (*buf)[:k]
+	}
+	for i := 0; i < m; i++ {
+		if transA {
+			for p := range x {
+				x[p] = a[p*lda+i]
+			}
+		} else {
+			x = a[i*lda : i*lda+k]
+		}
+		Gemv(n, k, alpha, b, ldb, x, beta, c[i*ldc:i*ldc+n])
+	}
+}
