@@ -135,8 +135,12 @@ func TestClusterCLITLS(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !strings.Contains(h3.output(), "TLS off (--insecure)") {
-		t.Errorf("an --insecure head does not say TLS is off:\n%s", h3.output())
+	// The line may reach the output pipe after the node already answers.
+	for !strings.Contains(h3.output(), "TLS off (--insecure)") {
+		if time.Now().After(deadline) {
+			t.Fatalf("an --insecure head does not say TLS is off:\n%s", h3.output())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if out, err := cliRun(t, plainEnv, "status"); err == nil || !strings.Contains(out, "does not speak TLS") || !strings.Contains(out, h3Addr) {
 		t.Errorf("TLS status against an --insecure head: %v\n%s", err, out)
