@@ -123,17 +123,8 @@ func checkAgainstRef(t *testing.T, m *Llama, ref *llamaRef, ck *hf.Checkpoint) {
 			t.Fatalf("%s: RoPE inverse frequency %d: %v, reference %v", name, i, m.arch.invFreq[i], f)
 		}
 	}
-	B, Tp := len(ref.Lengths), 0
-	batch := Batch{Tokens: make([][]int32, B), Weights: make([][]float32, B)}
-	for b, n := range ref.Lengths {
-		Tp = max(Tp, n)
-		batch.Tokens[b] = ref.Tokens[b][:n]
-	}
-	V := m.VocabSize()
-	w := readRefTensor(t, ck, "weights", B, Tp-1)
-	for b, n := range ref.Lengths {
-		batch.Weights[b] = w[b*(Tp-1) : b*(Tp-1)+n-1]
-	}
+	batch, Tp := llamaRefBatch(t, ref, ck)
+	B, V := len(ref.Lengths), m.VocabSize()
 
 	// logits of every real position
 	want := readRefTensor(t, ck, "logits", B, Tp, V)
@@ -152,59 +143,18 @@ func checkAgainstRef(t *testing.T, m *Llama, ref *llamaRef, ck *hf.Checkpoint) {
 	}
 	t.Logf("%s: worst logit difference %.2g", name, worst)
 
-	// log-probs
-	wantLP := readRefTensor(t, ck, "logprobs", B, Tp-1)
-	lp, err := m.LogProbs(Batch{Tokens: batch.Tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var loss float64
-	for b := range lp {
-		for p, v := range lp[b] {
-			if d := math.Abs(float64(v - wantLP[b*(Tp-1)+p])); d > refLogProbTol {
-				t.Fatalf("%s: log-prob [%d,%d] %v, reference %v", name, b, p, v, wantLP[b*(Tp-1)+p])
-			}
-			loss -= float64(batch.Weights[b][p]) * float64(v)
-		}
+	// log-probs, the loss, and the gradients of L = -sum w·logp, every tensor
+	lpErr, lpAt, loss, gErr, gAt := refErrors(t, m, ref, ck)
+	if lpErr > refLogProbTol {
+		t.Fatalf("%s: %s", name, lpAt)
 	}
 	if math.Abs(loss-ref.Loss) > 1e-4*math.Abs(ref.Loss) {
 		t.Fatalf("%s: loss %v, reference %v", name, loss, ref.Loss)
 	}
-
-	// gradients of L = -sum w·logp, every tensor
-	g := make([][]float32, B)
-	for b := range g {
-		g[b] = make([]float32, len(batch.Weights[b]))
-		for i, x := range batch.Weights[b] {
-			g[b][i] = -x
-		}
+	if gErr > refGradTol {
+		t.Fatalf("%s: %s", name, gAt)
 	}
-	if err := m.ZeroGrad(); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.AccumulateLogProbGrads(Batch{Tokens: batch.Tokens}, g); err != nil {
-		t.Fatal(err)
-	}
-	ts, err := m.tensors(m.gradients(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst = 0
-	for _, x := range ts {
-		r := readRefTensor(t, ck, "grad."+x.Name, x.Shape...)
-		var sc float64
-		for _, v := range r {
-			sc = math.Max(sc, math.Abs(float64(v)))
-		}
-		for i, v := range x.Data {
-			d := math.Abs(float64(v - r[i]))
-			worst = math.Max(worst, d/sc)
-			if d > refGradTol*sc {
-				t.Fatalf("%s: gradient of %s [%d]: %v, reference %v (largest |reference| %v)", name, x.Name, i, v, r[i], sc)
-			}
-		}
-	}
-	t.Logf("%s: worst relative gradient difference %.2g", name, worst)
+	t.Logf("%s: worst log-prob difference %.2g, worst relative gradient difference %.2g", name, lpErr, gErr)
 
 	// greedy continuations, batched with ragged prompts and one by one
 	prompts := make([][]int32, len(ref.Greedy))

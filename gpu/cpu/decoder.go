@@ -189,13 +189,8 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 
 // GQAttentionForward implements gpu.DecoderBackend.
 func (b *Backend) GQAttentionForward(out, att, q, k, v gpu.Buffer, B, T, NH, KVH, HD int, scale float32) {
-	const op = "GQAttentionForward"
-	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
-		return
-	}
-	o, a := b.f(op, "out", out, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
-	qd, kd, vd := b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
-	if b.err != nil {
+	o, a, qd, kd, vd, ok := b.gqaForwardArgs("GQAttentionForward", out, att, q, k, v, B, T, NH, KVH, HD, scale)
+	if !ok {
 		return
 	}
 	if b.ref {
@@ -205,19 +200,24 @@ func (b *Backend) GQAttentionForward(out, att, q, k, v gpu.Buffer, B, T, NH, KVH
 	b.gqAttentionForward(o, a, qd, kd, vd, B, T, NH, KVH, HD, scale)
 }
 
+// gqaForwardArgs checks and resolves the attention forward's arguments.
+func (b *Backend) gqaForwardArgs(op string, out, att, q, k, v gpu.Buffer, B, T, NH, KVH, HD int, scale float32) (o, a, qd, kd, vd []float32, ok bool) {
+	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
+		return
+	}
+	o, a = b.f(op, "out", out, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
+	qd, kd, vd = b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
+	return o, a, qd, kd, vd, b.err == nil
+}
+
 // GQAttentionForwardBF16 implements gpu.BF16Matmuler: q, k and v are
 // rounded to BF16 once (bfQ, bfK, bfV), the probabilities as gemm packs them
 // (VDPBF16PS; elsewhere gemm widens and only q, k, v are rounded). Below
 // gemmMinT, and in the reference backend, it is the float32 reference on
 // rounded q, k and v: the probabilities stay float32 there.
 func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v gpu.Buffer, B, T, NH, KVH, HD int, scale float32) {
-	const op = "GQAttentionForwardBF16"
-	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
-		return
-	}
-	o, a := b.f(op, "out", out, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
-	qd, kd, vd := b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
-	if b.err != nil {
+	o, a, qd, kd, vd, ok := b.gqaForwardArgs("GQAttentionForwardBF16", out, att, q, k, v, B, T, NH, KVH, HD, scale)
+	if !ok {
 		return
 	}
 	if b.ref || T < gemmMinT {
@@ -232,7 +232,7 @@ func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v gpu.Buffer, B, T, NH,
 	_, pairs := blockPairs(T)
 	b.dec = decArgs{out: o, att: a, B: B, T: T, NH: NH, KVH: KVH, HD: HD,
 		pairs: pairs, scale: scale, qh: b.bfQ[:nq], kh: b.bfK[:n], vh: b.bfV[:n]}
-	j := b.newJob(kGQAttentionForwardBF16)
+	j := b.newJob(kGQAttentionForward)
 	j.d = &b.dec
 	parallelFor(B*NH*pairs, 1, j)
 }

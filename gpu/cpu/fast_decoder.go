@@ -425,52 +425,37 @@ func (b *Backend) gqAttentionForward(out, att, q, k, v []float32, B, T, NH, KVH,
 	parallelFor(B*NH*pairs, 1, j)
 }
 
+// kGQAttentionForward runs the causal attention of its (row, head, block
+// pair) items; with d.qh set (GQAttentionForwardBF16) both products take
+// the BF16 q, k and v through gemm.GemmBF16.
 func kGQAttentionForward(j *job, _, lo, hi int) {
 	d := j.d
 	T, NH, HD := d.T, d.NH, d.HD
 	qs, ks := NH*HD, d.KVH*HD
 	nb, _ := blockPairs(T)
+	bf := d.qh != nil
 	for it := lo; it < hi; it++ {
 		bh, pj := it/d.pairs, it%d.pairs
 		bb, h := bh/NH, bh%NH
 		g := h / (NH / d.KVH)
-		q := d.q[bb*T*qs+h*HD:]
-		k, v := d.k[bb*T*ks+g*HD:], d.v[bb*T*ks+g*HD:]
+		qo, ko := bb*T*qs+h*HD, bb*T*ks+g*HD
 		a := d.att[bh*T*T : (bh+1)*T*T]
-		o := d.out[bb*T*qs+h*HD:]
+		o := d.out[qo:]
 		pairBlocks(T, nb, pj, func(r0, r1 int) {
-			prodNT(d.useGemm, r1-r0, r1, HD, d.scale, q[r0*qs:], qs, k, ks, a[r0*T:], T)
+			if bf {
+				gemm.GemmBF16(false, true, r1-r0, r1, HD, d.scale, d.qh[qo+r0*qs:], qs, d.kh[ko:], ks, 0, a[r0*T:], T)
+			} else {
+				prodNT(d.useGemm, r1-r0, r1, HD, d.scale, d.q[qo+r0*qs:], qs, d.k[ko:], ks, a[r0*T:], T)
+			}
 			softmaxRowsCausalRange(a, T, r0, r1)
 			for t := r0; t < r1; t++ {
 				clear(a[t*T+r1 : t*T+T])
 			}
-			prodNN(d.useGemm, r1-r0, HD, r1, a[r0*T:], T, v, ks, false, o[r0*qs:], qs)
-		})
-	}
-}
-
-// kGQAttentionForwardBF16 is kGQAttentionForward with both products on
-// gemm.GemmBF16 (q, k and v already BF16).
-func kGQAttentionForwardBF16(j *job, _, lo, hi int) {
-	d := j.d
-	T, NH, HD := d.T, d.NH, d.HD
-	qs, ks := NH*HD, d.KVH*HD
-	nb, _ := blockPairs(T)
-	for it := lo; it < hi; it++ {
-		bh, pj := it/d.pairs, it%d.pairs
-		bb, h := bh/NH, bh%NH
-		g := h / (NH / d.KVH)
-		q := d.qh[bb*T*qs+h*HD:]
-		k, v := d.kh[bb*T*ks+g*HD:], d.vh[bb*T*ks+g*HD:]
-		a := d.att[bh*T*T : (bh+1)*T*T]
-		o := d.out[bb*T*qs+h*HD:]
-		pairBlocks(T, nb, pj, func(r0, r1 int) {
-			gemm.GemmBF16(false, true, r1-r0, r1, HD, d.scale, q[r0*qs:], qs, k, ks, 0, a[r0*T:], T)
-			softmaxRowsCausalRange(a, T, r0, r1)
-			for t := r0; t < r1; t++ {
-				clear(a[t*T+r1 : t*T+T])
+			if bf {
+				gemm.GemmBF16(false, false, r1-r0, HD, r1, 1, a[r0*T:], T, d.vh[ko:], ks, 0, o[r0*qs:], qs)
+			} else {
+				prodNN(d.useGemm, r1-r0, HD, r1, a[r0*T:], T, d.v[ko:], ks, false, o[r0*qs:], qs)
 			}
-			gemm.GemmBF16(false, false, r1-r0, HD, r1, 1, a[r0*T:], T, v, ks, 0, o[r0*qs:], qs)
 		})
 	}
 }
