@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -190,5 +191,43 @@ func TestLlamaMixedPrecision(t *testing.T) {
 				t.Fatalf("BF16 then F32: %s (error %.3g); %s (error %.3g)", lpAt, lp, gAt, g)
 			}
 		})
+	}
+}
+
+// A BF16 base after mixed precision drops the float32 matrices' copies and
+// still computes (in BF16, as a base does); F32 compute is refused on it.
+func TestMixedPrecisionThenBF16Base(t *testing.T) {
+	dir := filepath.Join("testdata", "llama", "llama_gqa")
+	ref, ck := readRef(t, dir)
+	m, err := LoadLlama(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	if err := m.SetComputeDType(hf.BF16); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetBaseDType(hf.BF16); err != nil {
+		t.Fatal(err)
+	}
+	if m.amp != nil || m.ComputeDType() != hf.BF16 {
+		t.Fatalf("after SetBaseDType(BF16): amp %v, compute %s", m.amp != nil, m.ComputeDType())
+	}
+	batch, Tp := llamaRefBatch(t, ref, ck)
+	want := readRefTensor(t, ck, "logprobs", len(ref.Lengths), Tp-1)
+	lp, err := m.LogProbs(Batch{Tokens: batch.Tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range lp[0] {
+		if math.Abs(float64(v-want[i])) > 0.25 {
+			t.Fatalf("BF16 base log-prob %d: %v, reference %v", i, v, want[i])
+		}
+	}
+	if err := m.SetComputeDType(hf.F32); !errors.Is(err, ErrConfig) {
+		t.Fatalf("F32 compute on a BF16 base: %v", err)
+	}
+	if err := m.SetComputeDType("F16"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("compute dtype F16: %v", err)
 	}
 }

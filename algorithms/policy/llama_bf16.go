@@ -88,6 +88,7 @@ func (m *Llama) SetBaseDType(dt hf.DType) error {
 		return fmt.Errorf("%w: base dtype %q (want F32 or BF16)", ErrConfig, dt)
 	}
 	if dt == hf.BF16 {
+		m.amp = nil // a BF16 base computes in BF16 itself; its float32 matrices go
 		return m.toBF16Base()
 	}
 	w, err := m.Weights()
