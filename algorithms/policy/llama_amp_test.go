@@ -129,14 +129,7 @@ func TestLlamaMixedPrecision(t *testing.T) {
 			}
 			dir := filepath.Join("testdata", "llama", name)
 			ref, ck := readRef(t, dir)
-			m, err := LoadLlama(dir, cpu.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Free()
-			if err := m.SetComputeDType(hf.BF16); err != nil {
-				t.Fatal(err)
-			}
+			m := loadMixed(t, dir)
 			if m.ComputeDType() != hf.BF16 {
 				t.Fatalf("ComputeDType %s after SetComputeDType(BF16)", m.ComputeDType())
 			}
@@ -176,14 +169,7 @@ func TestLlamaMixedPrecision(t *testing.T) {
 			if err := m.SetComputeDType(hf.F32); err != nil {
 				t.Fatal(err)
 			}
-			m2, err := LoadLlama(dir, cpu.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m2.Free()
-			if err := m2.SetComputeDType(hf.BF16); err != nil {
-				t.Fatal(err)
-			}
+			m2 := loadMixed(t, dir)
 			if err := m2.SetComputeDType(hf.F32); err != nil {
 				t.Fatal(err)
 			}
@@ -199,14 +185,7 @@ func TestLlamaMixedPrecision(t *testing.T) {
 func TestMixedPrecisionThenBF16Base(t *testing.T) {
 	dir := filepath.Join("testdata", "llama", "llama_gqa")
 	ref, ck := readRef(t, dir)
-	m, err := LoadLlama(dir, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	if err := m.SetComputeDType(hf.BF16); err != nil {
-		t.Fatal(err)
-	}
+	m := loadMixed(t, dir)
 	if err := m.SetBaseDType(hf.BF16); err != nil {
 		t.Fatal(err)
 	}
@@ -230,4 +209,19 @@ func TestMixedPrecisionThenBF16Base(t *testing.T) {
 	if err := m.SetComputeDType("F16"); !errors.Is(err, ErrConfig) {
 		t.Fatalf("compute dtype F16: %v", err)
 	}
+}
+
+// loadMixed loads a reference model on the fast backend in mixed precision,
+// freed when the test ends.
+func loadMixed(t *testing.T, dir string) *Llama {
+	t.Helper()
+	m, err := LoadLlama(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Free)
+	if err := m.SetComputeDType(hf.BF16); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

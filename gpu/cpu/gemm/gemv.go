@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"math"
 	"sync"
 
 	"troupe/gpu/cpu/internal/par"
@@ -16,26 +17,7 @@ import (
 // is only written. Sgemm takes this path for fewer than rowsMaxM rows with
 // B transposed.
 func Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
-	if n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scaleC(1, n, beta, y, n)
-		return
-	}
-	_ = w[(n-1)*ldw+k-1]
-	_ = x[k-1]
-	_ = y[n-1]
-	threads := Threads()
-	if parts := min(threads, n/64); parts > 1 && n*k >= gemvParMin {
-		j := gvfPool.Get().(*gvfJob)
-		*j = gvfJob{parts: parts, n: n, k: k, alpha: alpha, w: w, ldw: ldw, x: x, beta: beta, y: y}
-		par.Run(parts, j)
-		*j = gvfJob{}
-		gvfPool.Put(j)
-		return
-	}
-	gemvRangeF32(0, n, k, alpha, w, ldw, x, beta, y)
+	gemv(n, k, alpha, w, nil, ldw, x, beta, y)
 }
 
 // gemvParMin is the smallest matrix (elements) Gemv and GemvBF16 split
@@ -45,38 +27,76 @@ func Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float
 // machine's bandwidth.
 const gemvParMin = 1 << 16
 
-type gvfJob struct {
+// gemv is Gemv (wF) and GemvBF16 (wH): exactly one of the two is set.
+func gemv(n, k int, alpha float32, wF []float32, wH []uint16, ldw int, x []float32, beta float32, y []float32) {
+	if n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(1, n, beta, y, n)
+		return
+	}
+	if wF != nil {
+		_ = wF[(n-1)*ldw+k-1]
+	} else {
+		_ = wH[(n-1)*ldw+k-1]
+	}
+	_ = x[k-1]
+	_ = y[n-1]
+	threads := Threads()
+	if parts := min(threads, n/64); parts > 1 && n*k >= gemvParMin {
+		j := gvPool.Get().(*gvJob)
+		*j = gvJob{parts: parts, n: n, k: k, alpha: alpha, wF: wF, wH: wH, ldw: ldw, x: x, beta: beta, y: y}
+		par.Run(parts, j)
+		*j = gvJob{}
+		gvPool.Put(j)
+		return
+	}
+	gemvRange(0, n, k, alpha, wF, wH, ldw, x, beta, y)
+}
+
+type gvJob struct {
 	parts, n, k int
 	alpha, beta float32
-	w           []float32
+	wF          []float32
+	wH          []uint16
 	ldw         int
 	x, y        []float32
 }
 
-var gvfPool = sync.Pool{New: func() any { return new(gvfJob) }}
+var gvPool = sync.Pool{New: func() any { return new(gvJob) }}
 
-func (j *gvfJob) Run(t int) {
-	g := (j.n + 3) / 4 // whole 4-row groups a part
+func (j *gvJob) Run(t int) {
+	g := (j.n + 3) / 4 // whole 4-row groups a part, so the assembly sees full groups
 	r0, r1 := min(t*g/j.parts*4, j.n), min((t+1)*g/j.parts*4, j.n)
-	gemvRangeF32(r0, r1, j.k, j.alpha, j.w, j.ldw, j.x, j.beta, j.y)
+	gemvRange(r0, r1, j.k, j.alpha, j.wF, j.wH, j.ldw, j.x, j.beta, j.y)
 }
 
-// gemvRangeF32 computes rows [r0, r1) of Gemv.
-func gemvRangeF32(r0, r1, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
+// gemvRange computes rows [r0, r1) of gemv: four rows at a time in
+// assembly, the rest (and every row where it cannot run) in Go.
+func gemvRange(r0, r1, k int, alpha float32, wF []float32, wH []uint16, ldw int, x []float32, beta float32, y []float32) {
 	var dots [4]float32
 	for r := r0; r < r1; r += 4 {
 		rows := min(4, r1-r)
 		done := 0
-		if rows == 4 {
-			done = gemvF32x4Asm(k, w[r*ldw:], ldw, x, &dots)
-		} else {
+		switch {
+		case rows < 4:
 			dots = [4]float32{}
+		case wF != nil:
+			done = gemvF32x4Asm(k, wF[r*ldw:], ldw, x, &dots)
+		default:
+			done = gemvBF16x4Asm(k, wH[r*ldw:], ldw, x, &dots)
 		}
 		for i := 0; i < rows; i++ {
 			s := dots[i]
-			row := w[(r+i)*ldw+done : (r+i)*ldw+k]
-			for p, v := range row {
-				s += v * x[done+p]
+			if wF != nil {
+				for p, v := range wF[(r+i)*ldw+done : (r+i)*ldw+k] {
+					s += v * x[done+p]
+				}
+			} else {
+				for p, h := range wH[(r+i)*ldw+done : (r+i)*ldw+k] {
+					s += math.Float32frombits(uint32(h)<<16) * x[done+p]
+				}
 			}
 			if beta == 0 {
 				y[r+i] = alpha * s
