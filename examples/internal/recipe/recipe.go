@@ -441,6 +441,9 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 	} else if w.Family != "gpt" {
 		shape = w.Family + " " + shape
 	}
+	if o.ComputeBF16 { // the actors refuse to start when they cannot
+		shape += ", BF16 matmuls on float32 weights"
+	}
 	if o.SharedBase {
 		logf("%s: 1 policy actor holding adapters %v on one base, %d trainable params each (%s), roles %v", o.Name, team.Names, res.Params, shape, roles)
 	} else {
