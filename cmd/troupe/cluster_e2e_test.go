@@ -69,8 +69,15 @@ func cli(t *testing.T, env []string, args ...string) *cliProc {
 		select {
 		case <-p.done:
 		default:
-			cmd.Process.Kill()
-			<-p.done
+			// SIGQUIT first: Go prints every goroutine's stack, so a process
+			// that hung shows where in the output logged below.
+			cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(2 * time.Second):
+				cmd.Process.Kill()
+				<-p.done
+			}
 		}
 		if t.Failed() {
 			t.Logf("---- troupe %s ----\n%s", strings.Join(args, " "), p.output())
