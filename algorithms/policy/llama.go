@@ -203,9 +203,11 @@ type Llama struct {
 	Optim Optim
 	// DecodeTransposed keeps a transposed copy of the matmul weights for
 	// generation on backends with gpu.MatmulTransposer: a second copy of
-	// the weights for about 1.25× the tokens/s at batch 32 (SmolLM2-135M
-	// shape); at batch 1 the weights as stored are faster (gemm.Gemv: 49
-	// against 34 tokens/s). Off by default, so a model costs one copy of
+	// the weights, which gave about 1.25× the tokens/s at batch 32 on an
+	// AMD Zen 4 (SmolLM2-135M shape) and nothing on a Zen 5, whose
+	// AVX-512 units pack the weights as fast as it streams them. At batch
+	// 1 the weights as stored are faster (gemm.Gemv: 49 against 34
+	// tokens/s on the Zen 4). Off by default, so a model costs one copy of
 	// its weights.
 	DecodeTransposed bool
 

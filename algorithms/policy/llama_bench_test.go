@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"testing"
+	"time"
 
 	"troupe/algorithms/policy/hf"
 	"troupe/gpu/cpu"
@@ -74,9 +75,10 @@ func BenchmarkLlama(b *testing.B) {
 		// mixed precision (SetComputeDType(BF16)); the peer is PyTorch's autocast
 		b.Run(shape.name+"/prefill-1x512-bf16", func(b *testing.B) { benchLlamaPrefill(b, shape.cfg(b), 512, hf.BF16) })
 		for _, B := range []int{1, 32} {
-			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true, hf.F32) })
-			// without the transposed weight copy: less memory
-			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-untransposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false, hf.F32) })
+			// the default: one copy of the weights, read as stored
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B), func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false, hf.F32) })
+			// DecodeTransposed: a second, transposed copy of the weights
+			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-transposed", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, true, hf.F32) })
 			// mixed precision: the matmuls read the BF16 copies
 			b.Run(shape.name+"/decode-batch"+strconv.Itoa(B)+"-bf16", func(b *testing.B) { benchLlamaDecode(b, shape.cfg(b), B, 32, false, hf.BF16) })
 		}
@@ -131,7 +133,11 @@ func benchLlamaPrefill(b *testing.B, cfg hf.Config, T int, dt hf.DType) {
 
 // benchLlamaDecode: B rows of a 16-token prompt, n new tokens each
 // (greedy: the model's speed, not the sampler's); tokens/s counts new
-// tokens, the prefill included in the time.
+// tokens, the prefill included in the time. Each iteration also times the
+// prefill alone (the same call with one new token), so that step-ms is a
+// decode step in steady state, (t(n) - t(1))/(n-1), and weight-GB/s the
+// matrices it reads (the head included, in the compute dtype) over
+// step-ms: the figure to hold against BenchmarkStreamCopy.
 func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool, dt hf.DType) {
 	m := benchModelDT(b, cfg, dt)
 	defer m.Free()
@@ -143,23 +149,38 @@ func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool, dt
 			prompts[i][j] = int32((i*31 + j*7) % cfg.VocabSize)
 		}
 	}
-	opt := GenerateOptions{MaxNewTokens: n}
-	if _, err := m.Generate(prompts, opt); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	c0 := cpuTime().Seconds()
-	tok := 0
-	for i := 0; i < b.N; i++ {
-		out, err := m.Generate(prompts, opt)
+	gen := func(n int) (int, time.Duration, float64) {
+		c0, t0 := cpuTime().Seconds(), time.Now()
+		out, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: n})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, o := range out {
-			tok += len(o)
-		}
+		return countTokens(out), time.Since(t0), cpuTime().Seconds() - c0
 	}
-	reportLlama(b, tok, c0)
+	gen(n)
+	b.ResetTimer()
+	tok, cpu := 0, 0.0
+	var tn, t1 time.Duration
+	for i := 0; i < b.N; i++ {
+		_, d1, _ := gen(1)
+		k, dn, c := gen(n)
+		tok, tn, t1, cpu = tok+k, tn+dn, t1+d1, cpu+c
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tok)/tn.Seconds(), "tokens/s")
+	b.ReportMetric(float64(tok)/cpu, "tokens/cpu-s")
+	b.ReportMetric(peakRSS(), "peak-MiB")
+	step := (tn - t1).Seconds() / float64(b.N*(n-1))
+	b.ReportMetric(step*1e3, "step-ms")
+	size := 4
+	if dt == hf.BF16 {
+		size = 2
+	}
+	bytes := 0
+	for _, k := range m.ampKinds() {
+		bytes += size * m.sizes[k]
+	}
+	b.ReportMetric(float64(bytes)/step/1e9, "weight-GB/s")
 }
 
 // benchLlamaTrain: full fine-tuning steps (forward, backward, AdamW) on
