@@ -3,7 +3,7 @@
 # table: troupe's BenchmarkLlama against the plain PyTorch module of
 # algorithms/policy/testdata/llama/bench_torch.py, in alternating rounds
 # (troupe, then PyTorch, benchmark by benchmark), with a STREAM-style copy
-# before the first benchmark and after every decode benchmark. Then it
+# right before and right after every decode benchmark. Then it
 # prints medians, per-round ratios and, for decode at batch 1, weight bytes
 # a step against the mean of the copies around it.
 #
@@ -79,10 +79,12 @@ raw="$out/raw.txt"
       for b in $benches; do
         echo "bench-models: round $r/$rounds $s $b" >&2
         bt=2x
-        case "$b" in decode-*) bt=3x ;; esac
+        # decode is memory-bound: a copy right before and right after it
+        # (the host's bandwidth moves from one minute to the next)
+        case "$b" in decode-*) bt=3x; copy ;; esac
         (cd "$root/algorithms/policy" && "$bin/policy.test" -test.run '^$' -test.bench "^BenchmarkLlama\$/$s/$b\$" -test.benchtime $bt)
-        (cd "$root/algorithms/policy" && OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=$coretype /usr/bin/python3 testdata/llama/bench_torch.py "$s" "$b" 2)
         case "$b" in decode-*) copy ;; esac
+        (cd "$root/algorithms/policy" && OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=$coretype /usr/bin/python3 testdata/llama/bench_torch.py "$s" "$b" 2)
       done
     done
   done

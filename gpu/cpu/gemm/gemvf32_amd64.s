@@ -9,7 +9,9 @@
 // share each load of x, two accumulators a row cover the FMA latency, and
 // the loop prefetches the next four rows linearly, 256 bytes a step (what a
 // step consumes): rows of 2-20 KiB are streams too short for the hardware
-// prefetcher to ramp up on each.
+// prefetcher to ramp up on each. PREFETCHNTA, since each weight is read
+// once a step: on a Zen 5 it read 5% faster than PREFETCHT0 (11 of 12
+// paired runs), and prefetching further ahead or into L2 did not help.
 //
 // Registers: SI = &W[0][p], R9 = &W[3][p], R8 = ldw bytes, BX = &x[p],
 // CX = steps left, Y0..Y7 accumulators (row r in Y(2r), Y(2r+1)),
@@ -37,10 +39,10 @@ TEXT ·gemvF32x4(SB), NOSPLIT, $0-40
 	VXORPS Y7, Y7, Y7
 
 loop:
-	PREFETCHT0 (DX)
-	PREFETCHT0 64(DX)
-	PREFETCHT0 128(DX)
-	PREFETCHT0 192(DX)
+	PREFETCHNTA (DX)
+	PREFETCHNTA 64(DX)
+	PREFETCHNTA 128(DX)
+	PREFETCHNTA 192(DX)
 	ADDQ       $256, DX
 	VMOVUPS    (BX), Y8
 	VMOVUPS    32(BX), Y9
