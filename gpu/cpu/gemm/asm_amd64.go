@@ -101,3 +101,21 @@ func gemvF32x4Asm(k int, w []float32, ldw int, x []float32, dots *[4]float32) in
 	gemvF32x4(k16, &w[0], ldw, &x[0], dots)
 	return k16 * 16
 }
+
+//go:noescape
+func dot4x4(k16 int, a *float32, lda int, w *float32, ldw int, c *[16]float32)
+
+// dot4x4Asm sets c[4i+j] to the dot product of rows i of A and j of W (i, j
+// < 4) over p < k rounded down to 16 and returns how many p (0 without
+// AVX-512).
+func dot4x4Asm(k int, a []float32, lda int, w []float32, ldw int, c *[16]float32) int {
+	k16 := k / 16
+	if !hasAVX512 || k16 == 0 {
+		*c = [16]float32{}
+		return 0
+	}
+	_ = a[3*lda+k16*16-1]
+	_ = w[3*ldw+k16*16-1]
+	dot4x4(k16, &a[0], lda, &w[0], ldw, c)
+	return k16 * 16
+}

@@ -78,6 +78,11 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		gemvRows(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	if m < dotMaxM && transB && !transA && k >= 16 && dotOK() {
+		fillBias(bias, c, ldc, 0, m, 0, n)
+		dotNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	if threads > 1 && m*n*k >= parMinWork {
 		if splitM, tiles, ok := split(kn, threads, transA, m, n); ok {
 			j := jobPool.Get().(*job)

@@ -95,10 +95,11 @@ func kernels(t *testing.T, f func(t *testing.T)) {
 	for _, isa := range allISAs {
 		t.Run(isa, func(t *testing.T) { withISA(t, isa, f) })
 	}
-	// Few rows with B transposed through the blocked kernel, not Gemv.
+	// Few rows with B transposed through the blocked kernel, not Gemv or
+	// the dot-product tiles.
 	t.Run("no-gemv", func(t *testing.T) {
-		gemvPath = false
-		defer func() { gemvPath = true }()
+		gemvPath, dotPath = false, false
+		defer func() { gemvPath, dotPath = true, true }()
 		f(t)
 	})
 	// The in-place (unpacked) operand paths the tuning chose against.
