@@ -50,8 +50,7 @@ type dotJob struct {
 var dotPool = sync.Pool{New: func() any { return new(dotJob) }}
 
 func (j *dotJob) Run(t int) {
-	g := (j.n + 3) / 4 // whole 4-row groups of W a part
-	r0, r1 := min(t*g/j.parts*4, j.n), min((t+1)*g/j.parts*4, j.n)
+	r0, r1 := groupRange(t, j.parts, j.n)
 	dotRange(r0, r1, j.m, j.k, j.alpha, j.a, j.lda, j.w, j.ldw, j.beta, j.c, j.ldc)
 }
 

@@ -67,9 +67,16 @@ type gvJob struct {
 var gvPool = sync.Pool{New: func() any { return new(gvJob) }}
 
 func (j *gvJob) Run(t int) {
-	g := (j.n + 3) / 4 // whole 4-row groups a part, so the assembly sees full groups
-	r0, r1 := min(t*g/j.parts*4, j.n), min((t+1)*g/j.parts*4, j.n)
+	r0, r1 := groupRange(t, j.parts, j.n)
 	gemvRange(r0, r1, j.k, j.alpha, j.wF, j.wH, j.ldw, j.x, j.beta, j.y)
+}
+
+// groupRange is part t's share [r0, r1) of n weight rows split into parts
+// of whole 4-row groups, so that the assembly (gemvF32x4, dot4x4) sees
+// full groups everywhere but at the end.
+func groupRange(t, parts, n int) (int, int) {
+	g := (n + 3) / 4
+	return min(t*g/parts*4, n), min((t+1)*g/parts*4, n)
 }
 
 // gemvRange computes rows [r0, r1) of gemv: four rows at a time in
