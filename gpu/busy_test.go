@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/busy"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
 )
 
 // stepClock advances by step on every read, so each metered op "takes"
@@ -44,7 +46,7 @@ func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inv.Close()
-	meter := gpu.NewBusyMeter()
+	meter := busy.NewMeter()
 	feed, err := gpu.NewBusyFeed(inv.Simulation(), gpu.BusyFeedOptions{Node: "n1", Meter: meter})
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +65,8 @@ func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
 	// The actor's backend on GPU 2 runs 30 ops of 10 ms each (the injected
 	// clock) and allocates 1 Mi floats; another node's counter is ignored.
 	opClock := &stepClock{t: simClock.now(), step: 10 * time.Millisecond}
-	be := gpu.Metered(cpu.New(), meter.Counter(gpu.BusyKey{Node: "n1", GPU: 2, Actor: "planner"}), opClock.now)
-	if _, ok := be.(gpu.MatmulTransposer); !ok {
+	be := compute.Metered(cpu.New(), meter.Counter(busy.Key{Node: "n1", GPU: 2, Actor: "planner"}), opClock.now)
+	if _, ok := be.(compute.MatmulTransposer); !ok {
 		t.Error("metered cpu backend lost MatmulTransposer")
 	}
 	x, err := be.Alloc(1 << 20)
@@ -74,7 +76,7 @@ func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
 	for range 30 {
 		be.Scale(x, 0.5, 1024)
 	}
-	meter.Counter(gpu.BusyKey{Node: "other", GPU: 2}).AddBusy(time.Second)
+	meter.Counter(busy.Key{Node: "other", GPU: 2}).AddBusy(time.Second)
 	simClock.add(time.Second)
 	smp := s.SampleOnce()[2]
 	if smp.SMUtil == nil || *smp.SMUtil != 30 {
@@ -125,23 +127,23 @@ func TestBusyLedgerAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A "worker" (a meter of this process) publishes 250 ms on GPU 1.
-	worker := gpu.NewBusyMeter()
-	c := worker.Counter(gpu.BusyKey{Node: "n1", GPU: 1, Actor: "coder"})
+	worker := busy.NewMeter()
+	c := worker.Counter(busy.Key{Node: "n1", GPU: 1, Actor: "coder"})
 	c.AddBusy(250 * time.Millisecond)
 	c.AddMemory(3 << 30)
 	if err := worker.WriteLedger(dir); err != nil {
 		t.Fatal(err)
 	}
 	// An ended process left a ledger holding memory: it is released.
-	dead := gpu.BusyRecord{BusyKey: gpu.BusyKey{Node: "n1", GPU: 0}, PID: 0x7ffffff0, BusyNanos: 1, MemoryBytes: 1 << 30}
-	b, _ := json.Marshal([]gpu.BusyRecord{dead})
+	dead := busy.Record{Key: busy.Key{Node: "n1", GPU: 0}, PID: 0x7ffffff0, BusyNanos: 1, MemoryBytes: 1 << 30}
+	b, _ := json.Marshal([]busy.Record{dead})
 	os.WriteFile(filepath.Join(dir, "2147483632.json"), b, 0o600)
 	// Garbage is reported, not fatal.
 	os.WriteFile(filepath.Join(dir, "77.json"), []byte("{not json"), 0o600)
 
 	simClock.add(time.Second)
 	err = feed.Pull()
-	if !errors.Is(err, gpu.ErrLedger) {
+	if !errors.Is(err, busy.ErrLedger) {
 		t.Errorf("Pull error %v, want the malformed ledger reported", err)
 	}
 	smp := inv.Sample()
@@ -166,60 +168,6 @@ func TestBusyLedgerAcrossProcesses(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Error("feed did not remove its ledger directory")
 	}
-}
-
-func TestParseLedgerRejects(t *testing.T) {
-	for name, in := range map[string]string{
-		"not json":   `[{`,
-		"other pid":  `[{"gpu":0,"pid":8,"busy_ns":1,"memory_bytes":0}]`,
-		"bad gpu":    `[{"gpu":64,"pid":7,"busy_ns":1,"memory_bytes":0}]`,
-		"negative":   `[{"gpu":1,"pid":7,"busy_ns":-1,"memory_bytes":0}]`,
-		"not a list": `{"gpu":1}`,
-	} {
-		if _, err := gpu.ParseLedger([]byte(in), 7); !errors.Is(err, gpu.ErrLedger) {
-			t.Errorf("%s: err %v, want ErrLedger", name, err)
-		}
-	}
-	rs, err := gpu.ParseLedger([]byte(`[{"node":"a","gpu":3,"actor":"x","pid":7,"busy_ns":5,"memory_bytes":6}]`), 7)
-	if err != nil || len(rs) != 1 || rs[0].GPU != 3 || rs[0].Actor != "x" || rs[0].BusyNanos != 5 {
-		t.Errorf("ParseLedger = %+v, %v", rs, err)
-	}
-}
-
-func FuzzParseLedger(f *testing.F) {
-	f.Add([]byte(`[{"node":"a","gpu":3,"actor":"x","pid":7,"busy_ns":5,"memory_bytes":6}]`))
-	f.Add([]byte(`[]`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, err := gpu.ParseLedger(b, 7)
-		if err != nil {
-			return
-		}
-		for _, r := range rs {
-			if r.PID != 7 || r.GPU < 0 || r.GPU >= 64 || r.BusyNanos < 0 || r.MemoryBytes < 0 {
-				t.Fatalf("accepted %+v", r)
-			}
-		}
-	})
-}
-
-func TestBindActorBackend(t *testing.T) {
-	be := cpu.New()
-	if gpu.BindActorBackend(be, "n", nil, "a") != gpu.Backend(be) {
-		t.Error("an actor without a GPU got a metered backend")
-	}
-	mb := gpu.BindActorBackend(be, "n-bind", []int{5, 6}, "a")
-	x, _ := mb.Alloc(10)
-	mb.Zero(x)
-	for _, r := range gpu.ProcessMeter().Snapshot() {
-		if r.Node == "n-bind" {
-			if r.GPU != 5 || r.Actor != "a" || r.MemoryBytes != 40 {
-				t.Errorf("record %+v", r)
-			}
-			return
-		}
-	}
-	t.Error("no record for the bound backend")
 }
 
 func TestBusyFeedRefusesForeignLedgerDir(t *testing.T) {
@@ -250,8 +198,8 @@ func TestBusyFeedStartsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inv.Close()
-	meter := gpu.NewBusyMeter()
-	c := meter.Counter(gpu.BusyKey{GPU: 0})
+	meter := busy.NewMeter()
+	c := meter.Counter(busy.Key{GPU: 0})
 	c.AddBusy(time.Hour) // before the feed: not this node's business
 	dir := filepath.Join(t.TempDir(), "ledgers")
 	if err := os.Mkdir(dir, 0o700); err != nil {

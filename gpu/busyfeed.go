@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"troupe/gpu/busy"
 )
 
 // BusyFeed moves the busy time and memory that compute backends recorded
@@ -16,14 +17,14 @@ type BusyFeed struct {
 	sim  *Simulation
 	node string
 	// Meter is this process's meter (nil: none).
-	meter *BusyMeter
+	meter *busy.Meter
 	// dir is the worker ledger directory ("" for none).
 	dir   string
 	owned bool // dir was created by NewBusyFeed and is removed by Close
 
 	mu   sync.Mutex
-	last map[BusyRecord]int64 // busy ns seen, keyed by the record with values zeroed
-	mem  map[feedSlot]uint64  // memory last declared per (GPU, pid)
+	last map[busy.Record]int64 // busy ns seen, keyed by the record with values zeroed
+	mem  map[feedSlot]uint64   // memory last declared per (GPU, pid)
 }
 
 type feedSlot struct {
@@ -37,7 +38,7 @@ type BusyFeedOptions struct {
 	// test process) are ignored; records with no node are taken.
 	Node string
 	// Meter is read on every Pull (ProcessMeter() in a node process).
-	Meter *BusyMeter
+	Meter *busy.Meter
 	// LedgerDir, if set, is the directory of worker ledgers; it is created
 	// afresh (mode 0700; stale ledgers of an earlier process are removed)
 	// and removed by Close. Only one feed may use a directory.
@@ -50,13 +51,13 @@ func NewBusyFeed(sim *Simulation, o BusyFeedOptions) (*BusyFeed, error) {
 		return nil, fmt.Errorf("busy feed: no simulated GPUs to feed")
 	}
 	f := &BusyFeed{sim: sim, node: o.Node, meter: o.Meter, dir: o.LedgerDir,
-		last: map[BusyRecord]int64{}, mem: map[feedSlot]uint64{}}
+		last: map[busy.Record]int64{}, mem: map[feedSlot]uint64{}}
 	if f.dir != "" {
 		err := os.Mkdir(f.dir, 0o700)
 		if errors.Is(err, os.ErrExist) {
 			// Left by an earlier process with this PID (killed before it
 			// cleaned up): its ledgers are stale.
-			if !privateDir(f.dir) {
+			if !busy.PrivateDir(f.dir) {
 				return nil, fmt.Errorf("busy feed: ledger directory %s exists and is not a private directory of this user", f.dir)
 			}
 			if err = os.RemoveAll(f.dir); err == nil {
@@ -82,13 +83,13 @@ func NewBusyFeed(sim *Simulation, o BusyFeedOptions) (*BusyFeed, error) {
 // last Pull. Errors (a malformed ledger, memory beyond a simulated GPU) are
 // returned after everything else was fed.
 func (f *BusyFeed) Pull() error {
-	var recs []BusyRecord
+	var recs []busy.Record
 	var errs []error
 	if f.meter != nil {
 		recs = f.meter.Snapshot()
 	}
 	if f.dir != "" {
-		rs, err := ReadLedgers(f.dir)
+		rs, err := busy.ReadLedgers(f.dir)
 		recs = append(recs, rs...)
 		if err != nil {
 			errs = append(errs, err)

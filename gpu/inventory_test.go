@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"troupe/gpu/busy"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -416,10 +417,10 @@ func BenchmarkSamplePass(b *testing.B) {
 	must(b, attr.Assign(0, Holder{Actor: "a", Fraction: 1}))
 	// A node also pulls the busy time of its actors' backends before each
 	// pass: one counter per GPU in its own process and one worker ledger.
-	meter := NewBusyMeter()
-	counters := make([]*BusyCounter, inv.Len())
+	meter := busy.NewMeter()
+	counters := make([]*busy.Counter, inv.Len())
 	for i := range counters {
-		counters[i] = meter.Counter(BusyKey{Node: "n", GPU: i, Actor: "a"})
+		counters[i] = meter.Counter(busy.Key{Node: "n", GPU: i, Actor: "a"})
 	}
 	dir := filepath.Join(b.TempDir(), "ledgers")
 	feed, err := NewBusyFeed(inv.Simulation(), BusyFeedOptions{Node: "n", Meter: meter, LedgerDir: dir})
@@ -427,8 +428,8 @@ func BenchmarkSamplePass(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer feed.Close()
-	worker := NewBusyMeter()
-	worker.Counter(BusyKey{Node: "n", GPU: 1, Actor: "w"}).AddBusy(time.Millisecond)
+	worker := busy.NewMeter()
+	worker.Counter(busy.Key{Node: "n", GPU: 1, Actor: "w"}).AddBusy(time.Millisecond)
 	must(b, worker.WriteLedger(dir))
 	s := NewSampler(inv, SamplerConfig{Attribution: attr, BeforeSample: func() { must(b, feed.Pull()) }})
 	b.ReportAllocs()

@@ -65,9 +65,9 @@ trap 'rm -rf "$bin"' EXIT
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
 echo "bench-models: building the benchmarks" >&2
 go test -c -o "$bin/policy.test" ./algorithms/policy/
-go test -c -o "$bin/gemm.test" ./gpu/cpu/gemm/
+go test -c -o "$bin/gemm.test" ./gpu/compute/cpu/gemm/
 
-copy() { (cd "$root/gpu/cpu/gemm" && "$bin/gemm.test" -test.run '^$' -test.bench 'BenchmarkStreamCopy/t2' -test.benchtime 20x); }
+copy() { (cd "$root/gpu/compute/cpu/gemm" && "$bin/gemm.test" -test.run '^$' -test.bench 'BenchmarkStreamCopy/t2' -test.benchtime 20x); }
 
 raw="$out/raw.txt"
 {

@@ -10,7 +10,7 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
   echo "# $(date -u) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), load $(cut -d' ' -f1-3 /proc/loadavg)"
   go test -run '^$' -bench 'CallSync|CallPipelined|Spawn|GraphEcho|GraphChain2' -benchtime 2s ./actors/
   go test -run '^$' -bench CrossProcess -benchtime 2s ./runtime/wire/
-  go test -run '^$' -bench 'Sgemm|Peak' -benchtime 300ms ./gpu/cpu/gemm/
+  go test -run '^$' -bench 'Sgemm|Peak' -benchtime 300ms ./gpu/compute/cpu/gemm/
   go test -run '^$' -bench 'Train08M$' -benchtime 20x ./algorithms/policy/
   go test -run '^$' -bench 'Train48M$' -benchtime 4x ./algorithms/policy/
   go test -run '^$' -bench 'Generate|TrainMemory48M' -benchtime 5x ./algorithms/policy/

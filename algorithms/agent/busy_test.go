@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"troupe/actors"
-	"troupe/gpu"
-	"troupe/gpu/cuda"
+	"troupe/gpu/busy"
+	"troupe/gpu/compute/cuda"
 )
 
 // A policy actor placed on a simulated GPU counts its backend's busy time
@@ -23,8 +23,8 @@ func TestPolicyOnGPUCountsBusyTime(t *testing.T) {
 	if _, err := p.Sample(ctx, SampleRequest{Prompts: []string{"p a01 g22"}, K: 2, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	var rec *gpu.BusyRecord
-	for _, r := range gpu.ProcessMeter().Snapshot() {
+	var rec *busy.Record
+	for _, r := range busy.ProcessMeter().Snapshot() {
 		if r.Node == "busy-test-node" {
 			rec = &r
 		}
@@ -36,7 +36,7 @@ func TestPolicyOnGPUCountsBusyTime(t *testing.T) {
 	if _, err := NewPolicy(cpuOnly, tinyConfig()); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range gpu.ProcessMeter().Snapshot() {
+	for _, r := range busy.ProcessMeter().Snapshot() {
 		if r.Node == "busy-test-node-2" {
 			t.Errorf("actor without a GPU counted: %+v", r)
 		}

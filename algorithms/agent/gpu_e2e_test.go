@@ -12,13 +12,13 @@ import (
 	"troupe/actors"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
-	"troupe/gpu/cuda"
-	"troupe/gpu/cuda/emu"
+	"troupe/gpu/compute/cuda"
+	"troupe/gpu/compute/cuda/emu"
 	"troupe/runtime"
 )
 
 // gpuCluster starts an embedded cluster whose GPU the policy actor will
-// compute on through gpu/cuda's driver code, and returns the backend mode
+// compute on through gpu/compute/cuda's driver code, and returns the backend mode
 // the actor is configured with. With -tags cudaemu the node has one
 // simulated GPU and the CUDA driver is the fake libcuda of the CPU emulator
 // (backend forced to cuda: a simulated GPU has no device of its own); with
@@ -55,7 +55,7 @@ func gpuCluster(t *testing.T) (runtime.Runtime, string) {
 // TestPolicyActorOnPlacedGPU: a policy actor spawned with actors.GPUs(1)
 // computes on the CUDA backend of the GPU it was placed on (not the CPU),
 // and its sampling, scoring and training step agree with the same policy on
-// the CPU within gpu/cuda/README.md's tolerance (1e-4), for the GPT, for
+// the CPU within gpu/compute/cuda/README.md's tolerance (1e-4), for the GPT, for
 // the Llama family (GQA with one key/value head) and for a LoRA adapter on
 // a frozen Llama base.
 func TestPolicyActorOnPlacedGPU(t *testing.T) {

@@ -39,8 +39,8 @@ import (
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/tokenizer"
 	"troupe/algorithms/rl"
-	"troupe/gpu"
-	"troupe/gpu/cuda"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/backends"
 )
 
 // TypeName is the actor type name the policy actor is registered under.
@@ -132,7 +132,7 @@ type Config struct {
 	// on CPUs with AVX512_BF16, log-probs to about 1e-2 instead of 1e-4.
 	// See policy.Llama.SetComputeDType.
 	ComputeBF16 bool
-	// Backend is "auto" (or ""), "cpu" or "cuda": see cuda.ForPlacement.
+	// Backend is "auto" (or ""), "cpu" or "cuda": see backends.ForPlacement.
 	// With auto the actor computes on the GPU it was placed on (CUDA on a
 	// real GPU, the CPU metered against a simulated one) and on the CPU
 	// when it was given none. Scripts fill it from TROUPE_BACKEND.
@@ -193,14 +193,14 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	// against a simulated one (its busy time drives the GPU's simulated
 	// utilization), the CPU otherwise. A GPU that cannot be used is an
 	// error, never a silent fallback.
-	var pl cuda.Placement
+	var pl backends.Placement
 	if info, ok := actors.Self(ctx); ok {
-		pl = cuda.Placement{Node: info.Node, Actor: info.Name, GPUs: info.GPUs, UUIDs: info.GPUUUIDs, Simulated: info.SimulatedGPUs}
+		pl = backends.Placement{Node: info.Node, Actor: info.Name, GPUs: info.GPUs, UUIDs: info.GPUUUIDs, Simulated: info.SimulatedGPUs}
 		if pl.Actor == "" {
 			pl.Actor = info.ID
 		}
 	}
-	be, where, err := cuda.ForPlacement(pl, cfg.Backend)
+	be, where, err := backends.ForPlacement(pl, cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy %q: compute backend: %w", ErrConfig, cfg.Name, err)
 	}
@@ -229,7 +229,7 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 
 // build makes the model and its codec: from a pretrained Hugging Face
 // directory, from a checkpoint, or from scratch.
-func (p *Policy) build(be gpu.Backend) error {
+func (p *Policy) build(be compute.Backend) error {
 	cfg := &p.cfg
 	switch {
 	case cfg.ModelDir != "":

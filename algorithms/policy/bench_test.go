@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu/cpu"
-	"troupe/gpu/cpu/gemm"
+	"troupe/gpu/compute/cpu"
+	"troupe/gpu/compute/cpu/gemm"
 )
 
 // The benchmark configs (llm.c reference: 4.7K and 808 tokens/s

@@ -1,5 +1,5 @@
 // Package policy is the GPT an agent owns: a GPT-2 style decoder-only
-// transformer built on a gpu.Backend (gpu/cpu on any machine, gpu/cuda on
+// transformer built on a compute.Backend (gpu/compute/cpu on any machine, gpu/compute/cuda on
 // NVIDIA GPUs), with tokenizers, batched training (cross-entropy with
 // per-token weights for SFT; log-prob gradients for GRPO-family objectives),
 // AdamW with global-norm clipping, KV-cache generation with temperature,
@@ -11,7 +11,7 @@
 //
 // Llama is the second family: the decoders of Llama, Qwen2, Qwen3, Mistral
 // and SmolLM, loaded from and saved to Hugging Face model directories
-// (package hf), on a gpu.DecoderBackend. LM is the interface both
+// (package hf), on a compute.DecoderBackend. LM is the interface both
 // implement.
 package policy
 

@@ -5,8 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // GenerateOptions controls sampling.
@@ -336,11 +335,11 @@ func completions(rows []rowState) [][]int32 {
 
 // decodeState is the per-call state of KV-cache generation for B rows.
 type decodeState struct {
-	cache                  []gpu.Buffer // per layer (B, Context, 2C)
-	x, ln, atty, tmp       gpu.Buffer   // (B,C)
-	mean, rstd             gpu.Buffer   // (B)
-	qkv, fch, fchG, logits gpu.Buffer
-	tok                    gpu.IntBuffer
+	cache                  []compute.Buffer // per layer (B, Context, 2C)
+	x, ln, atty, tmp       compute.Buffer   // (B,C)
+	mean, rstd             compute.Buffer   // (B)
+	qkv, fch, fchG, logits compute.Buffer
+	tok                    compute.IntBuffer
 	all                    []any
 	hostLogits             []float32
 	hostTok                []int32
@@ -350,16 +349,16 @@ func (m *Model) newDecodeState(B int) (*decodeState, error) {
 	C, V, L := m.cfg.Width, m.cfg.Vocab, m.cfg.Layers
 	d := &decodeState{}
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		d.all = append(d.all, b)
 		return b
 	}
-	d.cache = make([]gpu.Buffer, L)
+	d.cache = make([]compute.Buffer, L)
 	for l := range d.cache {
 		d.cache[l] = f(B * m.cfg.Context * 2 * C)
 	}
@@ -387,18 +386,18 @@ func (m *Model) freeDecode(d *decodeState) {
 }
 
 // transposed holds (C,OC) copies of the matmul weights for decoding on a
-// backend with gpu.MatmulTransposer, rebuilt when the weights change.
+// backend with compute.MatmulTransposer, rebuilt when the weights change.
 type transposed struct {
 	ver    int
-	all    gpu.Buffer
-	layers []struct{ qkv, attproj, fc, fcproj gpu.Buffer }
-	wte    gpu.Buffer
+	all    compute.Buffer
+	layers []struct{ qkv, attproj, fc, fcproj compute.Buffer }
+	wte    compute.Buffer
 }
 
 // ensureTransposed returns up-to-date transposed weights, or nil when the
 // backend lacks the extension (decoding then uses MatmulForward).
 func (m *Model) ensureTransposed() (*transposed, error) {
-	tb, ok := m.be.(gpu.MatmulTransposer)
+	tb, ok := m.be.(compute.MatmulTransposer)
 	if !ok {
 		return nil, nil
 	}
@@ -410,7 +409,7 @@ func (m *Model) ensureTransposed() (*transposed, error) {
 		}
 		tw := &transposed{ver: -1, all: all}
 		off := 0
-		view := func(n int) gpu.Buffer {
+		view := func(n int) compute.Buffer {
 			v, e := m.be.View(all, off, n)
 			if e != nil && err == nil {
 				err = e
@@ -418,7 +417,7 @@ func (m *Model) ensureTransposed() (*transposed, error) {
 			off += n
 			return v
 		}
-		tw.layers = make([]struct{ qkv, attproj, fc, fcproj gpu.Buffer }, m.cfg.Layers)
+		tw.layers = make([]struct{ qkv, attproj, fc, fcproj compute.Buffer }, m.cfg.Layers)
 		for l := range tw.layers {
 			t := &tw.layers[l]
 			t.qkv, t.attproj, t.fc, t.fcproj = view(3*C*C), view(C*C), view(4*C*C), view(4*C*C)
@@ -453,17 +452,17 @@ func (m *Model) decodeStep(d *decodeState, tw *transposed, B, pos int, wantLogit
 	be, p := m.be, &m.pv
 	C, NH, V := m.cfg.Width, m.cfg.Heads, m.cfg.Vocab
 	// mm is MatmulForward, through the transposed weights when available
-	mm := func(out, inp, w, wT, bias gpu.Buffer, N, C, OC int) {
+	mm := func(out, inp, w, wT, bias compute.Buffer, N, C, OC int) {
 		if tw != nil {
-			be.(gpu.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, N, C, OC)
+			be.(compute.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, N, C, OC)
 		} else {
 			be.MatmulForward(out, inp, w, bias, N, C, OC)
 		}
 	}
-	var qkvT, attT, fcT, projT, wteT gpu.Buffer
+	var qkvT, attT, fcT, projT, wteT compute.Buffer
 	be.UploadInt(d.tok, d.hostTok[:B])
 	if m.wpeRows == nil { // one view per position, made once
-		m.wpeRows = make([]gpu.Buffer, m.cfg.Context)
+		m.wpeRows = make([]compute.Buffer, m.cfg.Context)
 		for t := range m.wpeRows {
 			v, err := be.View(p.all[pWpe], t*C, C)
 			if err != nil {

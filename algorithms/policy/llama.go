@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // This file holds the Llama family's shape and weights: Llama, Qwen2,
@@ -191,7 +191,7 @@ func (a *llamaArch) matmulParams() int {
 	return a.L*(a.C*QD+2*a.C*KD+QD*a.C+3*a.C*a.I) + a.V*a.C
 }
 
-// Llama is a decoder of the Llama family on a gpu.DecoderBackend: Llama,
+// Llama is a decoder of the Llama family on a compute.DecoderBackend: Llama,
 // Qwen2, Qwen3, Mistral, SmolLM. Like the GPT (Model), its weights live in
 // one backend buffer with a view per tensor; gradients and AdamW moments
 // are allocated on the first backward / step; backend errors are sticky and
@@ -199,10 +199,10 @@ func (a *llamaArch) matmulParams() int {
 type Llama struct {
 	arch  llamaArch
 	cfg   hf.Config // what the model was built from; Save writes it back
-	be    gpu.DecoderBackend
+	be    compute.DecoderBackend
 	Optim Optim
 	// DecodeTransposed keeps a transposed copy of the matmul weights for
-	// generation on backends with gpu.MatmulTransposer: a second copy of
+	// generation on backends with compute.MatmulTransposer: a second copy of
 	// the weights, which gave about 1.25× the tokens/s at batch 32 on an
 	// AMD Zen 4 (SmolLM2-135M shape) and nothing on a Zen 5, whose
 	// AVX-512 units pack the weights as fast as it streams them. At batch
@@ -214,11 +214,11 @@ type Llama struct {
 	sizes    [numKinds]int
 	kinds    [numKinds]kind
 	nparams  int
-	params   gpu.Buffer
+	params   compute.Buffer
 	pv       lviews
-	grads    gpu.Buffer
+	grads    compute.Buffer
 	gv       lviews
-	mom, vel gpu.Buffer
+	mom, vel compute.Buffer
 	momV     lviews
 	velV     lviews
 	step     int
@@ -242,17 +242,17 @@ type Llama struct {
 
 // lviews are per-tensor views of a flat parameter-shaped buffer.
 type lviews struct {
-	all    [numKinds]gpu.Buffer // whole kind (nil when absent)
+	all    [numKinds]compute.Buffer // whole kind (nil when absent)
 	layers []llayerViews
-	head   gpu.Buffer // lm_head, or embed_tokens when tied
+	head   compute.Buffer // lm_head, or embed_tokens when tied
 }
 
 type llayerViews struct {
-	attnNorm, q, qb, k, kb, v, vb, qNorm, kNorm, o, ob gpu.Buffer
-	mlpNorm, gate, gateb, up, upb, down, downb         gpu.Buffer
+	attnNorm, q, qb, k, kb, v, vb, qNorm, kNorm, o, ob compute.Buffer
+	mlpNorm, gate, gateb, up, upb, down, downb         compute.Buffer
 }
 
-func (v *llayerViews) kind(k int) *gpu.Buffer {
+func (v *llayerViews) kind(k int) *compute.Buffer {
 	switch k {
 	case kAttnNorm:
 		return &v.attnNorm
@@ -295,19 +295,19 @@ func (v *llayerViews) kind(k int) *gpu.Buffer {
 }
 
 // newLlamaEmpty allocates zero weights and their views.
-func newLlamaEmpty(be gpu.Backend, arch llamaArch, cfg hf.Config) (*Llama, error) {
+func newLlamaEmpty(be compute.Backend, arch llamaArch, cfg hf.Config) (*Llama, error) {
 	return newLlamaEmptyAs(be, arch, cfg, false)
 }
 
 // newLlamaEmptyAs is newLlamaEmpty with the base's matrices in BF16 when
 // bf16 is set.
-func newLlamaEmptyAs(be gpu.Backend, arch llamaArch, cfg hf.Config, bf16 bool) (*Llama, error) {
+func newLlamaEmptyAs(be compute.Backend, arch llamaArch, cfg hf.Config, bf16 bool) (*Llama, error) {
 	if err := arch.validate(); err != nil {
 		return nil, err
 	}
-	dbe, ok := be.(gpu.DecoderBackend)
+	dbe, ok := be.(compute.DecoderBackend)
 	if !ok {
-		return nil, fmt.Errorf("%w: backend %s lacks the Llama family's kernels (gpu.DecoderBackend: RMSNorm, RoPE, GQA attention, SwiGLU)", ErrConfig, be.Name())
+		return nil, fmt.Errorf("%w: backend %s lacks the Llama family's kernels (compute.DecoderBackend: RMSNorm, RoPE, GQA attention, SwiGLU)", ErrConfig, be.Name())
 	}
 	m := &Llama{arch: arch, cfg: cfg, be: dbe, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
 	if bf16 {
@@ -326,7 +326,7 @@ func newLlamaEmptyAs(be gpu.Backend, arch llamaArch, cfg hf.Config, bf16 bool) (
 	return m, nil
 }
 
-func (m *Llama) allocParams(what string) (gpu.Buffer, lviews, error) {
+func (m *Llama) allocParams(what string) (compute.Buffer, lviews, error) {
 	n := 0
 	for k := range m.sizes {
 		n += m.devSize(k)
@@ -343,10 +343,10 @@ func (m *Llama) allocParams(what string) (gpu.Buffer, lviews, error) {
 	return buf, v, nil
 }
 
-func (m *Llama) makeViews(buf gpu.Buffer) (lviews, error) {
+func (m *Llama) makeViews(buf compute.Buffer) (lviews, error) {
 	var v lviews
 	var err error
-	view := func(b gpu.Buffer, off, n int) gpu.Buffer {
+	view := func(b compute.Buffer, off, n int) compute.Buffer {
 		x, e := m.be.View(b, off, n)
 		if e != nil && err == nil {
 			err = e
@@ -427,7 +427,7 @@ func (m *Llama) VocabSize() int { return m.arch.V }
 func (m *Llama) Family() string { return m.arch.family }
 
 // Backend returns the backend the model runs on.
-func (m *Llama) Backend() gpu.Backend { return m.be }
+func (m *Llama) Backend() compute.Backend { return m.be }
 
 // NumParams is the number of parameters (a tied head counted once).
 func (m *Llama) NumParams() int { return m.nparams }
@@ -516,7 +516,7 @@ func (m *Llama) CopyWeightsFrom(src LM) error {
 	if !s.arch.same(&m.arch) {
 		return fmt.Errorf("policy: CopyWeightsFrom: %s shape %s differs from %s: %w", s.arch.family, s.arch.describe(), m.arch.describe(), ErrConfig)
 	}
-	if gpu.Backend(s.be) == gpu.Backend(m.be) && s.bf == nil && m.bf == nil {
+	if compute.Backend(s.be) == compute.Backend(m.be) && s.bf == nil && m.bf == nil {
 		m.be.Copy(m.params, s.params, m.nparams)
 		m.wver++
 		return m.be.Sync()
@@ -534,7 +534,7 @@ func (a *llamaArch) describe() string {
 
 // Clone returns a copy of the weights and optimizer settings on be (nil:
 // the same backend), without gradients or optimizer moments.
-func (m *Llama) Clone(be gpu.Backend) (*Llama, error) {
+func (m *Llama) Clone(be compute.Backend) (*Llama, error) {
 	if be == nil {
 		be = m.be
 	}
@@ -561,12 +561,12 @@ func (m *Llama) Clone(be gpu.Backend) (*Llama, error) {
 }
 
 // CloneLM is Clone returning the LM interface.
-func (m *Llama) CloneLM(be gpu.Backend) (LM, error) { return m.Clone(be) }
+func (m *Llama) CloneLM(be compute.Backend) (LM, error) { return m.Clone(be) }
 
 // Free releases the model's backend buffers. The model must not be used
 // afterwards.
 func (m *Llama) Free() {
-	for _, b := range []gpu.Buffer{m.params, m.grads, m.mom, m.vel} {
+	for _, b := range []compute.Buffer{m.params, m.grads, m.mom, m.vel} {
 		if b != nil {
 			m.be.Free(b)
 		}
@@ -598,7 +598,7 @@ func (m *Llama) Free() {
 // 0..n-1, (n, HD/2), grown on demand up to the context length.
 type ropeTables struct {
 	n        int
-	cos, sin gpu.Buffer
+	cos, sin compute.Buffer
 }
 
 // ensureRope makes sure the tables cover positions 0..n-1.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // This file is mixed precision for a float32 model, what PyTorch's
@@ -26,7 +26,7 @@ import (
 
 // ampState is the BF16 copies of a float32 model's matrices.
 type ampState struct {
-	mm   gpu.BF16Matmuler
+	mm   compute.BF16Matmuler
 	mats [numKinds][]uint16
 	ver  int // the m.wver the copies were rounded at; -1 never
 }
@@ -43,7 +43,7 @@ func (m *Llama) ComputeDType() hf.DType {
 
 // SetComputeDType sets the precision of the matmuls of a float32 model:
 // hf.BF16 for mixed precision (see llama_amp.go), hf.F32 (the default) for
-// float32 throughout. BF16 needs a backend with gpu.BF16Matmuler (gpu/cpu);
+// float32 throughout. BF16 needs a backend with compute.BF16Matmuler (gpu/compute/cpu);
 // it costs a BF16 copy of the matrices (half the float32 weights). A BF16
 // base (SetBaseDType) already computes in BF16 and accepts only BF16.
 func (m *Llama) SetComputeDType(dt hf.DType) error {
@@ -64,7 +64,7 @@ func (m *Llama) SetComputeDType(dt hf.DType) error {
 		if m.amp != nil {
 			return nil
 		}
-		mm, ok := m.be.(gpu.BF16Matmuler)
+		mm, ok := m.be.(compute.BF16Matmuler)
 		if !ok {
 			return fmt.Errorf("%w: compute dtype BF16: backend %T has no BF16 matmuls", ErrConfig, m.be)
 		}

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu/cpu"
-	"troupe/gpu/cpu/gemm"
+	"troupe/gpu/compute/cpu"
+	"troupe/gpu/compute/cpu/gemm"
 )
 
 // llamaRefBatch is a reference case's ragged batch and loss weights.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu/cpu"
+	"troupe/gpu/compute/cpu"
 )
 
 // Benchmarks of the Llama family at real model shapes with random weights:
@@ -398,7 +398,7 @@ func countTokens(out [][]int32) int {
 
 // BenchmarkBF16Base measures a BF16 base both ways in one run: widened
 // into float32 scratch before every use (widen) and multiplied in place by
-// the backend's BF16 kernels (kernel, gpu.BF16Matmuler):
+// the backend's BF16 kernels (kernel, compute.BF16Matmuler):
 //
 //	smollm2-135m/decode-batch1: one 16-token prompt, 32 new tokens, no
 //	adapter; weight-GB/s is the BF16 matrices' bytes (the tied head

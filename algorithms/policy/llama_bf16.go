@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // This file keeps a frozen base's matrices in BF16, halving the memory of
@@ -24,7 +24,7 @@ import (
 // The weights live in host memory: on a GPU backend every layer is also an
 // upload per pass.
 //
-// A backend with the gpu.BF16Matmuler extension (gpu/cpu) skips all that:
+// A backend with the compute.BF16Matmuler extension (gpu/compute/cpu) skips all that:
 // the projections and the head read the BF16 matrices in place, forward
 // (MatmulForwardBF16) and backward (MatmulBackwardInputBF16, the input
 // gradient; the base is frozen), and there is no float32 scratch. A decode
@@ -48,7 +48,7 @@ func isBF16Kind(k int) bool {
 // headRows is how many vocabulary rows of a BF16 head are widened at once.
 var headRows = 4096
 
-// bf16Kernels lets a model use the backend's gpu.BF16Matmuler. Only the
+// bf16Kernels lets a model use the backend's compute.BF16Matmuler. Only the
 // benchmarks turn it off, to measure widening against the kernels in one
 // run; it is read when the BF16 base is set up.
 var bf16Kernels = true
@@ -56,15 +56,15 @@ var bf16Kernels = true
 // bf16Base is a Llama's BF16 matrices and the float32 scratch they are
 // widened into.
 type bf16Base struct {
-	mats  [numKinds][]uint16 // per kind, all layers (kind-major, as the flat weights)
-	layer gpu.Buffer         // one layer's q, k, v, o, gate, up, down
-	lv    llayerViews        // views of layer plus the layer's float32 small kinds
-	cur   int                // the layer in the scratch, -1 none
-	mm    gpu.BF16Matmuler   // the backend's BF16 matmuls; nil: widen into the scratch
-	head  gpu.Buffer         // headRows rows of the head (headRows, C)
-	hout  gpu.Buffer         // a head chunk's products (rows, headRows), grown
-	stage []float32          // host staging (embedding rows; uploads on device backends)
-	all   []gpu.Buffer
+	mats  [numKinds][]uint16   // per kind, all layers (kind-major, as the flat weights)
+	layer compute.Buffer       // one layer's q, k, v, o, gate, up, down
+	lv    llayerViews          // views of layer plus the layer's float32 small kinds
+	cur   int                  // the layer in the scratch, -1 none
+	mm    compute.BF16Matmuler // the backend's BF16 matmuls; nil: widen into the scratch
+	head  compute.Buffer       // headRows rows of the head (headRows, C)
+	hout  compute.Buffer       // a head chunk's products (rows, headRows), grown
+	stage []float32            // host staging (embedding rows; uploads on device backends)
+	all   []compute.Buffer
 }
 
 // BaseDType is the storage type of the base's matrices: hf.F32, or hf.BF16
@@ -95,7 +95,7 @@ func (m *Llama) SetBaseDType(dt hf.DType) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range []gpu.Buffer{m.params, m.grads, m.mom, m.vel} {
+	for _, b := range []compute.Buffer{m.params, m.grads, m.mom, m.vel} {
 		if b != nil {
 			m.be.Free(b)
 		}
@@ -156,7 +156,7 @@ func (m *Llama) toBF16Base() error {
 		}
 		off += n
 	}
-	for _, b := range []gpu.Buffer{m.params, m.grads, m.mom, m.vel} {
+	for _, b := range []compute.Buffer{m.params, m.grads, m.mom, m.vel} {
 		if b != nil {
 			m.be.Free(b)
 		}
@@ -197,7 +197,7 @@ func (m *Llama) allocBF16() error {
 		}
 	}
 	if bf16Kernels {
-		bf.mm, _ = m.be.(gpu.BF16Matmuler)
+		bf.mm, _ = m.be.(compute.BF16Matmuler)
 	}
 	if bf.mm != nil {
 		return nil // no scratch: nothing is widened
@@ -205,11 +205,11 @@ func (m *Llama) allocBF16() error {
 	QD, KD := ar.NH*ar.HD, ar.KVH*ar.HD
 	per := 2*ar.C*QD + 2*ar.C*KD + 3*ar.C*ar.I
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		if b, err = m.be.Alloc(n); err == nil {
 			bf.all = append(bf.all, b)
 		}
@@ -220,7 +220,7 @@ func (m *Llama) allocBF16() error {
 		return fmt.Errorf("policy: allocate BF16 scratch: %w", err)
 	}
 	off := 0
-	v := func(n int) gpu.Buffer {
+	v := func(n int) compute.Buffer {
 		x := view(m.be, bf.layer, off, n)
 		off += n
 		return x
@@ -271,7 +271,7 @@ func (m *Llama) layerBF16(k, l int) []uint16 {
 // baseForward is MatmulForward of layer l's base matrix of kind k (w, its
 // float32 view from layerWeights), out (N, OC) = inp (N, C)·wᵀ + bias; with
 // the backend's BF16 matmuls it reads the BF16 matrix in place.
-func (m *Llama) baseForward(l, k int, out, inp, w, bias gpu.Buffer, N, C, OC int) {
+func (m *Llama) baseForward(l, k int, out, inp, w, bias compute.Buffer, N, C, OC int) {
 	if m.amp != nil {
 		m.amp.mm.MatmulForwardBF16(out, inp, m.ampMat(k, l), bias, N, C, OC)
 		return
@@ -287,7 +287,7 @@ func (m *Llama) baseForward(l, k int, out, inp, w, bias gpu.Buffer, N, C, OC int
 // += dout·w and the weight's and bias's gradients where not nil. With the
 // backend's BF16 matmuls dinp reads the BF16 matrix in place and the
 // gradients (which need no weight) go through MatmulBackward.
-func (m *Llama) baseBackward(l, k int, dinp, dweight, dbias, dout, inp, w gpu.Buffer, N, C, OC int) {
+func (m *Llama) baseBackward(l, k int, dinp, dweight, dbias, dout, inp, w compute.Buffer, N, C, OC int) {
 	if a := m.amp; a != nil {
 		if dinp != nil {
 			a.mm.MatmulBackwardInputBF16(dinp, dout, m.ampMat(k, l), N, C, OC)
@@ -311,7 +311,7 @@ func (m *Llama) baseBackward(l, k int, dinp, dweight, dbias, dout, inp, w gpu.Bu
 }
 
 // widen writes src, widened to float32, into dst.
-func (m *Llama) widen(dst gpu.Buffer, src []uint16) {
+func (m *Llama) widen(dst compute.Buffer, src []uint16) {
 	if h, ok := dst.(hostData); ok {
 		fromBF16(h.Data()[:len(src)], src)
 		return
@@ -330,7 +330,7 @@ func (bf *bf16Base) staging(n int) []float32 {
 
 // embedForward is EmbedForward of tokens (inp on the backend, host the same
 // ids on the host) into out (N, C).
-func (m *Llama) embedForward(out gpu.Buffer, inp gpu.IntBuffer, host []int32, N int) {
+func (m *Llama) embedForward(out compute.Buffer, inp compute.IntBuffer, host []int32, N int) {
 	C, V := m.arch.C, m.arch.V
 	if m.bf == nil {
 		m.be.EmbedForward(out, inp, m.pv.all[kEmbed], N, C, V)
@@ -357,7 +357,7 @@ func (m *Llama) embedForward(out gpu.Buffer, inp gpu.IntBuffer, host []int32, N 
 }
 
 // headMatmul is out (n, V) = inp (n, C) · headᵀ.
-func (m *Llama) headMatmul(out, inp gpu.Buffer, n int) {
+func (m *Llama) headMatmul(out, inp compute.Buffer, n int) {
 	be, C, V := m.be, m.arch.C, m.arch.V
 	if m.amp != nil {
 		m.amp.mm.MatmulForwardBF16(out, inp, m.ampHead(), nil, n, C, V)
@@ -385,7 +385,7 @@ func (m *Llama) headMatmul(out, inp gpu.Buffer, n int) {
 
 // headMatmulBackward accumulates dinp (n, C) += dout (n, V) · head (and
 // the head's gradient, unless the base is frozen).
-func (m *Llama) headMatmulBackward(dinp, dout, inp gpu.Buffer, n int) {
+func (m *Llama) headMatmulBackward(dinp, dout, inp compute.Buffer, n int) {
 	be, C, V := m.be, m.arch.C, m.arch.V
 	if a := m.amp; a != nil {
 		a.mm.MatmulBackwardInputBF16(dinp, dout, m.ampHead(), n, C, V)
@@ -422,7 +422,7 @@ func (m *Llama) headBF16() []uint16 {
 }
 
 // headOut is the head chunk products' scratch for n rows.
-func (m *Llama) headOut(n int) gpu.Buffer {
+func (m *Llama) headOut(n int) compute.Buffer {
 	bf := m.bf
 	need := n * min(headRows, m.arch.V)
 	if bf.hout == nil || bf.hout.Len() < need {
@@ -442,7 +442,7 @@ func (m *Llama) headOut(n int) gpu.Buffer {
 	return bf.hout
 }
 
-func deleteBuf(all []gpu.Buffer, b gpu.Buffer) []gpu.Buffer {
+func deleteBuf(all []compute.Buffer, b compute.Buffer) []compute.Buffer {
 	for i, x := range all {
 		if x == b {
 			return append(all[:i], all[i+1:]...)
@@ -555,11 +555,11 @@ func (m *Llama) MemoryBytes() int {
 	add := func(bs ...any) {
 		for _, b := range bs {
 			switch x := b.(type) {
-			case gpu.Buffer:
+			case compute.Buffer:
 				if x != nil {
 					n += 4 * x.Len()
 				}
-			case gpu.IntBuffer:
+			case compute.IntBuffer:
 				if x != nil {
 					n += 4 * x.Len()
 				}

@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // prefillBudget bounds the attention probabilities (B·NH·T·T floats) of
@@ -38,20 +37,20 @@ func checkPrompts(prompts [][]int32, opt GenerateOptions, ctx, vocab int) error 
 // ldecode is the per-call state of KV-cache generation for B rows.
 type ldecode struct {
 	B, maxT int
-	cache   []gpu.Buffer // per layer (B, maxT, 2, KVH, HD)
-	x, ln   gpu.Buffer   // (B,C)
-	tmp     gpu.Buffer   // (B,C)
-	r       gpu.Buffer   // (B)
-	q, qr   gpu.Buffer   // (B,QD)
-	k, v    gpu.Buffer   // (B,KD)
-	kr      gpu.Buffer   // (B,KD)
-	rq, rk  gpu.Buffer   // (B*NH), (B*KVH)
-	o       gpu.Buffer   // (B,QD)
-	gate    gpu.Buffer   // (B,I)
-	up, act gpu.Buffer   // (B,I)
-	logits  gpu.Buffer   // (B,V)
-	tok     gpu.IntBuffer
-	pos     gpu.IntBuffer
+	cache   []compute.Buffer // per layer (B, maxT, 2, KVH, HD)
+	x, ln   compute.Buffer   // (B,C)
+	tmp     compute.Buffer   // (B,C)
+	r       compute.Buffer   // (B)
+	q, qr   compute.Buffer   // (B,QD)
+	k, v    compute.Buffer   // (B,KD)
+	kr      compute.Buffer   // (B,KD)
+	rq, rk  compute.Buffer   // (B*NH), (B*KVH)
+	o       compute.Buffer   // (B,QD)
+	gate    compute.Buffer   // (B,I)
+	up, act compute.Buffer   // (B,I)
+	logits  compute.Buffer   // (B,V)
+	tok     compute.IntBuffer
+	pos     compute.IntBuffer
 	all     []any
 
 	rows []*Adapter // each row's adapter (nil: none), rows ordered by adapter
@@ -74,25 +73,25 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 	C, V, I, QD, KD := ar.C, ar.V, ar.I, ar.NH*ar.HD, ar.KVH*ar.HD
 	d := &ldecode{B: B, maxT: maxT}
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		d.all = append(d.all, b)
 		return b
 	}
-	fi := func(n int) gpu.IntBuffer {
+	fi := func(n int) compute.IntBuffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.IntBuffer
+		var b compute.IntBuffer
 		b, err = m.be.AllocInt(n)
 		d.all = append(d.all, b)
 		return b
 	}
-	d.cache = make([]gpu.Buffer, ar.L)
+	d.cache = make([]compute.Buffer, ar.L)
 	for l := range d.cache {
 		d.cache[l] = f(B * maxT * 2 * KD)
 	}
@@ -140,13 +139,13 @@ func (m *Llama) freeDecode(d *ldecode) {
 }
 
 // ltransposed holds (C,OC) copies of the matmul weights for decoding on a
-// backend with gpu.MatmulTransposer (a matrix-vector product then reads a
+// backend with compute.MatmulTransposer (a matrix-vector product then reads a
 // weight in place), rebuilt when the weights change.
 type ltransposed struct {
 	ver    int
-	all    gpu.Buffer
-	layers []struct{ q, k, v, o, gate, up, down gpu.Buffer }
-	head   gpu.Buffer
+	all    compute.Buffer
+	layers []struct{ q, k, v, o, gate, up, down compute.Buffer }
+	head   compute.Buffer
 }
 
 func (m *Llama) freeTransposed() {
@@ -159,7 +158,7 @@ func (m *Llama) freeTransposed() {
 // ensureTransposed returns up-to-date transposed weights, or nil when the
 // backend lacks the extension or DecodeTransposed is off.
 func (m *Llama) ensureTransposed() (*ltransposed, error) {
-	tb, ok := m.be.(gpu.MatmulTransposer)
+	tb, ok := m.be.(compute.MatmulTransposer)
 	if !ok || !m.DecodeTransposed || m.bf != nil || m.amp != nil { // BF16: the matmuls read BF16 matrices
 		m.freeTransposed()
 		return nil, nil
@@ -173,7 +172,7 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 		}
 		tw := &ltransposed{ver: -1, all: all}
 		off := 0
-		v := func(n int) gpu.Buffer {
+		v := func(n int) compute.Buffer {
 			x, e := m.be.View(all, off, n)
 			if e != nil && err == nil {
 				err = e
@@ -181,7 +180,7 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 			off += n
 			return x
 		}
-		tw.layers = make([]struct{ q, k, v, o, gate, up, down gpu.Buffer }, ar.L)
+		tw.layers = make([]struct{ q, k, v, o, gate, up, down compute.Buffer }, ar.L)
 		for l := range tw.layers {
 			t := &tw.layers[l]
 			t.q, t.k, t.v, t.o = v(QD*C), v(KD*C), v(KD*C), v(C*QD)
@@ -225,7 +224,7 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	for l := range m.pv.layers {
 		m.decodeLayer(d, tw, l)
 	}
-	var th gpu.Buffer
+	var th compute.Buffer
 	if tw != nil {
 		th = tw.head
 	}
@@ -241,18 +240,18 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD := NH*HD, KVH*HD
 	scale := float32(1 / math.Sqrt(float64(HD)))
-	mm := func(k int, out, inp, w, wT, bias gpu.Buffer, C, OC int) {
+	mm := func(k int, out, inp, w, wT, bias compute.Buffer, C, OC int) {
 		if m.bf != nil || m.amp != nil {
 			m.baseForward(l, k, out, inp, w, bias, B, C, OC)
 		} else if tw != nil {
-			be.(gpu.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, B, C, OC)
+			be.(compute.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, B, C, OC)
 		} else {
 			be.MatmulForward(out, inp, w, bias, B, C, OC)
 		}
 	}
 	rope := m.rope
-	lf := func(t int, y, x gpu.Buffer) { m.loraForward(d.la, l, t, y, x) }
-	var tq, tk, tv, to, tg, tu, td gpu.Buffer
+	lf := func(t int, y, x compute.Buffer) { m.loraForward(d.la, l, t, y, x) }
+	var tq, tk, tv, to, tg, tu, td compute.Buffer
 	lp := m.layerWeights(l)
 	if tw != nil {
 		t := &tw.layers[l]
@@ -293,11 +292,11 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 
 // decodeHead runs the final norm and the head on d.x and downloads the
 // logits.
-func (m *Llama) decodeHead(d *ldecode, headT gpu.Buffer) error {
+func (m *Llama) decodeHead(d *ldecode, headT compute.Buffer) error {
 	be, ar, B := m.be, &m.arch, d.B
 	be.RMSNormForward(d.ln, d.r, d.x, m.pv.all[kNorm], B, ar.C, ar.eps)
 	if headT != nil {
-		be.(gpu.MatmulTransposer).MatmulForwardT(d.logits, d.ln, headT, nil, B, ar.C, ar.V)
+		be.(compute.MatmulTransposer).MatmulForwardT(d.logits, d.ln, headT, nil, B, ar.C, ar.V)
 	} else {
 		m.headMatmul(d.logits, d.ln, B)
 	}
@@ -352,7 +351,7 @@ func (m *Llama) prefill(d *ldecode, tw *ltransposed, prompts [][]int32) error {
 			ads = d.rows[b0:b1]
 		}
 		m.setGroups(ads, T)
-		x := m.forwardLayers(B, T, true, func(l int, k, v gpu.Buffer) {
+		x := m.forwardLayers(B, T, true, func(l int, k, v compute.Buffer) {
 			for b, p := range rows {
 				for t := range p {
 					dst := ((b0+b)*d.maxT + t) * 2 * KD
@@ -430,7 +429,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err := m.prefill(d, tw, prompts); err != nil {
 		return nil, err
 	}
-	var headT gpu.Buffer
+	var headT compute.Buffer
 	if tw != nil {
 		headT = tw.head
 	}

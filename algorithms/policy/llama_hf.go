@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // archFromHF derives the kernels' shape from a validated config.
@@ -44,8 +44,8 @@ func archFromHF(cfg hf.Config) llamaArch {
 // initialisation (matrices and the embedding from N(0, initializer_range),
 // default 0.02; biases 0; norm gains 1) drawn from seed: a model trained
 // from scratch. Build cfg with hf.NewConfig(model type) and set its sizes.
-// The backend must implement gpu.DecoderBackend.
-func NewLlama(be gpu.Backend, cfg hf.Config, seed uint64) (*Llama, error) {
+// The backend must implement compute.DecoderBackend.
+func NewLlama(be compute.Backend, cfg hf.Config, seed uint64) (*Llama, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w: %w", ErrConfig, err)
 	}
@@ -63,7 +63,7 @@ func NewLlama(be gpu.Backend, cfg hf.Config, seed uint64) (*Llama, error) {
 // Config returns the Hugging Face config the model was built from.
 func (m *Llama) Config() hf.Config { return m.cfg }
 
-// hostData is implemented by buffers in host memory (gpu/cpu's), which
+// hostData is implemented by buffers in host memory (gpu/compute/cpu's), which
 // loading then fills in place instead of through a staging copy.
 type hostData interface{ Data() []float32 }
 
@@ -74,24 +74,24 @@ type hostData interface{ Data() []float32 }
 // one copy of the weights (plus a staging copy of the largest tensor on a
 // device backend). Errors name the directory and the config field or the
 // file, tensor and expected shape.
-func LoadLlama(dir string, be gpu.Backend) (*Llama, error) {
+func LoadLlama(dir string, be compute.Backend) (*Llama, error) {
 	m, _, err := loadLlama(dir, be)
 	return m, err
 }
 
-func loadLlama(dir string, be gpu.Backend) (*Llama, map[string]string, error) {
+func loadLlama(dir string, be compute.Backend) (*Llama, map[string]string, error) {
 	return loadLlamaAs(dir, be, false)
 }
 
 // LoadLlamaBF16 is LoadLlama into a frozen base whose matrices are BF16
 // (see SetBaseDType), read tensor by tensor: loading holds the BF16 base
 // and one float32 tensor, never a float32 copy of the model.
-func LoadLlamaBF16(dir string, be gpu.Backend) (*Llama, error) {
+func LoadLlamaBF16(dir string, be compute.Backend) (*Llama, error) {
 	m, _, err := loadLlamaAs(dir, be, true)
 	return m, err
 }
 
-func loadLlamaAs(dir string, be gpu.Backend, bf16 bool) (*Llama, map[string]string, error) {
+func loadLlamaAs(dir string, be compute.Backend, bf16 bool) (*Llama, map[string]string, error) {
 	cfg, ck, err := hf.OpenModel(dir) // config, weights and their tensor list checked
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err) // it names the directory or file

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
 )
 
 // The PyTorch reference (testdata/llama/gen.py: a plain float64
@@ -104,7 +104,7 @@ func TestLlamaMatchesPyTorchReference(t *testing.T) {
 	for _, dir := range refCases(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			ref, ck := readRef(t, dir)
-			for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference()} {
+			for _, be := range []compute.Backend{cpu.New(), cpu.NewReference()} {
 				m, err := LoadLlama(dir, be)
 				if err != nil {
 					t.Fatal(err)

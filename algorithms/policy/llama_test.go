@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
 )
 
 // tinyHF is a small config of model type typ with a head size independent
@@ -50,7 +50,7 @@ func tinyVariants(t testing.TB) map[string]hf.Config {
 	}
 }
 
-func mustLlama(t testing.TB, be gpu.Backend, cfg hf.Config, seed uint64) *Llama {
+func mustLlama(t testing.TB, be compute.Backend, cfg hf.Config, seed uint64) *Llama {
 	t.Helper()
 	m, err := NewLlama(be, cfg, seed)
 	if err != nil {
@@ -254,14 +254,14 @@ func TestLlamaBatchedLogProbsMatchSingle(t *testing.T) {
 	}
 }
 
-// plainDecoder hides the optional gpu.MatmulTransposer extension.
-type plainDecoder struct{ gpu.DecoderBackend }
+// plainDecoder hides the optional compute.MatmulTransposer extension.
+type plainDecoder struct{ compute.DecoderBackend }
 
 func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 	oldBudget := prefillBudget
 	defer func() { prefillBudget = oldBudget }()
 	for name, cfg := range tinyVariants(t) {
-		backends := []gpu.Backend{cpu.New()}
+		backends := []compute.Backend{cpu.New()}
 		if name == "qwen3-qknorm" { // the other backends once, on the variant with the most ops
 			backends = append(backends, cpu.NewReference(), plainDecoder{cpu.New()})
 		}
@@ -470,7 +470,7 @@ func TestLlamaBatchErrors(t *testing.T) {
 	if _, err := m.Generate([][]int32{{}}, GenerateOptions{MaxNewTokens: 1}); !errors.Is(err, ErrBatch) {
 		t.Errorf("empty prompt: %v", err)
 	}
-	if _, err := NewLlama(gpu.Backend(plainBackend{cpu.New()}), cfg, 1); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "DecoderBackend") {
+	if _, err := NewLlama(compute.Backend(plainBackend{cpu.New()}), cfg, 1); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "DecoderBackend") {
 		t.Errorf("backend without the decoder ops: %v", err)
 	}
 }

@@ -3,8 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // headBudget bounds the floats of one chunk of output-head logits. A large
@@ -21,20 +20,20 @@ type lacts struct {
 	train         bool // per-layer activations kept for a backward
 	B, T          int  // shape of the last load
 
-	x0     gpu.Buffer // embedding output (N,C)
+	x0     compute.Buffer // embedding output (N,C)
 	layers []llayerActs
-	lnf    gpu.Buffer // final norm output (N,C)
-	rf     gpu.Buffer // (N)
+	lnf    compute.Buffer // final norm output (N,C)
+	rf     compute.Buffer // (N)
 
 	// output head, in chunks of R rows
 	R               int
-	logits          gpu.Buffer      // (R,V); probabilities after a loss head
-	targets         []gpu.IntBuffer // one (R) per chunk
-	losses, dlosses gpu.Buffer      // (N)
-	inputs, pos     gpu.IntBuffer   // (N)
+	logits          compute.Buffer      // (R,V); probabilities after a loss head
+	targets         []compute.IntBuffer // one (R) per chunk
+	losses, dlosses compute.Buffer      // (N)
+	inputs, pos     compute.IntBuffer   // (N)
 
 	// backward scratch (N rows)
-	dres, dl, dI1, dI2, dI3, dO, dq, dk, dv, dqr, dkr, dlogits gpu.Buffer
+	dres, dl, dI1, dI2, dI3, dO, dq, dk, dv, dqr, dkr, dlogits compute.Buffer
 	viewN                                                      int
 	bv                                                         lbackViews
 
@@ -48,21 +47,21 @@ type lacts struct {
 // lbackViews are views of the backward scratch at exactly N rows (Zero
 // clears whole buffers, so a smaller batch must not pay for the capacity).
 type lbackViews struct {
-	dres, dl, dI1, dI2, dI3, dO, dq, dk, dv, dqr, dkr gpu.Buffer
+	dres, dl, dI1, dI2, dI3, dO, dq, dk, dv, dqr, dkr compute.Buffer
 }
 
 // llayerActs are one layer's saved activations. In inference mode every
 // layer shares one set (see ensureActs).
 type llayerActs struct {
-	ln1, r1        gpu.Buffer // attention input norm (N,C), rstd (N)
-	qr, kr, rq, rk gpu.Buffer // Qwen3: q, k before their norm, and the norms' rstd
-	q, k, v        gpu.Buffer // (N,QD), (N,KD), (N,KD); q, k after RoPE
-	att            gpu.Buffer // (B,NH,T,T)
-	o              gpu.Buffer // attention output (N,QD)
-	res2           gpu.Buffer // residual after attention (N,C)
-	ln2, r2        gpu.Buffer // MLP input norm
-	gate, up, act  gpu.Buffer // (N,I)
-	res3           gpu.Buffer // residual after the MLP (N,C): the next layer's input
+	ln1, r1        compute.Buffer // attention input norm (N,C), rstd (N)
+	qr, kr, rq, rk compute.Buffer // Qwen3: q, k before their norm, and the norms' rstd
+	q, k, v        compute.Buffer // (N,QD), (N,KD), (N,KD); q, k after RoPE
+	att            compute.Buffer // (B,NH,T,T)
+	o              compute.Buffer // attention output (N,QD)
+	res2           compute.Buffer // residual after attention (N,C)
+	ln2, r2        compute.Buffer // MLP input norm
+	gate, up, act  compute.Buffer // (N,I)
+	res3           compute.Buffer // residual after the MLP (N,C): the next layer's input
 }
 
 func (m *Llama) freeActs() {
@@ -102,20 +101,20 @@ func (m *Llama) ensureBaseActs(B, T int, train bool) error {
 	C, V, I, QD, KD := ar.C, ar.V, ar.I, ar.NH*ar.HD, ar.KVH*ar.HD
 	a := &lacts{capBT: BT, capAtt: att, train: train}
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		a.all = append(a.all, b)
 		return b
 	}
-	fi := func(n int) gpu.IntBuffer {
+	fi := func(n int) compute.IntBuffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.IntBuffer
+		var b compute.IntBuffer
 		b, err = m.be.AllocInt(n)
 		a.all = append(a.all, b)
 		return b
@@ -181,11 +180,11 @@ func (m *Llama) ensureBackward() error {
 	ar := &m.arch
 	C, V, I, QD, KD, BT := ar.C, ar.V, ar.I, ar.NH*ar.HD, ar.KVH*ar.HD, a.capBT
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		a.all = append(a.all, b)
 		return b
@@ -289,7 +288,7 @@ func (m *Llama) uploadTokens(in, pos []int32) {
 // view is be.View that records the first error on the backend's behalf:
 // a failed view is returned as the parent, whose op then fails with a
 // shape error (the sticky-error convention).
-func view(be gpu.Backend, b gpu.Buffer, off, n int) gpu.Buffer {
+func view(be compute.Backend, b compute.Buffer, off, n int) compute.Buffer {
 	v, err := be.View(b, off, n)
 	if err != nil {
 		return b
@@ -303,7 +302,7 @@ func view(be gpu.Backend, b gpu.Buffer, off, n int) gpu.Buffer {
 // cache. With kvOnlyLast the last block stops there: it returns the last
 // block's input instead, for a prefill that needs the block's output at one
 // position a row only (Llama.prefill; llama.cpp skips the same work).
-func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v gpu.Buffer)) gpu.Buffer {
+func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v compute.Buffer)) compute.Buffer {
 	be, a, ar := m.be, m.a, &m.arch
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD, N := NH*HD, KVH*HD, B*T
@@ -375,7 +374,7 @@ func (m *Llama) forward(B, T int) {
 }
 
 // lastResidual is the input of the final norm after forward.
-func (m *Llama) lastResidual() gpu.Buffer {
+func (m *Llama) lastResidual() compute.Buffer {
 	if L := len(m.a.layers); L > 0 {
 		return m.a.layers[L-1].res3
 	}
@@ -448,7 +447,7 @@ func (m *Llama) backward(B, T, head int) {
 	QD, KD, N := NH*HD, KVH*HD, B*T
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	if a.viewN != N {
-		v := func(x gpu.Buffer, n int) gpu.Buffer {
+		v := func(x compute.Buffer, n int) compute.Buffer {
 			if x == nil {
 				return nil
 			}

@@ -2,8 +2,7 @@ package policy
 
 import (
 	"fmt"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // LM is what the policy actor and the RL code use of a language model:
@@ -20,7 +19,7 @@ type LM interface {
 	// NumParams is the number of parameters.
 	NumParams() int
 	// Backend is the compute backend the weights live on.
-	Backend() gpu.Backend
+	Backend() compute.Backend
 	// Steps is the number of optimizer steps taken.
 	Steps() int
 	// Optimizer and SetOptimizer get and set the AdamW settings.
@@ -60,7 +59,7 @@ type LM interface {
 	CopyWeightsFrom(src LM) error
 	// CloneLM copies weights and optimizer settings onto be (nil: the
 	// same backend), without gradients or optimizer state.
-	CloneLM(be gpu.Backend) (LM, error)
+	CloneLM(be compute.Backend) (LM, error)
 	// SaveCheckpoint writes the model with string metadata: the GPT a
 	// safetensors file at path, a Llama a Hugging Face directory.
 	SaveCheckpoint(path string, meta map[string]string) error
@@ -76,7 +75,7 @@ var (
 // LoadCheckpoint loads what SaveCheckpoint wrote: a Hugging Face model
 // directory (one with config.json) as a *Llama, anything else as a GPT
 // safetensors file. It returns the checkpoint's metadata.
-func LoadCheckpoint(path string, be gpu.Backend) (LM, map[string]string, error) {
+func LoadCheckpoint(path string, be compute.Backend) (LM, map[string]string, error) {
 	if isHFDir(path) {
 		m, meta, err := loadLlama(path, be)
 		if err != nil {
@@ -107,7 +106,7 @@ func (m *Model) Optimizer() Optim { return m.Optim }
 func (m *Model) SetOptimizer(o Optim) { m.Optim = o }
 
 // CloneLM is Clone returning the LM interface.
-func (m *Model) CloneLM(be gpu.Backend) (LM, error) { return m.Clone(be) }
+func (m *Model) CloneLM(be compute.Backend) (LM, error) { return m.Clone(be) }
 
 // SaveCheckpoint is SaveFile.
 func (m *Model) SaveCheckpoint(path string, meta map[string]string) error {

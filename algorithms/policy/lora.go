@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // This file holds LoRA (Hu et al. 2021, as Hugging Face PEFT implements it)
@@ -19,7 +19,7 @@ import (
 //
 //	y += s · (x·Aᵀ)·Bᵀ      A (r, in), B (out, r), s = alpha/r (alpha/√r with rsLoRA)
 //
-// computed with the backend's ordinary matmuls (so any gpu.DecoderBackend
+// computed with the backend's ordinary matmuls (so any compute.DecoderBackend
 // runs it): u = s·x·Aᵀ (N, r), then y += u·Bᵀ. The backward is the same two
 // matmuls transposed. While a model holds an adapter its base is frozen:
 // no gradient buffers or AdamW moments exist for it, and Step updates the
@@ -166,14 +166,14 @@ type Adapter struct {
 	idx   int // position in the model's adapter order
 
 	n                       int // parameters
-	params, grads, mom, vel gpu.Buffer
+	params, grads, mom, vel compute.Buffer
 	pv, gv, mv, vv          []loraViews // per layer
 	step                    int
 	touched                 bool // received gradients since ZeroGrad
 }
 
 // loraViews are one layer's A and B views (nil for targets not adapted).
-type loraViews struct{ a, b [numTargets]gpu.Buffer }
+type loraViews struct{ a, b [numTargets]compute.Buffer }
 
 // Name is the adapter's name.
 func (ad *Adapter) Name() string { return ad.name }
@@ -212,9 +212,9 @@ type loraActs struct {
 	capBT, maxR, maxOut int
 	train               bool
 	mask                [numTargets]bool
-	u                   [][numTargets]gpu.Buffer // (capBT, maxR), a group's block at its first token row
-	tmp, du             gpu.Buffer
-	all                 []gpu.Buffer
+	u                   [][numTargets]compute.Buffer // (capBT, maxR), a group's block at its first token row
+	tmp, du             compute.Buffer
+	all                 []compute.Buffer
 }
 
 // frozen reports whether the base takes no gradients: it has adapters,
@@ -299,7 +299,7 @@ func (m *Llama) newAdapter(name string, cfg LoRAConfig) (*Adapter, error) {
 
 // alloc allocates an adapter-shaped buffer and its per-layer views: per
 // layer, per enabled target, A (r, in) then B (out, r).
-func (ad *Adapter) alloc(what string) (gpu.Buffer, []loraViews, error) {
+func (ad *Adapter) alloc(what string) (compute.Buffer, []loraViews, error) {
 	be := ad.m.be
 	buf, err := be.Alloc(ad.n)
 	if err != nil {
@@ -328,7 +328,7 @@ func (ad *Adapter) alloc(what string) (gpu.Buffer, []loraViews, error) {
 }
 
 func (ad *Adapter) free() {
-	for _, b := range []gpu.Buffer{ad.params, ad.grads, ad.mom, ad.vel} {
+	for _, b := range []compute.Buffer{ad.params, ad.grads, ad.mom, ad.vel} {
 		if b != nil {
 			ad.m.be.Free(b)
 		}
@@ -348,7 +348,7 @@ func (m *Llama) attach(ad *Adapter) {
 		m.lr.active = ad
 	}
 	// the base is frozen from now on: its gradients and moments go
-	for _, b := range []gpu.Buffer{m.grads, m.mom, m.vel} {
+	for _, b := range []compute.Buffer{m.grads, m.mom, m.vel} {
 		if b != nil {
 			m.be.Free(b)
 		}
@@ -606,11 +606,11 @@ func (m *Llama) ensureLoraActs(BT int, train bool) error {
 func (m *Llama) newLoraActs(BT int, train bool, mask [numTargets]bool, maxR, maxOut int) (*loraActs, error) {
 	la := &loraActs{capBT: BT, maxR: maxR, maxOut: maxOut, train: train, mask: mask}
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		if b, err = m.be.Alloc(n); err == nil {
 			la.all = append(la.all, b)
 		}
@@ -620,7 +620,7 @@ func (m *Llama) newLoraActs(BT int, train bool, mask [numTargets]bool, maxR, max
 	if train {
 		layers = m.arch.L
 	}
-	la.u = make([][numTargets]gpu.Buffer, layers)
+	la.u = make([][numTargets]compute.Buffer, layers)
 	for l := range la.u {
 		for t, on := range mask {
 			if on {
@@ -645,7 +645,7 @@ func (m *Llama) newLoraActs(BT int, train bool, mask [numTargets]bool, maxR, max
 
 // loraForward adds every group's adapter term for target t of layer l:
 // y += s·(x·Aᵀ)·Bᵀ, x (N, in), y (N, out), keeping u = s·x·Aᵀ in la.
-func (m *Llama) loraForward(la *loraActs, l, t int, y, x gpu.Buffer) {
+func (m *Llama) loraForward(la *loraActs, l, t int, y, x compute.Buffer) {
 	if la == nil || m.lr == nil {
 		return
 	}
@@ -674,7 +674,7 @@ func (m *Llama) loraForward(la *loraActs, l, t int, y, x gpu.Buffer) {
 // loraBackward accumulates A's and B's gradients of target t of layer l
 // and the term's contribution to dx, given dy (the gradient of the
 // projection's output) and x (its input).
-func (m *Llama) loraBackward(l, t int, dx, dy, x gpu.Buffer) {
+func (m *Llama) loraBackward(l, t int, dx, dy, x compute.Buffer) {
 	la := m.la
 	if la == nil || m.lr == nil {
 		return
@@ -760,8 +760,8 @@ func (m *Llama) stepAdapters() (float64, error) {
 		total += norm * norm
 		ad.step++
 		o := m.Optim
-		be.AdamWUpdate(ad.params, ad.grads, ad.mom, ad.vel, ad.n, gpu.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2,
-			Eps: o.Eps, WeightDecay: o.WeightDecay, Step: ad.step, GradScale: gpu.ClipScale(norm, float64(o.ClipNorm))})
+		be.AdamWUpdate(ad.params, ad.grads, ad.mom, ad.vel, ad.n, compute.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2,
+			Eps: o.Eps, WeightDecay: o.WeightDecay, Step: ad.step, GradScale: compute.ClipScale(norm, float64(o.ClipNorm))})
 		stepped = true
 	}
 	if !stepped {
@@ -818,7 +818,7 @@ func (m *Llama) MergeAdapter(name string) error {
 // MergedClone returns a copy of the model on be (nil: the same backend)
 // with the named adapter merged into its weights and no adapters: a plain
 // model for inference or to save in Hugging Face's layout. m is unchanged.
-func (m *Llama) MergedClone(name string, be gpu.Backend) (*Llama, error) {
+func (m *Llama) MergedClone(name string, be compute.Backend) (*Llama, error) {
 	ad := m.Adapter(name)
 	if ad == nil {
 		return nil, fmt.Errorf("%w: no adapter %q (have %v)", ErrAdapter, name, m.Adapters())
@@ -886,9 +886,9 @@ func (m *Llama) mergeInto(ad *Adapter) error {
 }
 
 // baseWeight is the base weight of target t in layer l.
-func (m *Llama) baseWeight(l, t int) gpu.Buffer {
+func (m *Llama) baseWeight(l, t int) compute.Buffer {
 	lp := &m.pv.layers[l]
-	return [numTargets]gpu.Buffer{lp.q, lp.k, lp.v, lp.o, lp.gate, lp.up, lp.down}[t]
+	return [numTargets]compute.Buffer{lp.q, lp.k, lp.v, lp.o, lp.gate, lp.up, lp.down}[t]
 }
 
 // peftKey is PEFT's tensor name of target t's A or B in layer l.

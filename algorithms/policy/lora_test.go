@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu"
-	"troupe/gpu/cpu"
-	"troupe/gpu/cpu/gemm"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
+	"troupe/gpu/compute/cpu/gemm"
 )
 
 // The PyTorch reference (testdata/llama/gen_lora.py) adds a LoRA adapter
@@ -68,7 +68,7 @@ func readLoRARef(t *testing.T, dir string) (*loraRef, *hf.Checkpoint) {
 }
 
 // loadLoRARef loads the reference's base model with its adapter as "ref".
-func loadLoRARef(t *testing.T, dir string, be gpu.Backend) (*Llama, *Adapter, *loraRef, *hf.Checkpoint) {
+func loadLoRARef(t *testing.T, dir string, be compute.Backend) (*Llama, *Adapter, *loraRef, *hf.Checkpoint) {
 	t.Helper()
 	ref, ck := readLoRARef(t, dir)
 	m, err := LoadLlama(filepath.Join("testdata", "llama", ref.Base), be)
@@ -106,7 +106,7 @@ func refBatch(t *testing.T, ref *loraRef, ck *hf.Checkpoint) (Batch, [][]float32
 func TestLoRAMatchesPyTorchReference(t *testing.T) {
 	for _, dir := range loraRefCases(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference()} {
+			for _, be := range []compute.Backend{cpu.New(), cpu.NewReference()} {
 				m, ad, ref, ck := loadLoRARef(t, dir, be)
 				name := ref.Case + " on " + be.Name()
 				batch, g, Tp := refBatch(t, ref, ck)
@@ -138,7 +138,7 @@ func TestLoRAMatchesPyTorchReference(t *testing.T) {
 				if err := m.AccumulateLogProbGrads(batch, g); err != nil {
 					t.Fatal(err)
 				}
-				if m.grads != nil || m.gv.all != [numKinds]gpu.Buffer{} {
+				if m.grads != nil || m.gv.all != [numKinds]compute.Buffer{} {
 					t.Fatalf("%s: the frozen base has gradient buffers", name)
 				}
 				checkAdapterGrads(t, name, ad, ck, "grad.")
@@ -335,7 +335,7 @@ func equal2[T comparable](a, b [][]T) bool {
 
 // twoAdapterModel is a tiny model with adapters "a" (all targets) and "b"
 // (q, v; other rank and scaling), both randomised.
-func twoAdapterModel(t *testing.T, be gpu.Backend) *Llama {
+func twoAdapterModel(t *testing.T, be compute.Backend) *Llama {
 	cfg := tinyVariants(t)["llama-mqa-biases-llama3"]
 	m := mustLlama(t, be, cfg, 31)
 	perturb(t, m, 32, 0.3)
@@ -817,8 +817,8 @@ func FuzzPEFTConfig(f *testing.F) {
 // greedy generation, with the head in several vocabulary chunks.
 //
 // Both ways the model can run are checked: widening into float32 scratch
-// (bf16Kernels off, or a backend without gpu.BF16Matmuler) must agree to
-// float32 rounding; the backend's BF16 matmuls (gpu/cpu) agree as closely
+// (bf16Kernels off, or a backend without compute.BF16Matmuler) must agree to
+// float32 rounding; the backend's BF16 matmuls (gpu/compute/cpu) agree as closely
 // where they read float32 activations, and to bf16LogProbTol and
 // bf16GradTol where they round them to BF16 (AVX512_BF16, six or more
 // rows; see bf16Tols).
@@ -1041,7 +1041,7 @@ func TestLoadLlamaBF16(t *testing.T) {
 	}
 	defer full.Free()
 	defer func(k bool) { bf16Kernels = k }(bf16Kernels)
-	for i, be := range []gpu.Backend{cpu.New(), cpu.New(), cpu.NewReference()} {
+	for i, be := range []compute.Backend{cpu.New(), cpu.New(), cpu.NewReference()} {
 		// the first cpu backend widens, the second multiplies BF16 weights
 		bf16Kernels = i > 0
 		tol, _ := bf16Tols(bf16Kernels)

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // ErrBatch reports a batch that does not fit the model (bad lengths, token
@@ -34,16 +33,16 @@ func DefaultOptim() Optim {
 // reference policy) cost only their weights and activations.
 type Model struct {
 	cfg   Config
-	be    gpu.Backend
+	be    compute.Backend
 	Optim Optim
 
 	sizes    [numGroups]int
 	nparams  int
-	params   gpu.Buffer
+	params   compute.Buffer
 	pv       views // views of params
-	grads    gpu.Buffer
+	grads    compute.Buffer
 	gv       views
-	mom, vel gpu.Buffer
+	mom, vel compute.Buffer
 	momV     views
 	velV     views
 	groups   [numGroups]group
@@ -55,24 +54,24 @@ type Model struct {
 	// rebuilt when its version is older.
 	wver    int
 	tw      *transposed
-	wpeRows []gpu.Buffer // per-position views of wpe for decoding
+	wpeRows []compute.Buffer // per-position views of wpe for decoding
 }
 
 // views are per-tensor views of a flat parameter-shaped buffer.
 type views struct {
-	all    [numGroups]gpu.Buffer // whole group
+	all    [numGroups]compute.Buffer // whole group
 	layers []layerViews
 }
 
 type layerViews struct {
-	ln1w, ln1b, qkvw, qkvb, attprojw, attprojb gpu.Buffer
-	ln2w, ln2b, fcw, fcb, fcprojw, fcprojb     gpu.Buffer
+	ln1w, ln1b, qkvw, qkvb, attprojw, attprojb compute.Buffer
+	ln2w, ln2b, fcw, fcb, fcprojw, fcprojb     compute.Buffer
 }
 
 // New builds a model with GPT-2 initialisation (weights N(0, 0.02),
 // residual projections scaled by 1/sqrt(2L), biases 0, LayerNorm gains 1)
 // drawn from seed.
-func New(be gpu.Backend, cfg Config, seed uint64) (*Model, error) {
+func New(be compute.Backend, cfg Config, seed uint64) (*Model, error) {
 	m, err := newEmpty(be, cfg)
 	if err != nil {
 		return nil, err
@@ -107,7 +106,7 @@ func New(be gpu.Backend, cfg Config, seed uint64) (*Model, error) {
 }
 
 // newEmpty allocates the weights (zero) and their views.
-func newEmpty(be gpu.Backend, cfg Config) (*Model, error) {
+func newEmpty(be compute.Backend, cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -119,7 +118,7 @@ func newEmpty(be gpu.Backend, cfg Config) (*Model, error) {
 	return m, nil
 }
 
-func (m *Model) allocParams(what string) (gpu.Buffer, views, error) {
+func (m *Model) allocParams(what string) (compute.Buffer, views, error) {
 	n := m.cfg.NumParams()
 	buf, err := m.be.Alloc(n)
 	if err != nil {
@@ -132,7 +131,7 @@ func (m *Model) allocParams(what string) (gpu.Buffer, views, error) {
 	return buf, v, nil
 }
 
-func (m *Model) makeViews(buf gpu.Buffer) (views, error) {
+func (m *Model) makeViews(buf compute.Buffer) (views, error) {
 	var v views
 	off := 0
 	var err error
@@ -144,7 +143,7 @@ func (m *Model) makeViews(buf gpu.Buffer) (views, error) {
 	}
 	L := m.cfg.Layers
 	v.layers = make([]layerViews, L)
-	sub := func(g, l int) gpu.Buffer {
+	sub := func(g, l int) compute.Buffer {
 		per := m.sizes[g] / L
 		b, e := m.be.View(v.all[g], l*per, per)
 		if e != nil && err == nil {
@@ -167,7 +166,7 @@ func (m *Model) makeViews(buf gpu.Buffer) (views, error) {
 func (m *Model) Config() Config { return m.cfg }
 
 // Backend returns the backend the model runs on.
-func (m *Model) Backend() gpu.Backend { return m.be }
+func (m *Model) Backend() compute.Backend { return m.be }
 
 // NumParams is the number of parameters.
 func (m *Model) NumParams() int { return m.nparams }
@@ -225,7 +224,7 @@ func (m *Model) CopyWeightsFrom(lm LM) error {
 // Clone returns a copy of the model's weights and optimizer settings on be
 // (nil: the same backend), without gradients or optimizer moments: the
 // frozen reference policy of a KL penalty, or a rollout worker's replica.
-func (m *Model) Clone(be gpu.Backend) (*Model, error) {
+func (m *Model) Clone(be compute.Backend) (*Model, error) {
 	if be == nil {
 		be = m.be
 	}
@@ -243,7 +242,7 @@ func (m *Model) Clone(be gpu.Backend) (*Model, error) {
 // Free releases the model's backend buffers. The model must not be used
 // afterwards.
 func (m *Model) Free() {
-	for _, b := range []gpu.Buffer{m.params, m.grads, m.mom, m.vel} {
+	for _, b := range []compute.Buffer{m.params, m.grads, m.mom, m.vel} {
 		if b != nil {
 			m.be.Free(b)
 		}

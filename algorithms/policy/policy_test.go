@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"troupe/gpu"
-	"troupe/gpu/cpu"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
 )
 
 var tiny = Config{Layers: 2, Heads: 2, Width: 16, Context: 16, Vocab: 11}
@@ -29,7 +29,7 @@ func randSeqs(r *rand.Rand, B, minLen, maxLen, V int) [][]int32 {
 	return out
 }
 
-func mustNew(t testing.TB, be gpu.Backend, cfg Config, seed uint64) *Model {
+func mustNew(t testing.TB, be compute.Backend, cfg Config, seed uint64) *Model {
 	t.Helper()
 	m, err := New(be, cfg, seed)
 	if err != nil {
@@ -278,13 +278,13 @@ func checkModelFD(t *testing.T, name string, m *Model, grad []float32, loss func
 	}
 }
 
-// plainBackend hides the optional gpu.MatmulTransposer extension, to test
+// plainBackend hides the optional compute.MatmulTransposer extension, to test
 // the decoding fallback.
-type plainBackend struct{ gpu.Backend }
+type plainBackend struct{ compute.Backend }
 
 func TestKVCacheMatchesNoCache(t *testing.T) {
 	cfg := Config{Layers: 2, Heads: 2, Width: 16, Context: 20, Vocab: 13}
-	for _, be := range []gpu.Backend{cpu.New(), cpu.NewReference(), plainBackend{cpu.New()}} {
+	for _, be := range []compute.Backend{cpu.New(), cpu.NewReference(), plainBackend{cpu.New()}} {
 		m := mustNew(t, be, cfg, 21)
 		randomizeWeights(t, m, 22, 0.2) // sharper, non-uniform logits
 		prompts := [][]int32{{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 11}, {12, 0}}

@@ -11,8 +11,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // Checkpoints use the safetensors format (huggingface/safetensors): an
@@ -302,7 +301,7 @@ func (m *Model) SaveFile(path string, extra map[string]string) error {
 }
 
 // Load reads a checkpoint from r and builds a model on be.
-func Load(r io.Reader, be gpu.Backend) (*Model, map[string]string, error) {
+func Load(r io.Reader, be compute.Backend) (*Model, map[string]string, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: read checkpoint: %w", err)
@@ -322,7 +321,7 @@ func Load(r io.Reader, be gpu.Backend) (*Model, map[string]string, error) {
 }
 
 // LoadFile is Load from a file.
-func LoadFile(path string, be gpu.Backend) (*Model, map[string]string, error) {
+func LoadFile(path string, be compute.Backend) (*Model, map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: load %s: %w", path, err)

@@ -3,8 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // This file composes the training calls both families share out of each
@@ -109,11 +108,11 @@ func scatterLogProbGrads(d []float32, batch Batch, grads [][]float32, T int, slo
 // settings of update number step with the clip scale for that norm
 // (WeightDecay left 0: the caller sets it per tensor group). A non-finite
 // norm is an error: the step must be skipped.
-func adamwStep(be gpu.Backend, grads gpu.Buffer, n, step int, o Optim) (float64, gpu.AdamW, error) {
+func adamwStep(be compute.Backend, grads compute.Buffer, n, step int, o Optim) (float64, compute.AdamW, error) {
 	norm := math.Sqrt(be.SumSquares(grads, n))
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, gpu.AdamW{}, fmt.Errorf("policy: gradient norm is %v; step skipped", norm)
+		return norm, compute.AdamW{}, fmt.Errorf("policy: gradient norm is %v; step skipped", norm)
 	}
-	return norm, gpu.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, Step: step,
-		GradScale: gpu.ClipScale(norm, float64(o.ClipNorm))}, nil
+	return norm, compute.AdamW{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, Step: step,
+		GradScale: compute.ClipScale(norm, float64(o.ClipNorm))}, nil
 }

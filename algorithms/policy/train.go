@@ -2,8 +2,7 @@ package policy
 
 import (
 	"fmt"
-
-	"troupe/gpu"
+	"troupe/gpu/compute"
 )
 
 // Batch is B token sequences, trained or scored with teacher forcing:
@@ -38,18 +37,18 @@ type acts struct {
 	capBT, capAtt int
 	B, T          int // shape of the last forward
 
-	encoded          gpu.Buffer
+	encoded          compute.Buffer
 	layers           []layerActs
-	lnf, lnfM, lnfR  gpu.Buffer
-	logits           gpu.Buffer // (BT,V); softmax probabilities after the loss head
-	losses, dlosses  gpu.Buffer // (BT)
-	inputs, targets  gpu.IntBuffer
-	dres, dA, dB, dl gpu.Buffer // backward scratch: (BT,C), (BT,4C), (BT,4C), (BT,C)
-	dlogits          gpu.Buffer
+	lnf, lnfM, lnfR  compute.Buffer
+	logits           compute.Buffer // (BT,V); softmax probabilities after the loss head
+	losses, dlosses  compute.Buffer // (BT)
+	inputs, targets  compute.IntBuffer
+	dres, dA, dB, dl compute.Buffer // backward scratch: (BT,C), (BT,4C), (BT,4C), (BT,C)
+	dlogits          compute.Buffer
 
 	// views of the scratch at the last backward's N
 	viewN                         int
-	vA, vB, vl, vres, vatty, vqkv gpu.Buffer
+	vA, vB, vl, vres, vatty, vqkv compute.Buffer
 
 	hostIn, hostTg []int32
 	hostW, hostOut []float32
@@ -57,8 +56,8 @@ type acts struct {
 }
 
 type layerActs struct {
-	ln1, ln1M, ln1R, qkv, atty, att, res2 gpu.Buffer
-	ln2, ln2M, ln2R, fch, fchGelu, res3   gpu.Buffer
+	ln1, ln1M, ln1R, qkv, atty, att, res2 compute.Buffer
+	ln2, ln2M, ln2R, fch, fchGelu, res3   compute.Buffer
 }
 
 func (m *Model) freeActs() {
@@ -84,11 +83,11 @@ func (m *Model) ensureActs(B, T int) error {
 	a := &acts{capBT: BT, capAtt: att}
 	C, V := m.cfg.Width, m.cfg.Vocab
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		a.all = append(a.all, b)
 		return b
@@ -136,11 +135,11 @@ func (m *Model) ensureBackward() error {
 	}
 	C, V, BT := m.cfg.Width, m.cfg.Vocab, a.capBT
 	var err error
-	f := func(n int) gpu.Buffer {
+	f := func(n int) compute.Buffer {
 		if err != nil {
 			return nil
 		}
-		var b gpu.Buffer
+		var b compute.Buffer
 		b, err = m.be.Alloc(n)
 		a.all = append(a.all, b)
 		return b
@@ -245,7 +244,7 @@ func (m *Model) backward(B, T int) {
 	// Zero clears a whole buffer: work on views of exactly this batch's
 	// size so a smaller batch does not pay for the capacity (cached per N).
 	if a.viewN != N {
-		view := func(x gpu.Buffer, n int) gpu.Buffer {
+		view := func(x compute.Buffer, n int) compute.Buffer {
 			v, err := be.View(x, 0, n)
 			if err != nil {
 				return x // a too-short buffer then fails the op with a clear error

@@ -15,6 +15,7 @@ import (
 	"troupe/algorithms/agent"
 	"troupe/algorithms/policy"
 	"troupe/gpu"
+	"troupe/gpu/busy"
 	"troupe/internal/testnet"
 	"troupe/runtime/cluster"
 	"troupe/scheduler"
@@ -108,7 +109,7 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 // work makes the actor on the worker's GPU 0 busy (its backend's busy time
 // in this process's meter) and takes one sample on each node.
 func (c *gpuCluster) work(t *testing.T) {
-	gpu.ProcessMeter().Counter(gpu.BusyKey{Node: "worker-1", GPU: 0, Actor: "planner"}).AddBusy(time.Hour)
+	busy.ProcessMeter().Counter(busy.Key{Node: "worker-1", GPU: 0, Actor: "planner"}).AddBusy(time.Hour)
 	time.Sleep(150 * time.Millisecond) // at least one simulated utilization window
 	c.headA.sampler.SampleOnce()
 	c.workerA.sampler.SampleOnce()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"troupe/gpu"
+	"troupe/gpu/busy"
 )
 
 // gpuAgent samples this machine's GPUs for the node's GPU service, the
@@ -48,9 +49,9 @@ func startGPUAgent(ctx context.Context, o gpuAgentOptions) (*gpuAgent, error) {
 	cfg := gpu.SamplerConfig{Interval: o.Interval, Attribution: a.attr}
 	var feed *gpu.BusyFeed
 	if sim := inv.Simulation(); sim != nil {
-		fo := gpu.BusyFeedOptions{Node: o.Node, Meter: gpu.ProcessMeter()}
+		fo := gpu.BusyFeedOptions{Node: o.Node, Meter: busy.ProcessMeter()}
 		if o.Ledgers {
-			fo.LedgerDir = gpu.LedgerDir(os.Getpid())
+			fo.LedgerDir = busy.LedgerDir(os.Getpid())
 		}
 		if feed, err = gpu.NewBusyFeed(sim, fo); err != nil {
 			inv.Close()

@@ -16,9 +16,9 @@ import (
 	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/tokenizer"
-	"troupe/gpu"
-	"troupe/gpu/cpu"
-	"troupe/gpu/cuda"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/backends"
+	"troupe/gpu/compute/cpu"
 )
 
 // This file holds the commands for people who downloaded a Hugging Face
@@ -264,7 +264,7 @@ func (f *lmFlags) load(stderr io.Writer) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := be.(gpu.DecoderBackend); !ok && strings.ToLower(f.backend) != "cuda" {
+	if _, ok := be.(compute.DecoderBackend); !ok && strings.ToLower(f.backend) != "cuda" {
 		// auto picked a GPU whose backend lacks this family's kernels.
 		fmt.Fprintf(stderr, "troupe: %s lacks the Llama family's kernels; using the CPU\n", be.Name())
 		be, note = cpu.New(), "cpu"
@@ -313,26 +313,13 @@ func (l *loaded) needTokenizer(dir string) error {
 }
 
 // cliBackend is the backend of a command run on this machine: the CPU, or
-// CUDA device 0 (auto: when it is usable).
-func cliBackend(mode string) (gpu.Backend, string, error) {
-	switch strings.ToLower(mode) {
-	case "cpu":
-		return cpu.New(), "cpu", nil
-	case "cuda":
-		b, err := cuda.New(0)
-		if err != nil {
-			return nil, "", fmt.Errorf("--backend cuda: %w", err)
-		}
-		return b, b.Name(), nil
-	case "", "auto":
-		if ok, _ := cuda.Available(); ok {
-			if b, err := cuda.New(0); err == nil {
-				return b, b.Name(), nil
-			}
-		}
-		return cpu.New(), "cpu", nil
+// CUDA device 0 (auto: when it is usable); see backends.Select.
+func cliBackend(mode string) (compute.Backend, string, error) {
+	b, note, err := backends.Select(mode)
+	if err != nil {
+		return nil, "", fmt.Errorf("--backend: %w", err)
 	}
-	return nil, "", fmt.Errorf("--backend %q: want auto, cpu or cuda", mode)
+	return b, note, nil
 }
 
 // promptTokens renders the prompt flags as token ids.

@@ -8,11 +8,11 @@ package main
 
 import (
 	"troupe/algorithms/envs"
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 )
 
 func main() {
-	recipe.Main("arith-atgrpo", "Arithmetic AT-GRPO: multi-step word problems solved by a reasoner and a tool agent.", recipe.Options{
+	trainer.Main("arith-atgrpo", "Arithmetic AT-GRPO: multi-step word problems solved by a reasoner and a tool agent.", trainer.Options{
 		Name: "arith AT-GRPO", Env: "arith", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Steps: 2},
 		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,

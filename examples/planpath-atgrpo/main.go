@@ -33,11 +33,11 @@ package main
 
 import (
 	"troupe/algorithms/envs"
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 )
 
 func main() {
-	recipe.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", recipe.Options{
+	trainer.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", trainer.Options{
 		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true, Arch: "llama",
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,

@@ -19,11 +19,11 @@ package main
 
 import (
 	"troupe/algorithms/envs"
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 )
 
 func main() {
-	recipe.Main("planpath-joyagents", "Plan-Path JoyAgents-R1: node-wise sampling, top-K agent selection and memory.", recipe.Options{
+	trainer.Main("planpath-joyagents", "Plan-Path JoyAgents-R1: node-wise sampling, top-K agent selection and memory.", trainer.Options{
 		Name: "planpath 6x6 JoyAgents-R1", Env: "planpath", Algo: "joyagents", PerRole: true,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     30, K: 6, Envs: 4, LR: 3e-4, Seed: 1,

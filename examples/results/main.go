@@ -3,7 +3,7 @@
 // trains every cell from scratch on the embedded cluster with the recipe of
 // examples/planpath-atgrpo (the main job's tiny character-level models of the Llama family, warm start on
 // expert transcripts, RL), on Plan-Path 6×6 and 10×10 (the paper's size),
-// and reports each on the test range of grids (recipe.TestSeed.., never used
+// and reports each on the test range of grids (trainer.TestSeed.., never used
 // for a decision), greedy (as the paper decodes) and sampled, with n and the
 // standard error, next to the validation range the defaults were tuned on
 // and the cell's wall time.
@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"troupe/algorithms/envs"
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 	"troupe/runtime"
 )
 
@@ -40,7 +40,7 @@ type cell struct {
 	Name string // the size-independent part, e.g. "atgrpo-perrole"
 	Size int
 	Desc string
-	Opt  recipe.Options
+	Opt  trainer.Options
 	// InitFrom names an earlier cell (same size) whose warm-start
 	// checkpoints this cell starts from (same regime and settings, so the
 	// same warm start).
@@ -56,8 +56,8 @@ type outcome struct {
 	Size   int
 	Desc   string
 	Versus string
-	Result recipe.Result
-	Opt    recipe.Options
+	Result trainer.Result
+	Opt    trainer.Options
 }
 
 // settings are the knobs every cell shares.
@@ -237,10 +237,10 @@ func main() {
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
 		wg.Add(1)
 		o.ActorPrefix = c.ID + "/"
-		go func(c cell, o recipe.Options) {
+		go func(c cell, o trainer.Options) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			res, err := recipe.Run(ctx, rt, o)
+			res, err := trainer.Run(ctx, rt, o)
 			if err != nil {
 				fatal(fmt.Errorf("cell %s: %w", c.ID, err))
 			}
@@ -344,7 +344,7 @@ func sizeID(size int, name string) string { return fmt.Sprintf("%dx%d-%s", size,
 // start (WarmEpochs over its role's transcripts); a shared or single policy
 // gets the same number of SFT steps.
 func cells(s settings, size int) []cell {
-	base := recipe.Options{
+	base := trainer.Options{
 		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo", Arch: "llama", // the main job's family
 		Steps: s.Steps, K: 4, Envs: 8, LR: s.LR, Seed: s.Seed, Layers: s.Layers, Width: s.Width,
 		WarmEpisodes: s.WarmEpisodes, WarmEpochs: s.WarmEpochs, WarmNoise: 0.2,
@@ -353,44 +353,44 @@ func cells(s settings, size int) []cell {
 	joy := base
 	joy.Algo, joy.PerRole, joy.K, joy.Envs, joy.JoyMemory, joy.WarmHints = "joyagents", true, 6, 4, true, 0.3
 	joy.Steps = max(1, s.Steps/2)
-	with := func(o recipe.Options, f func(*recipe.Options)) recipe.Options { f(&o); return o }
+	with := func(o trainer.Options, f func(*trainer.Options)) trainer.Options { f(&o); return o }
 	half := max(1, s.WarmEpochs/2)
 	cs := []cell{
 		{Name: "single", Desc: "single agent (the planner alone): warm start, then GRPO with turn-wise groups (AT-GRPO's sampler with one agent)",
-			Opt: with(base, func(o *recipe.Options) { o.Single, o.Name = true, "single agent + GRPO" })},
+			Opt: with(base, func(o *trainer.Options) { o.Single, o.Name = true, "single agent + GRPO" })},
 		{Name: "atgrpo-shared", Desc: "tool + planner, one shared policy (warm start of the per-role policies' SFT steps): warm start, then AT-GRPO",
-			Opt: with(base, func(o *recipe.Options) { o.WarmEpochs, o.Name = half, "AT-GRPO shared policy" })},
+			Opt: with(base, func(o *trainer.Options) { o.WarmEpochs, o.Name = half, "AT-GRPO shared policy" })},
 		{Name: "atgrpo-perrole", Desc: "tool + planner, one policy per role: the main job (warm start, then AT-GRPO)",
-			Opt: with(base, func(o *recipe.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" })},
+			Opt: with(base, func(o *trainer.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" })},
 		{Name: "atgrpo-perrole-drmas", Desc: "AT-GRPO per-role with Dr. MAS (advantages per (grid, agent), turns pooled)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
-			Opt: with(base, func(o *recipe.Options) { o.PerRole, o.DrMAS, o.Name = true, true, "AT-GRPO per-role, Dr. MAS" })},
+			Opt: with(base, func(o *trainer.Options) { o.PerRole, o.DrMAS, o.Name = true, true, "AT-GRPO per-role, Dr. MAS" })},
 		{Name: "atgrpo-perrole-filter", Desc: "AT-GRPO per-role with PettingLLMs' low-reward group filter (mean, ratio 0.5: its Plan-Path setting)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
-			Opt: with(base, func(o *recipe.Options) {
+			Opt: with(base, func(o *trainer.Options) {
 				o.PerRole, o.Filter, o.FilterRatio, o.Name = true, "mean", 0.5, "AT-GRPO per-role, group filter mean 0.5"
 			})},
 		{Name: "atgrpo-perrole-onestep", Desc: "AT-GRPO per-role with one optimiser step on the whole batch (the update before PPO mini-batches: on-policy, the clip never acts)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
-			Opt: with(base, func(o *recipe.Options) {
+			Opt: with(base, func(o *trainer.Options) {
 				o.PerRole, o.MiniBatch, o.Name = true, -1, "AT-GRPO per-role, one step per update"
 			})},
 		{Name: "joyagents", Desc: "JoyAgents-R1, per-role (G = 6, top-5 groups by reward variance, memory read as hints and near-duplicate reuse, pooled 2.5% thresholds); warm start with 30% hinted examples",
-			Opt: with(joy, func(o *recipe.Options) { o.Name = "JoyAgents-R1" })},
+			Opt: with(joy, func(o *trainer.Options) { o.Name = "JoyAgents-R1" })},
 	}
 	for _, a := range []struct {
 		name, desc string
-		f          func(*recipe.Options)
+		f          func(*trainer.Options)
 	}{
-		{"joyagents-top1", "top-1 group per step", func(o *recipe.Options) { o.JoyTopK = 1 }},
-		{"joyagents-top2", "top-2 groups per step", func(o *recipe.Options) { o.JoyTopK = 2 }},
-		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *recipe.Options) { o.JoyTopK = -1 }},
-		{"joyagents-nomem", "no memory (not evolved, not read)", func(o *recipe.Options) { o.JoyMemory = false }},
-		{"joyagents-nohint", "memory without hints (reuse only)", func(o *recipe.Options) { o.JoyNoHint = true }},
-		{"joyagents-noreuse", "memory without reuse (hints only)", func(o *recipe.Options) { o.JoyNoReuse = true }},
-		{"joyagents-groupz", "the paper's per-group μ ± 1.96σ memory rule", func(o *recipe.Options) { o.JoyThreshold = "group-z" }},
-		{"joyagents-perstep", "memory evolved once per step (not during sampling)", func(o *recipe.Options) { o.JoyMemoryPerStep = true }},
-		{"joyagents-drmas", "Dr. MAS advantages (per backbone and agent)", func(o *recipe.Options) { o.DrMAS = true }},
+		{"joyagents-top1", "top-1 group per step", func(o *trainer.Options) { o.JoyTopK = 1 }},
+		{"joyagents-top2", "top-2 groups per step", func(o *trainer.Options) { o.JoyTopK = 2 }},
+		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *trainer.Options) { o.JoyTopK = -1 }},
+		{"joyagents-nomem", "no memory (not evolved, not read)", func(o *trainer.Options) { o.JoyMemory = false }},
+		{"joyagents-nohint", "memory without hints (reuse only)", func(o *trainer.Options) { o.JoyNoHint = true }},
+		{"joyagents-noreuse", "memory without reuse (hints only)", func(o *trainer.Options) { o.JoyNoReuse = true }},
+		{"joyagents-groupz", "the paper's per-group μ ± 1.96σ memory rule", func(o *trainer.Options) { o.JoyThreshold = "group-z" }},
+		{"joyagents-perstep", "memory evolved once per step (not during sampling)", func(o *trainer.Options) { o.JoyMemoryPerStep = true }},
+		{"joyagents-drmas", "Dr. MAS advantages (per backbone and agent)", func(o *trainer.Options) { o.DrMAS = true }},
 	} {
 		cs = append(cs, cell{Name: a.name, Desc: "JoyAgents-R1, " + a.desc, InitFrom: "joyagents", Versus: "joyagents",
-			Opt: with(joy, func(o *recipe.Options) { a.f(o); o.Name = "JoyAgents-R1, " + a.desc })})
+			Opt: with(joy, func(o *trainer.Options) { a.f(o); o.Name = "JoyAgents-R1, " + a.desc })})
 	}
 	for i := range cs {
 		cs[i].Size = size
@@ -458,7 +458,7 @@ var paper = map[string]string{
 }
 
 // point renders a success with its standard error and n.
-func point(p recipe.Point) string {
+func point(p trainer.Point) string {
 	return fmt.Sprintf("%s ± %.1f", pct(p.Success), 100*p.StdErr)
 }
 
@@ -470,8 +470,8 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	}
 	fmt.Fprintf(&b, "Generated by `go run ./examples/results` on %s (total %s). Every cell is trained from scratch on the\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), total.Round(time.Second))
 	fmt.Fprintf(&b, "embedded cluster, policies as actors, and evaluated with independent rollouts (one action per turn, no\n")
-	fmt.Fprintf(&b, "branching) on the **test range** of grids (seeds %d.., never used for a decision: every default was\n", recipe.TestSeed)
-	fmt.Fprintf(&b, "tuned on the validation range, seeds %d..), **greedy** (as the paper decodes) and **sampled** at\n", recipe.ValidationSeed)
+	fmt.Fprintf(&b, "branching) on the **test range** of grids (seeds %d.., never used for a decision: every default was\n", trainer.TestSeed)
+	fmt.Fprintf(&b, "tuned on the validation range, seeds %d..), **greedy** (as the paper decodes) and **sampled** at\n", trainer.ValidationSeed)
 	fmt.Fprintf(&b, "temperature 1. Success = the planner reaches the goal within the turn budget; ± is one standard error\n")
 	fmt.Fprintf(&b, "√(p(1−p)/n) over the n test grids. Wall time is the cell's own (warm start, RL, evaluations).\n")
 	if jobsUsed > 1 {
@@ -635,7 +635,7 @@ func contexts(outs []outcome) string {
 			continue
 		}
 		seen[o.Size] = true
-		if c, _, err := recipe.Context(o.Opt.Env, o.Opt.EnvConfig); err == nil {
+		if c, _, err := trainer.Context(o.Opt.Env, o.Opt.EnvConfig); err == nil {
 			parts = append(parts, fmt.Sprintf("%d tokens on %d×%d", c, o.Size, o.Size))
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 )
 
 func TestWriteAndRewrite(t *testing.T) {
@@ -17,10 +17,10 @@ func TestWriteAndRewrite(t *testing.T) {
 	var outs []outcome
 	for _, size := range []int{6, 10} {
 		for i, c := range cells(defaultSettings(), size) {
-			test := func(p float64) *recipe.Test {
-				return &recipe.Test{Greedy: recipe.Point{Success: p, StdErr: 0.01, Episodes: 1000}, Sampled: recipe.Point{Success: p - 0.05, StdErr: 0.01, Episodes: 1000}}
+			test := func(p float64) *trainer.Test {
+				return &trainer.Test{Greedy: trainer.Point{Success: p, StdErr: 0.01, Episodes: 1000}, Sampled: trainer.Point{Success: p - 0.05, StdErr: 0.01, Episodes: 1000}}
 			}
-			r := recipe.Result{Params: 107648, Policies: 2, WarmSuccess: 0.25, Final: recipe.Point{Step: 40, Success: 0.5},
+			r := trainer.Result{Params: 107648, Policies: 2, WarmSuccess: 0.25, Final: trainer.Point{Step: 40, Success: 0.5},
 				WarmTest: test(0.3), FinalTest: test(0.5 + 0.01*float64(i)), Steps: 40, Wall: time.Minute}
 			outs = append(outs, outcome{ID: c.ID, Name: c.Name, Size: c.Size, Desc: c.Desc, Versus: c.Versus, Result: r, Opt: c.Opt})
 		}

@@ -7,11 +7,11 @@ package main
 
 import (
 	"troupe/algorithms/envs"
-	"troupe/examples/internal/recipe"
+	"troupe/algorithms/trainer"
 )
 
 func main() {
-	recipe.Main("sudoku-atgrpo", "Sudoku 4x4 AT-GRPO: a reasoner proposes fills, a verifier checks them.", recipe.Options{
+	trainer.Main("sudoku-atgrpo", "Sudoku 4x4 AT-GRPO: a reasoner proposes fills, a verifier checks them.", trainer.Options{
 		Name: "sudoku4 AT-GRPO", Env: "sudoku4", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Holes: 6},
 		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,

@@ -13,7 +13,7 @@ import (
 
 	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/hf"
-	"troupe/gpu/cpu"
+	"troupe/gpu/compute/cpu"
 )
 
 // Special tokens of the tokenizer, after the 256 byte tokens.

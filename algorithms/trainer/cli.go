@@ -1,0 +1,133 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"troupe/runtime"
+)
+
+// Main is a training script's main: it registers flags whose defaults are
+// the fields of o, parses the command line, runs the recipe on the embedded
+// cluster (or the cluster in $TROUPE_ADDRESS) and exits non-zero on error.
+func Main(prog, doc string, o Options) {
+	o.Defaults()
+	fs := flag.NewFlagSet(prog, flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\nUsage: go run ./examples/%s [flags]\n\nFlags:\n", doc, prog)
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.Steps, "steps", o.Steps, "RL training steps (0: warm start and evaluation only)")
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed for weights, sampling and training environments")
+	fs.StringVar(&o.OutDir, "out", "runs/"+prog, "output directory (metrics.jsonl, curves.png, checkpoints)")
+	size := fs.Int("size", o.EnvConfig.Width, "grid width and height (planpath 5..10, sokoban 5..8; 0: default)")
+	fs.Float64Var(&o.EnvConfig.ObstacleRate, "obstacles", o.EnvConfig.ObstacleRate, "obstacle rate (planpath, sokoban; 0: default)")
+	fs.IntVar(&o.EnvConfig.TurnBudget, "turns", o.EnvConfig.TurnBudget, "turn budget per episode (0: the environment's default)")
+	fs.IntVar(&o.EnvConfig.Holes, "holes", o.EnvConfig.Holes, "sudoku4 empty cells (0: default)")
+	fs.IntVar(&o.EnvConfig.Steps, "arith-steps", o.EnvConfig.Steps, "arith operations per problem (0: 2 or 3)")
+	perRole := fs.Bool("per-role", o.PerRole, "one policy per role (false: one shared policy)")
+	fs.BoolVar(&o.Single, "single", o.Single, "single-agent baseline: only the proposing role acts")
+	fs.IntVar(&o.K, "k", o.K, "branches per group (AT-GRPO K, JoyAgents G)")
+	fs.IntVar(&o.Envs, "envs", o.Envs, "environments per step")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "transformer layers")
+	fs.IntVar(&o.Width, "width", o.Width, "model width")
+	fs.IntVar(&o.Heads, "heads", o.Heads, "attention heads")
+	fs.StringVar(&o.Arch, "arch", o.Arch, "from-scratch architecture: gpt (GPT-2 style) or llama (RMSNorm, RoPE, GQA, SwiGLU)")
+	fs.IntVar(&o.KVHeads, "kv-heads", o.KVHeads, "key/value heads of a from-scratch llama (0: --heads)")
+	fs.IntVar(&o.LoRARank, "lora-rank", o.LoRARank, "train LoRA adapters of this rank (alpha 2·rank, all projections) on a frozen Llama-family base instead of every weight (0: full training)")
+	fs.BoolVar(&o.SharedBase, "shared-base", o.SharedBase, "with --lora-rank and --per-role: one actor holds the base and one adapter per role (PettingLLMs' per-agent LoRA) instead of one actor per role")
+	fs.BoolVar(&o.BaseBF16, "base-bf16", o.BaseBF16, "with --lora-rank: keep the frozen base in BF16 (half the memory)")
+	fs.BoolVar(&o.ComputeBF16, "bf16", o.ComputeBF16, "Llama family: mixed precision, BF16 matmuls on float32 weights and optimizer as torch.autocast(bfloat16) (about twice the matmul speed with AVX512_BF16; log-probs to ~1e-2)")
+	fs.StringVar(&o.ModelDir, "model", o.ModelDir, "pretrained Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral, SmolLM) every policy starts from, instead of a from-scratch model")
+	lr := fs.Float64("lr", f64(o.LR), "RL learning rate")
+	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "PPO epochs: passes over each step's batch")
+	fs.IntVar(&o.MiniBatch, "minibatch", o.MiniBatch, "PPO mini-batch in samples, one optimiser step each (0: 16, verl's ppo_mini_batch_size in PettingLLMs; -1: the whole batch in one step)")
+	fs.BoolVar(&o.Shuffle, "shuffle", o.Shuffle, "shuffle each batch before splitting it into mini-batches (verl: off)")
+	fs.StringVar(&o.Aggregation, "agg", o.Aggregation, "loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm (Dr. GRPO)")
+	fs.BoolVar(&o.DrMAS, "drmas", o.DrMAS, "Dr. MAS: normalise advantages per (environment instance, agent) instead of per group")
+	fs.StringVar(&o.Init, "init", o.Init, "start from checkpoints PREFIX<policy>.safetensors (GPT) or directories PREFIX<policy> (Llama) instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
+	fs.IntVar(&o.WarmEpisodes, "warm-episodes", o.WarmEpisodes, "expert episodes for the warm start (0: none)")
+	fs.IntVar(&o.WarmEpochs, "warm-epochs", o.WarmEpochs, "warm-start passes")
+	fs.Float64Var(&o.WarmNoise, "warm-noise", o.WarmNoise, "share of transcript actions replaced by random ones (executed, not learned)")
+	warmLR := fs.Float64("warm-lr", f64(o.WarmLR), "warm-start learning rate")
+	fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "validation episodes per evaluation (seeds --eval-seed..)")
+	fs.Int64Var(&o.EvalSeed, "eval-seed", o.EvalSeed, "first seed of the validation range (tune on it)")
+	fs.IntVar(&o.TestEpisodes, "test-episodes", o.TestEpisodes, "test-range episodes, greedy and sampled, after the warm start and at the end (0: no test evaluation)")
+	fs.Int64Var(&o.TestSeedStart, "test-seed", o.TestSeedStart, "first seed of the test range (report on it; never tune on it)")
+	fs.IntVar(&o.EvalEvery, "eval-every", o.EvalEvery, "steps between held-out evaluations (0: start and end only)")
+	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
+	sampleTemp := fs.Float64("sample-temp", f64(o.SampleTemp), "training sampling temperature (0: 1; above 1 explores states where the policy is confidently wrong)")
+	evalTemp := fs.Float64("eval-temp", f64(o.EvalTemp), "evaluation sampling temperature (0: 1, on-policy)")
+	fs.IntVar(&o.EnvActors, "env-actors", o.EnvActors, "host the training environments in N environment actors (0: step them in the driver; same results)")
+	hint, reuse := new(bool), new(bool)
+	*hint, *reuse = !o.JoyNoHint, !o.JoyNoReuse
+	if o.Algo == "joyagents" {
+		fs.IntVar(&o.JoyTopK, "topk", o.JoyTopK, "JoyAgents marginal-benefit top-K groups by reward variance (0: 5; -1: all)")
+		fs.BoolVar(&o.JoyMemory, "memory", o.JoyMemory, "JoyAgents memory: evolved from the groups, read when an agent acts")
+		fs.BoolVar(hint, "hint", *hint, "memory: add the retrieved answer to the prompt")
+		fs.BoolVar(reuse, "reuse", *reuse, "memory: answer a near-duplicate situation from memory without sampling")
+		fs.StringVar(&o.JoyThreshold, "memory-threshold", o.JoyThreshold, "memory insert/remove rule: pooled (2.5% tails of the step's rewards) or group-z (mean ± 1.96 std in each group)")
+		fs.BoolVar(&o.JoyEvalNoMemory, "eval-no-memory", o.JoyEvalNoMemory, "evaluate without reading the memory")
+		fs.BoolVar(&o.JoyMemoryPerStep, "memory-per-step", o.JoyMemoryPerStep, "evolve the memory once per step (default: after every node position, so the step's later nodes can reuse it)")
+		fs.Float64Var(&o.WarmHints, "warm-hints", o.WarmHints, "share of warm-start examples shown with a memory hint")
+	} else {
+		fs.StringVar(&o.Filter, "filter", o.Filter, "PettingLLMs group filter: none, mean (drop the lowest-mean groups), std, dapo (drop equal-reward groups) or uid")
+		fs.Float64Var(&o.FilterRatio, "filter-ratio", o.FilterRatio, "share of groups the filter drops (mean, std; uid: of each group's samples)")
+	}
+	fs.Float64Var(&o.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
+	backend := os.Getenv("TROUPE_BACKEND")
+	if backend == "" {
+		backend = "auto"
+	}
+	fs.StringVar(&o.Backend, "backend", backend, "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
+	_ = fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))
+		os.Exit(2)
+	}
+	if *size != 0 {
+		o.EnvConfig.Width, o.EnvConfig.Height = *size, *size
+	}
+	o.PerRole = *perRole
+	o.JoyNoHint, o.JoyNoReuse = !*hint, !*reuse
+	o.LR, o.WarmLR, o.EvalTemp, o.SampleTemp = float32(*lr), float32(*warmLR), float32(*evalTemp), float32(*sampleTemp)
+	if o.Steps < 0 {
+		fmt.Fprintf(os.Stderr, "%s: --steps %d must not be negative\n", prog, o.Steps)
+		os.Exit(2)
+	}
+	o.Progress, o.Log = os.Stderr, os.Stdout
+	ctx := context.Background()
+	rt, err := runtime.Init(ctx)
+	if errors.Is(err, runtime.ErrWorkerDone) {
+		os.Exit(0) // this process was a worker
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		os.Exit(1)
+	}
+	res, err := Run(ctx, rt, o)
+	rt.Shutdown(context.Background())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		os.Exit(1)
+	}
+	fmt.Printf("done in %s: validation success %.0f%% after the warm start -> %.0f%% after %d RL steps (sampled)\n",
+		res.Wall.Round(1e9), 100*res.WarmSuccess, 100*res.Final.Success, res.Steps)
+	if t0, t1 := res.WarmTest, res.FinalTest; t0 != nil && t1 != nil {
+		fmt.Printf("test range (%d grids): greedy %.1f%% -> %.1f%% (± %.1f), sampled %.1f%% -> %.1f%% (± %.1f)\n",
+			t1.Greedy.Episodes, 100*t0.Greedy.Success, 100*t1.Greedy.Success, 100*t1.Greedy.StdErr,
+			100*t0.Sampled.Success, 100*t1.Sampled.Success, 100*t1.Sampled.StdErr)
+	}
+}
+
+// f64 widens a float32 without showing its binary tail in --help (1e-3, not
+// 0.0010000000474974513).
+func f64(x float32) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+	return v
+}

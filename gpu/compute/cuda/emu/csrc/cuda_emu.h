@@ -1,0 +1,260 @@
+// cuda_emu.h: a small CUDA emulation layer that lets troupe's unchanged
+// kernel sources (gpu/compute/cuda/kernels/*.cu) compile as C++20 with g++ and run on
+// the CPU. It is a test tool (Go build tag `cudaemu`), never a backend.
+//
+// Execution model (see emu_runtime.cpp):
+//   * A launch runs its blocks one after another. Each block runs with one
+//     std::thread per CUDA thread; the same OS threads are reused for every
+//     block of the launch.
+//   * threadIdx, blockIdx, blockDim, gridDim are thread_local variables set
+//     by the runtime before each block.
+//   * __shared__ is defined as `static`. Kernels declare shared memory as
+//     function-local arrays, so `static` gives one copy per kernel that all
+//     threads of the running block see; because blocks run strictly one at
+//     a time (the runtime joins every thread of block k at a barrier before
+//     block k+1 starts) that single copy is exactly "one per block". Like
+//     CUDA, it is uninitialised from the kernel's point of view (it keeps
+//     the previous block's contents). Dynamic (extern) shared memory is not
+//     supported; troupe's kernels do not use it.
+//   * __syncthreads is a std::barrier over the block's threads. A thread
+//     that returns from the kernel early drops out of the barrier
+//     (arrive_and_drop), matching CUDA where exited threads no longer count.
+//   * Each warp (32 consecutive linear thread ids) has its own barrier and a
+//     32-slot exchange array (double-buffered). A shuffle writes the lane's
+//     value to its slot, waits on the warp barrier and reads the source
+//     lane's slot; successive collectives alternate between two slot sets
+//     so nobody overwrites a slot another lane has yet to read. Votes
+//     (__ballot_sync etc.) work the same way. All lanes named in the mask must take part, as in CUDA; the
+//     emulator checks that the mask covers the calling lane.
+//   * Atomics are std::atomic_ref operations on the target word.
+//   * Math functions map to <cmath>; bit casts to std::memcpy.
+#pragma once
+
+#include <math.h>
+
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace emu {
+
+// Warp holds the exchange slots and barrier of one warp of the running block.
+struct Warp {
+    std::barrier<>* bar = nullptr;
+    int lanes = 32;  // 32, or fewer for the last warp of an odd-sized block
+    // Two slot sets used alternately by successive collectives, so one
+    // barrier phase per shuffle suffices: a lane can only overwrite set p
+    // after the next collective's barrier, which every lane reaches only
+    // once it has finished reading set p.
+    alignas(64) uint64_t slots[2][32];
+};
+
+// ThreadCtx is the per-OS-thread state of the CUDA thread it plays.
+struct ThreadCtx {
+    int lane = 0;
+    int parity = 0;  // slot set of the next warp collective
+    Warp* warp = nullptr;
+    std::barrier<>* block_bar = nullptr;
+};
+
+extern thread_local ThreadCtx ctx;
+
+[[noreturn]] void fatal(const char* what);
+
+inline void check_mask(unsigned mask) {
+    if (!((mask >> ctx.lane) & 1u)) fatal("warp intrinsic called by a lane not in its mask");
+}
+
+template <typename T>
+inline T exchange(T v, int src) {
+    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+    Warp& w = *ctx.warp;
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    uint64_t* slots = w.slots[ctx.parity];
+    ctx.parity ^= 1;
+    slots[ctx.lane] = bits;
+    w.bar->arrive_and_wait();
+    uint64_t got = (src >= 0 && src < w.lanes) ? slots[src] : bits;
+    T out;
+    std::memcpy(&out, &got, sizeof(T));
+    return out;
+}
+
+// Thunk calls a kernel with its arguments unpacked from a cuLaunchKernel-style
+// array of pointers to argument values.
+using Thunk = void (*)(void** args);
+
+template <typename... A, std::size_t... I>
+inline void call_impl(void (*f)(A...), void** args, std::index_sequence<I...>) {
+    f(*static_cast<std::remove_reference_t<A>*>(args[I])...);
+}
+
+template <typename... A>
+inline void call(void (*f)(A...), void** args) {
+    call_impl(f, args, std::index_sequence_for<A...>{});
+}
+
+struct Registrar {
+    Registrar(const char* name, Thunk t);
+};
+
+}  // namespace emu
+
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+// EMU_REGISTER(kernel) makes an extern "C" kernel launchable by name.
+#define EMU_REGISTER(fn) \
+    static emu::Registrar emu_registrar_##fn(#fn, [](void** a) { emu::call(fn, a); });
+
+// ---- qualifiers -----------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __shared__ static
+#define __constant__ static const
+#define __launch_bounds__(...)
+
+// ---- synchronisation ---------------------------------------------------------
+inline void __syncthreads() { emu::ctx.block_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    emu::check_mask(mask);
+    emu::ctx.warp->bar->arrive_and_wait();
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// ---- warp shuffles and votes ------------------------------------------------
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    emu::check_mask(mask);
+    int base = emu::ctx.lane & ~(width - 1);
+    return emu::exchange(v, base + (src % width));
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    emu::check_mask(mask);
+    int src = emu::ctx.lane ^ lane_mask;
+    if ((src & ~(width - 1)) != (emu::ctx.lane & ~(width - 1))) src = emu::ctx.lane;
+    return emu::exchange(v, src);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    emu::check_mask(mask);
+    int lane = emu::ctx.lane;
+    int src = lane + (int)delta;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;  // beyond the segment: own value
+    return emu::exchange(v, src);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    emu::check_mask(mask);
+    int lane = emu::ctx.lane;
+    int src = lane - (int)delta;
+    if (src < (lane & ~(width - 1))) src = lane;
+    return emu::exchange(v, src);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+    emu::check_mask(mask);
+    emu::Warp& w = *emu::ctx.warp;
+    uint64_t* slots = w.slots[emu::ctx.parity];
+    emu::ctx.parity ^= 1;
+    slots[emu::ctx.lane] = pred ? 1 : 0;
+    w.bar->arrive_and_wait();
+    unsigned out = 0;
+    for (int l = 0; l < w.lanes; l++)
+        if (((mask >> l) & 1u) && slots[l]) out |= 1u << l;
+    return out & mask;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == __ballot_sync(mask, 1); }
+inline unsigned __activemask() {
+    int n = emu::ctx.warp->lanes;
+    return n == 32 ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+// ---- atomics ------------------------------------------------------------------
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
+inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
+inline unsigned atomicAnd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_and(v); }
+inline int atomicExch(int* p, int v) { return std::atomic_ref<int>(*p).exchange(v); }
+inline unsigned atomicExch(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).exchange(v); }
+inline float atomicExch(float* p, float v) { return std::atomic_ref<float>(*p).exchange(v); }
+inline int atomicCAS(int* p, int cmp, int v) {
+    std::atomic_ref<int>(*p).compare_exchange_strong(cmp, v);
+    return cmp;
+}
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
+    std::atomic_ref<unsigned>(*p).compare_exchange_strong(cmp, v);
+    return cmp;
+}
+inline int atomicMax(int* p, int v) {
+    std::atomic_ref<int> r(*p);
+    int old = r.load();
+    while (old < v && !r.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+inline int atomicMin(int* p, int v) {
+    std::atomic_ref<int> r(*p);
+    int old = r.load();
+    while (old > v && !r.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+
+// ---- bit casts and math -----------------------------------------------------
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline int __float_as_int(float f) {
+    int i;
+    std::memcpy(&i, &f, 4);
+    return i;
+}
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+template <typename T>
+inline T __ldg(const T* p) {
+    return *p;
+}

@@ -1,0 +1,209 @@
+package compute_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"troupe/gpu/busy"
+	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu"
+)
+
+// Metered keeps exactly the optional extensions of the backend it wraps,
+// and times each of their ops.
+func TestMeteredKeepsExtensions(t *testing.T) {
+	type onlyDecoder struct{ compute.DecoderBackend }
+	type onlyT struct {
+		compute.Backend
+		compute.MatmulTransposer
+	}
+	type plain struct{ compute.Backend }
+	type tAndD struct {
+		compute.DecoderBackend
+		compute.MatmulTransposer
+	}
+	type decoderBF struct {
+		compute.DecoderBackend
+		compute.BF16Matmuler
+	}
+	type tBF struct {
+		compute.Backend
+		compute.MatmulTransposer
+		compute.BF16Matmuler
+	}
+	type plainBF struct {
+		compute.Backend
+		compute.BF16Matmuler
+	}
+	for _, tc := range []struct {
+		name                string
+		be                  compute.Backend
+		wantT, wantD, wantF bool
+	}{
+		{"cpu", cpu.New(), true, true, true},
+		{"transposer+decoder", tAndD{cpu.New(), cpu.New()}, true, true, false},
+		{"decoder", onlyDecoder{cpu.New()}, false, true, false},
+		{"transposer", onlyT{cpu.New(), cpu.New()}, true, false, false},
+		{"plain", plain{cpu.New()}, false, false, false},
+		{"decoder+bf16", decoderBF{cpu.New(), cpu.New()}, false, true, true},
+		{"transposer+bf16", tBF{cpu.New(), cpu.New(), cpu.New()}, true, false, true},
+		{"bf16", plainBF{cpu.New(), cpu.New()}, false, false, true},
+	} {
+		m := compute.Metered(tc.be, busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0}), nil)
+		if _, ok := m.(compute.MatmulTransposer); ok != tc.wantT {
+			t.Errorf("%s: MatmulTransposer %v, want %v", tc.name, ok, tc.wantT)
+		}
+		if _, ok := m.(compute.DecoderBackend); ok != tc.wantD {
+			t.Errorf("%s: DecoderBackend %v, want %v", tc.name, ok, tc.wantD)
+		}
+		if _, ok := m.(compute.BF16Matmuler); ok != tc.wantF {
+			t.Errorf("%s: BF16Matmuler %v, want %v", tc.name, ok, tc.wantF)
+		}
+	}
+}
+
+// The BF16 matmuls are timed and reach the wrapped backend.
+func TestMeteredBF16Ops(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
+	c := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
+	be := compute.Metered(cpu.New(), c, clock.now)
+	f := be.(compute.BF16Matmuler)
+	const N, C, OC = 2, 3, 2
+	buf := func(x ...float32) compute.Buffer {
+		b, err := be.Alloc(len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.Upload(b, x)
+		return b
+	}
+	// weight [[1,2,3],[0.5,-1,2]] in BF16 (all exact)
+	w := []uint16{0x3f80, 0x4000, 0x4040, 0x3f00, 0xbf80, 0x4000}
+	inp, out, dinp := buf(1, 1, 1, 2, 0, -1), buf(0, 0, 0, 0), buf(0, 0, 0, 0, 0, 0)
+	bias, dout := buf(10, 20), buf(1, 0, 0, 1)
+	before := c.Busy()
+	f.MatmulForwardBF16(out, inp, w, bias, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulForwardBF16 metered %v, want %v", d, step)
+	}
+	before = c.Busy()
+	f.MatmulBackwardInputBF16(dinp, dout, w, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulBackwardInputBF16 metered %v, want %v", d, step)
+	}
+	got, gotD := make([]float32, N*OC), make([]float32, N*C)
+	be.Download(got, out)
+	be.Download(gotD, dinp)
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want, wantD := []float32{16, 21.5, 9, 19}, []float32{1, 2, 3, 0.5, -1, 2}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("forward %v, want %v", got, want)
+		}
+	}
+	for i := range wantD {
+		if gotD[i] != wantD[i] {
+			t.Fatalf("backward %v, want %v", gotD, wantD)
+		}
+	}
+	// the mixed-precision ops: timed, and they reach the wrapped backend
+	dw := buf(0, 0, 0, 0, 0, 0)
+	before = c.Busy()
+	f.MatmulBackwardWeightBF16(dw, nil, dout, inp, N, C, OC)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulBackwardWeightBF16 metered %v, want %v", d, step)
+	}
+	gotW := make([]float32, OC*C)
+	be.Download(gotW, dw)
+	if err := be.Sync(); err != nil || gotW[0] != 1 || gotW[3] != 2 {
+		t.Fatalf("weight gradient %v (%v), want doutᵀ·inp = [1 1 1 2 0 -1]", gotW, err)
+	}
+	h := make([]uint16, 2)
+	before = c.Busy()
+	f.RoundBF16(h, bias)
+	if d := c.Busy() - before; d != step || h[0] != 0x4120 || h[1] != 0x41a0 {
+		t.Errorf("RoundBF16 metered %v, gave %#04x, want %v and [0x4120 0x41a0]", d, h, step)
+	}
+	q, att, o := buf(1, 0, 0, 1), buf(0, 0, 0, 0), buf(0, 0, 0, 0)
+	before = c.Busy()
+	f.GQAttentionForwardBF16(o, att, q, q, q, 1, 2, 1, 1, 2, 1)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("GQAttentionForwardBF16 metered %v, want %v", d, step)
+	}
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMeteredDecoderOps(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
+	c := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
+	be := compute.Metered(cpu.New(), c, clock.now).(compute.DecoderBackend)
+	const B, T, NH, KVH, HD, C, V, I = 2, 3, 4, 2, 4, 8, 5, 6
+	N := B * T
+	buf := func(n int) compute.Buffer {
+		x, err := be.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	ints := func(xs ...int32) compute.IntBuffer {
+		x, err := be.AllocInt(len(xs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.UploadInt(x, xs)
+		return x
+	}
+	tok, pos, dpos := ints(0, 1, 2, 3, 4, 0), ints(0, 1, 2, 0, 1, 2), ints(1, 2)
+	x, w, rstd, wte := buf(N*C), buf(C), buf(N), buf(V*C)
+	cs, sn := buf(T*HD/2), buf(T*HD/2)
+	q, k, v, att, out := buf(N*NH*HD), buf(N*KVH*HD), buf(N*KVH*HD), buf(B*NH*T*T), buf(N*NH*HD)
+	dq, dk, dv := buf(N*NH*HD), buf(N*KVH*HD), buf(N*KVH*HD)
+	cache := buf(B * T * 2 * KVH * HD)
+	g, u, h := buf(N*I), buf(N*I), buf(N*I)
+	ops := []func(){
+		func() { be.EmbedForward(x, tok, wte, N, C, V) },
+		func() { be.EmbedBackward(wte, x, tok, N, C, V) },
+		func() { be.RMSNormForward(out, rstd, x, w, N, C, 1e-6) },
+		func() { be.RMSNormBackward(x, w, out, x, w, rstd, N, C) },
+		func() { be.RopeForward(q, pos, cs, sn, N, NH, HD, T) },
+		func() { be.RopeBackward(dq, pos, cs, sn, N, NH, HD, T) },
+		func() { be.GQAttentionForward(out, att, q, k, v, B, T, NH, KVH, HD, 0.5) },
+		func() { be.GQAttentionBackward(dq, dk, dv, out, q, k, v, att, B, T, NH, KVH, HD, 0.5) },
+		func() { be.GQAttentionDecode(out, cache, q, k, v, dpos, B, T, NH, KVH, HD, 0.5) },
+		func() { be.SwiGLUForward(h, g, u, N*I) },
+		func() { be.SwiGLUBackward(g, u, h, g, u, N*I) },
+	}
+	for i, op := range ops {
+		before := c.Busy()
+		op()
+		if d := c.Busy() - before; d != step {
+			t.Errorf("decoder op %d metered %v, want %v", i, d, step)
+		}
+	}
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stepClock advances by step on every read, so each metered op "takes"
+// exactly one step, whatever the machine's load.
+type stepClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (c *stepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(c.step)
+	return c.t
+}
