@@ -347,14 +347,31 @@ type ATGRPO struct {
 	step int64
 }
 
-// Step runs one AT-GRPO training step.
+// Step runs one AT-GRPO training step: Rollout, then Train.
 func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
-	cfg := a.Config
-	if err := cfg.Validate(); err != nil {
+	r, err := a.Rollout(ctx)
+	if err != nil {
 		return atgrpo.StepStats{}, err
 	}
+	return a.Train(ctx, r)
+}
+
+// ATGRPORollouts are one step's tree rollouts and per-policy buffers, made
+// by ATGRPO.Rollout and consumed by ATGRPO.Train.
+type ATGRPORollouts struct {
+	step    int64
+	rolls   []atgrpo.Rollout
+	buffers map[string][]rl.Sample
+}
+
+// Rollout tree-samples one step's environments with the team's policies.
+func (a *ATGRPO) Rollout(ctx context.Context) (*ATGRPORollouts, error) {
+	cfg := a.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if (a.NewEnv == nil && a.Envs == nil) || a.Team == nil {
-		return atgrpo.StepStats{}, fmt.Errorf("%w: AT-GRPO step needs a team and an environment factory or batch", ErrConfig)
+		return nil, fmt.Errorf("%w: AT-GRPO step needs a team and an environment factory or batch", ErrConfig)
 	}
 	step := a.step
 	var (
@@ -369,16 +386,26 @@ func (a *ATGRPO) Step(ctx context.Context) (atgrpo.StepStats, error) {
 		for i := range es {
 			e, err := a.NewEnv(i, rl.DeriveSeed(cfg.Seed, step, int64(i), 1))
 			if err != nil {
-				return atgrpo.StepStats{}, fmt.Errorf("step %d: make env %d: %w", step, i, err)
+				return nil, fmt.Errorf("step %d: make env %d: %w", step, i, err)
 			}
 			es[i] = e
 		}
 		rolls, buffers, err = atgrpo.TreeRollouts(ctx, cfg, a.Team.Policies, es, step)
 	}
 	if err != nil {
-		return atgrpo.StepStats{}, fmt.Errorf("step %d: %w", step, err)
+		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
-	st, buffers, err := atgrpo.Prepare(cfg, step, rolls, buffers)
+	return &ATGRPORollouts{step: step, rolls: rolls, buffers: buffers}, nil
+}
+
+// Train prepares r, the last Rollout (group advantages, filter, Dr. MAS,
+// reference log-probs), and runs the team's compiled update graph on it.
+func (a *ATGRPO) Train(ctx context.Context, r *ATGRPORollouts) (atgrpo.StepStats, error) {
+	if r == nil || r.step != a.step {
+		return atgrpo.StepStats{}, fmt.Errorf("%w: Train wants the rollouts of step %d", ErrConfig, a.step)
+	}
+	step := r.step
+	st, buffers, err := atgrpo.Prepare(a.Config, step, r.rolls, r.buffers)
 	if err != nil {
 		return st, fmt.Errorf("step %d: %w", step, err)
 	}

@@ -791,29 +791,59 @@ func (t *Trainer) episodes(ctx context.Context, step int64) (envs.Batch, envs.Ep
 	return b, ep, nil
 }
 
-// Step runs one training step: Config.Envs backbones with node-wise
-// sampling → advantages → top-K selection → parallel updates of the owning
-// agents and memory evolution on every group.
+// Step runs one training step: Rollout, then Train.
 func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
+	r, err := t.Rollout(ctx)
+	if err != nil {
+		return StepStats{Step: t.step, MemorySize: map[string]int{}}, err
+	}
+	return t.Train(ctx, r)
+}
+
+// Rollouts are one step's sampled backbones with their node groups, made by
+// Rollout and consumed by Train.
+type Rollouts struct {
+	step  int64
+	roles []string
+	bank  MemoryBank
+	smp   *NodeSampler
+	trs   []*Trajectory
+}
+
+// Rollout samples one step: Config.Envs backbones with node-wise sampling
+// (and, without MemoryConfig.PerStep, memory evolved online at each node).
+func (t *Trainer) Rollout(ctx context.Context) (*Rollouts, error) {
 	cfg := t.Config
 	if err := cfg.Validate(); err != nil {
-		return StepStats{}, err
+		return nil, err
 	}
 	if t.Update != nil && cfg.UseMemory && t.Memory == nil {
-		return StepStats{}, fmt.Errorf("%w: a custom Updater evolves its own memory: set Trainer.Memory to that memory, so sampling consults it", ErrConfig)
+		return nil, fmt.Errorf("%w: a custom Updater evolves its own memory: set Trainer.Memory to that memory, so sampling consults it", ErrConfig)
 	}
 	step := t.step
-	st := StepStats{Step: step, MemorySize: map[string]int{}}
 	b, ep, err := t.episodes(ctx, step)
 	if err != nil {
-		return st, fmt.Errorf("step %d: %w", step, err)
+		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
 	bank := t.bank()
 	smp := &NodeSampler{Config: cfg, Policies: t.Policies, Bank: bank, Now: step}
 	trs, err := smp.RolloutsBatch(ctx, b, ep, step)
 	if err != nil {
-		return st, fmt.Errorf("step %d: %w", step, err)
+		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
+	return &Rollouts{step: step, roles: ep.Roles, bank: bank, smp: smp, trs: trs}, nil
+}
+
+// Train trains on r, the last Rollout: advantages → top-K selection →
+// parallel updates of the owning agents and memory evolution on every group.
+func (t *Trainer) Train(ctx context.Context, r *Rollouts) (StepStats, error) {
+	if r == nil || r.step != t.step {
+		return StepStats{Step: t.step}, fmt.Errorf("%w: Train wants the rollouts of step %d", ErrConfig, t.step)
+	}
+	cfg := t.Config
+	step, bank, smp, trs := r.step, r.bank, r.smp, r.trs
+	st := StepStats{Step: step, MemorySize: map[string]int{}}
+	var err error
 	var groups []*Group
 	var outcomes []Outcome // backbones and branches, for memory feedback
 	var branchSum float64
@@ -861,7 +891,7 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	}
 	req := UpdateRequest{Buffers: bufs}
 	if bank != nil {
-		req.Memory = evolveRequest(cfg, step, ep.Roles, groups, outcomes)
+		req.Memory = evolveRequest(cfg, step, r.roles, groups, outcomes)
 	}
 	var res UpdateResult
 	if t.Update != nil {
