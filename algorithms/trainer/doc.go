@@ -1,0 +1,60 @@
+// Package trainer is troupe's importable training loop: it spawns a team of
+// policy actors on a cluster, warm-starts them on expert transcripts, trains
+// them with a multi-agent RL algorithm, evaluates them on fixed validation
+// and test seed ranges, and writes metrics (JSONL), learning curves (PNG and
+// SVG) and Hugging Face checkpoints. The training scripts in examples/ and
+// the results table are short programs over it.
+//
+// # Running
+//
+// The simplest program is a main with a Main call; it parses flags whose
+// defaults are the Options given:
+//
+//	func main() {
+//		trainer.Main("my-run", "what it trains", trainer.Options{
+//			Env: "planpath", EnvConfig: envs.Config{Width: 6, Height: 6},
+//			Algo: "atgrpo", PerRole: true, Steps: 40,
+//		})
+//	}
+//
+// Run does the whole sequence on a runtime the caller made. To drive the
+// phases yourself, make a Trainer with New and call its methods in order:
+// WarmStart, Evaluate and Test (the starting point), Start (the algorithm),
+// Step once per RL step (Rollout then Update), Checkpoint, and Close.
+//
+// # Algorithms
+//
+// An Algorithm turns rollouts into policy updates. AT-GRPO ("atgrpo": tree
+// sampling with turn-wise groups), GRPO ("grpo": the same grouping for a
+// single agent) and JoyAgents-R1 ("joyagents": node-wise sampling, top-K
+// marginal-benefit groups, an evolving memory) are built in and chosen by
+// Options.Algo. To bring your own, implement Algorithm and set
+// Options.Algorithm:
+//
+//	type myAlgo struct{ t *trainer.Trainer }
+//
+//	func (a *myAlgo) Name() string { return "mine" }
+//	func (a *myAlgo) Start(ctx context.Context, t *trainer.Trainer) error { a.t = t; return nil }
+//	func (a *myAlgo) Rollout(ctx context.Context) (trainer.Rollouts, error) {
+//		// sample with a.t.Team().Policies on a.t.NewEnv(-1) environments
+//	}
+//	func (a *myAlgo) Update(ctx context.Context, r trainer.Rollouts) (trainer.StepRecord, error) {
+//		// a.t.Team().Update(ctx, buffers) trains every policy actor
+//	}
+//	func (a *myAlgo) Stop(ctx context.Context) {}
+//
+// # Environments
+//
+// Environments are named in Options.Env and made by algorithms/envs
+// (envs.New). A new environment implements envs.Env (Roles, Observe, Step,
+// Done, Success, Clone), and joins envs' registry with bounds on its
+// observation and action lengths (the trainer sizes the policies' context
+// from envs.MaxObsLen and envs.MaxActionLen) and an expert for the warm
+// start's transcripts (envs.Transcripts).
+//
+// # Evaluation discipline
+//
+// Every default was tuned on the validation range (ValidationSeed..); the
+// test range (TestSeed..) is evaluated only before and after RL, greedy and
+// sampled, with standard errors, and is the one to report.
+package trainer

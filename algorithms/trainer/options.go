@@ -1,0 +1,314 @@
+package trainer
+
+import (
+	"io"
+	"time"
+
+	"troupe/algorithms/atgrpo"
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+)
+
+// ValidationSeed is the first seed of the validation range: episodes
+// ValidationSeed..ValidationSeed+n-1. Every development decision of this
+// project (observations, rewards, defaults) was made looking at these grids,
+// so they measure nothing unseen. Warm-start transcripts use seeds from 0 up
+// (far below) and training environments use 64-bit derived seeds.
+const ValidationSeed = 1_000_000
+
+// HeldOutSeed is ValidationSeed (its former name).
+const HeldOutSeed = ValidationSeed
+
+// TestSeed is the first seed of the test range, TestSeed..TestSeed+n-1:
+// grids no decision looked at. Report results on it, tune on the
+// validation range.
+const TestSeed = 3_000_000
+
+// Options configure one run.
+type Options struct {
+	Name      string // run label (plots, logs)
+	Env       string // environment or preset
+	EnvConfig envs.Config
+	// Algo names a built-in algorithm: "atgrpo" (default), "grpo" or
+	// "joyagents" (Algorithms lists them). Algorithm, if set, is used
+	// instead: a user's own.
+	Algo      string
+	Algorithm Algorithm `json:"-"`
+	PerRole   bool
+	Single    bool // single-agent baseline (EnvConfig.Single)
+
+	Layers, Heads, Width int
+	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
+	// (KVHeads key/value heads; 0: Heads).
+	Arch    string
+	KVHeads int
+	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	// policy starts from (with its tokenizer and chat template) instead of
+	// a from-scratch model.
+	ModelDir string
+	// LoRARank > 0 trains LoRA adapters of that rank (alpha 2·rank, every
+	// projection of a block) on a frozen base of the Llama family, one
+	// per policy; SharedBase puts every role's adapter in one actor on
+	// one base (per-role policies only); BaseBF16 keeps the base in BF16.
+	LoRARank   int
+	SharedBase bool
+	BaseBF16   bool
+	// ComputeBF16 runs the Llama family's matmuls in BF16 (mixed precision).
+	ComputeBF16 bool
+
+	Steps    int // RL steps (0: warm start and evaluation only)
+	K        int // AT-GRPO branches / JoyAgents G
+	Envs     int // environments per step
+	LR       float32
+	Epochs   int // PPO epochs: passes over each step's batch
+	Seed     int64
+	MaxTurns int // 0: the environment's budget
+
+	// MiniBatch is the PPO mini-batch in samples, one optimiser step each
+	// (0: agent.DefaultMiniBatch, 16, verl's ppo_mini_batch_size in
+	// PettingLLMs; -1: the whole batch in one step).
+	MiniBatch int
+	// Shuffle permutes each batch before splitting it (verl: off).
+	Shuffle bool
+	// Aggregation is the loss aggregation by verl's name: "token-mean"
+	// (default, as PettingLLMs), "seq-mean-token-mean" or
+	// "seq-mean-token-sum-norm" (Dr. GRPO).
+	Aggregation string
+	// Filter and FilterRatio are PettingLLMs' group filter (rl.GroupFilter:
+	// "", "mean", "std", "dapo", "uid").
+	Filter      string
+	FilterRatio float64
+	// DrMAS normalises advantages per (environment instance, agent), as
+	// Dr. MAS does, instead of per group.
+	DrMAS bool
+
+	JoyTopK   int  // JoyAgents top-K groups (0: joyagents.DefaultTopK; -1: all)
+	JoyMemory bool // JoyAgents memory
+	// JoyNoHint and JoyNoReuse turn off the two ways an agent reads its
+	// memory: retrieved answers in the prompt, and reuse of a
+	// near-duplicate's answer without sampling.
+	JoyNoHint, JoyNoReuse bool
+	// JoyThreshold is the memory's insert/remove rule: "pooled" (default)
+	// or "group-z" (the paper's μ ± 1.96σ inside each group).
+	JoyThreshold string
+	// JoyEvalNoMemory evaluates JoyAgents policies without their memory.
+	JoyEvalNoMemory bool
+	// JoyMemoryPerStep evolves the memory once per step, in the update,
+	// instead of after every node position during sampling.
+	JoyMemoryPerStep bool
+
+	// EnvActors > 0 hosts the training environments in that many
+	// environment host actors (envs.Pool) instead of stepping them in the
+	// driver; the run is the same.
+	EnvActors int
+
+	// Init, if set, is a checkpoint path prefix: policy <name> starts from
+	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
+	// Llama) (e.g. "runs/x/warm-") and the warm start
+	// is skipped.
+	Init         string
+	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
+	WarmEpochs   int     // SFT passes
+	WarmNoise    float64 // planner-side noise in transcripts (visits off-path states)
+	WarmLR       float32
+	// WarmHints is the share of warm-start examples shown with a memory
+	// hint (HintPrefix + an answer: the expert's with probability 3/4,
+	// another example's otherwise), so that a policy reads hints as the
+	// memory gives them (JoyAgents-R1 with memory; 0: none).
+	WarmHints float64
+
+	SampleTemp   float32 // training sampling temperature (0: 1)
+	EvalEpisodes int     // validation episodes of every evaluation (100)
+	EvalSeed     int64   // first validation seed (0: ValidationSeed)
+	EvalTemp     float32 // sampling temperature of evaluation (0: 1, on-policy)
+	EvalEvery    int     // steps between mid-training evaluations (0: start and end only)
+	// TestEpisodes > 0 evaluates the warm start and the final policies on
+	// the test range (TestSeed.., or TestSeedStart), greedy and sampled.
+	TestEpisodes  int
+	TestSeedStart int64
+	CkptEvery     int // steps between checkpoints (0: end only)
+
+	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
+	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
+	GPUsPerPolicy float64
+	// Backend is the policies' compute backend: "auto" (follow the
+	// placement), "cpu" or "cuda" (agent.Config.Backend).
+	Backend string
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
+
+	OutDir   string
+	Progress io.Writer `json:"-"` // progress bar (nil: none)
+	Log      io.Writer `json:"-"` // one-line messages (nil: none)
+}
+
+// Defaults fills zero fields with the planpath AT-GRPO defaults.
+func (o *Options) Defaults() {
+	if o.Env == "" {
+		o.Env = "planpath"
+	}
+	if o.Algo == "" {
+		o.Algo = "atgrpo"
+		if o.Algorithm != nil {
+			o.Algo = o.Algorithm.Name()
+		}
+	}
+	if o.Layers == 0 {
+		o.Layers = 2
+	}
+	if o.Heads == 0 {
+		o.Heads = 4
+	}
+	if o.Width == 0 {
+		o.Width = 64
+	}
+	if o.K == 0 {
+		o.K = 4
+	}
+	if o.Envs == 0 {
+		o.Envs = 8
+	}
+	if o.LR == 0 {
+		o.LR = 3e-4
+	}
+	if o.Epochs == 0 {
+		o.Epochs = 1
+	}
+	if o.WarmEpochs == 0 {
+		o.WarmEpochs = 3
+	}
+	if o.WarmLR == 0 {
+		o.WarmLR = 2e-3
+	}
+	if o.EvalEpisodes == 0 {
+		o.EvalEpisodes = 100
+	}
+	if o.EvalSeed == 0 {
+		o.EvalSeed = ValidationSeed
+	}
+	if o.TestSeedStart == 0 {
+		o.TestSeedStart = TestSeed
+	}
+	if o.Aggregation == "" {
+		o.Aggregation = grpo.TokenMean.String()
+	}
+	if o.Name == "" {
+		o.Name = o.Env + "-" + o.Algo
+	}
+}
+
+// Point is one evaluation.
+type Point struct {
+	Step     int     `json:"step"`
+	Success  float64 `json:"success"`
+	StdErr   float64 `json:"stderr"` // of Success
+	Episodes int     `json:"n"`
+	Reward   float64 `json:"reward"`
+	Invalid  float64 `json:"invalid"`
+	Reused   float64 `json:"reused,omitempty"` // share of actions answered from memory (JoyAgents)
+}
+
+// Test is the test-range evaluation of one set of policies.
+type Test struct {
+	Greedy, Sampled Point
+}
+
+// Result summarises a run.
+type Result struct {
+	Params      int               // parameters per policy
+	Policies    int               // number of policy actors
+	WarmSuccess float64           // validation success after the warm start (sampled)
+	WarmReward  float64           // validation team return after the warm start
+	Final       Point             // validation evaluation at the end (sampled)
+	FinalGreedy Point             // validation evaluation at the end, greedy
+	Evals       []Point           // every validation evaluation (sampled), step order
+	WarmTest    *Test             // test range after the warm start (TestEpisodes > 0)
+	FinalTest   *Test             // test range at the end (TestEpisodes > 0)
+	Steps       int               // RL steps run
+	Wall        time.Duration     // whole run including warm start and evals
+	WarmWall    time.Duration     // the warm start (SFT) alone
+	CPU         time.Duration     // process CPU time over the run (load-independent; all cells of a process share it)
+	TrainWall   time.Duration     // RL steps only
+	TestWall    time.Duration     // the test-range evaluations
+	StepWall    time.Duration     // mean wall time of an RL step
+	TokensPerS  float64           // generated+trained tokens per second of RL
+	Checkpoints map[string]string // final checkpoint files by policy name
+}
+
+// StepRecord is one JSONL line of metrics.jsonl. Kinds: "warm"; "step" (one
+// RL step: its training statistics); "eval" (validation range, sampled at
+// the evaluation temperature); "eval-greedy" (validation range, greedy);
+// "test" (test range, Decode "greedy" or "sampled", at steps 0 and the
+// last).
+type StepRecord struct {
+	Kind       string  `json:"kind"`
+	Step       int     `json:"step"`
+	Reward     float64 `json:"reward,omitempty"`
+	Success    float64 `json:"success"`
+	TeamReturn float64 `json:"team_return,omitempty"`
+	Loss       float64 `json:"loss,omitempty"`
+	Samples    int     `json:"samples,omitempty"`
+	TokensPerS float64 `json:"tokens_per_s,omitempty"`
+	Elapsed    float64 `json:"elapsed_s"`
+	Invalid    float64 `json:"invalid,omitempty"`
+
+	// Step statistics (kind "step"), averaged over the policies that
+	// trained; PPO figures token-weighted over their optimiser steps.
+	ClipFrac    float64 `json:"clip_frac"`     // share of tokens the PPO clip zeroed
+	ApproxKL    float64 `json:"approx_kl"`     // k3 estimate of KL(π_sampling ‖ π) over the trained tokens
+	Entropy     float64 `json:"entropy"`       // −mean log π of the sampled tokens
+	GradNorm    float64 `json:"grad_norm"`     // pre-clip gradient norm, mean over optimiser steps
+	ZeroAdv     float64 `json:"zero_adv_frac"` // share of the trained samples with advantage 0
+	SampledZero float64 `json:"sampled_zero_adv_frac,omitempty"`
+	Trained     int     `json:"trained,omitempty"`   // samples the policies trained on (after filter / top-K)
+	OptSteps    int     `json:"opt_steps,omitempty"` // optimiser steps, summed over policies
+	StepWall    float64 `json:"step_s,omitempty"`    // wall time of the step
+	MemReused   float64 `json:"mem_reused,omitempty"`
+	MemHinted   float64 `json:"mem_hinted,omitempty"`
+	MemSize     int     `json:"mem_size,omitempty"`
+	MemInserted int     `json:"mem_inserted,omitempty"`
+
+	// Evaluations (kinds "eval", "eval-greedy", "test").
+	Split    string  `json:"split,omitempty"`  // "validation" or "test"
+	Decode   string  `json:"decode,omitempty"` // "sampled" or "greedy"
+	Episodes int     `json:"n,omitempty"`
+	StdErr   float64 `json:"stderr,omitempty"`
+}
+
+// Context returns the model context a policy needs for env: BOS, the longest
+// observation, SEP, the longest action and EOS.
+func Context(env string, cfg envs.Config) (ctxLen, maxNew int, err error) {
+	obs, err := envs.MaxObsLen(env, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	act, err := envs.MaxActionLen(env, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	return obs + act + 3, act + 1, nil
+}
+
+// EnvFactory returns a factory of o's environment with the given seed
+// offset: instance i of evaluation gets seed base+i, training instances the
+// derived seed they are given (base < 0).
+func EnvFactory(env string, cfg envs.Config, base int64) atgrpo.EnvFactory {
+	return func(i int, seed int64) (envs.Env, error) {
+		if base >= 0 {
+			seed = base + int64(i)
+		}
+		return envs.New(env, cfg, seed)
+	}
+}
+
+// Budget is the turn cap used for training and evaluation: the largest
+// budget an environment may have (planpath: max(W+H, 2·shortest) ≤ 2·W·H;
+// we use the configured TurnBudget or a generous bound). Episodes end on their
+// own budget first.
+func Budget(cfg envs.Config) int {
+	if cfg.TurnBudget > 0 {
+		return cfg.TurnBudget
+	}
+	return 64
+}
