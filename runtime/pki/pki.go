@@ -60,6 +60,9 @@ var (
 	// ErrNoCAKey: this process cannot sign (it holds the CA certificate
 	// but not its key, e.g. operator-provided certificates).
 	ErrNoCAKey = errors.New("this node does not hold the cluster CA's key")
+	// ErrNotClusterCA: a node's certificate does not verify against the CA
+	// this process trusts (a node of another cluster, or the wrong CA file).
+	ErrNotClusterCA = errors.New("not from this cluster's CA")
 )
 
 // CA is a certificate authority: its certificate, and its key when this
@@ -553,7 +556,7 @@ func verifyChain(roots *x509.CertPool, certs []*x509.Certificate, usage x509.Ext
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		if errors.As(err, &inv) && inv.Reason == x509.Expired {
-			return fmt.Errorf("%w: %v", ErrExpired, err)
+			return fmt.Errorf("%w: %w", ErrExpired, err)
 		}
 	}
 	return err
@@ -597,8 +600,8 @@ func ClientTLS(ca *CA) *tls.Config {
 				return errors.New("the node sent no certificate")
 			}
 			if err := verifyChain(roots, cs.PeerCertificates, x509.ExtKeyUsageServerAuth); err != nil {
-				return fmt.Errorf("node certificate %q is not from this cluster's CA (%s): %w",
-					cs.PeerCertificates[0].Subject.CommonName, Hash(ca.Cert), err)
+				return fmt.Errorf("node certificate %q is %w (%s): %w",
+					cs.PeerCertificates[0].Subject.CommonName, ErrNotClusterCA, Hash(ca.Cert), err)
 			}
 			return nil
 		},

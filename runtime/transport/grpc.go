@@ -62,14 +62,15 @@ func NewServer(o Options, extra ...grpc.ServerOption) *grpc.Server {
 // token with every RPC, encodes with msgpack and bounds message sizes. The
 // connection is lazy: errors show on the first RPC.
 func Dial(addr string, o Options, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
+	cause := new(connCause)
+	var creds credentials.TransportCredentials = plainCreds{insecure.NewCredentials(), cause}
 	if o.Security.Client != nil {
-		creds = tlsCreds{credentials.NewTLS(o.Security.Client)}
+		creds = tlsCreds{credentials.NewTLS(o.Security.Client), cause}
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(TokenCredentials{Token: o.Security.Token}),
-		grpc.WithChainUnaryInterceptor(decodeInterceptor, plainHint(o.Security.Client == nil)),
+		grpc.WithChainUnaryInterceptor(decodeInterceptor, causeInterceptor(cause)),
 		grpc.WithDefaultCallOptions(
 			grpc.CallContentSubtype(CodecName),
 			grpc.MaxCallRecvMsgSize(o.maxSize()),
