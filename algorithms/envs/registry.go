@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Sentinel errors returned by New and Transcripts.
@@ -61,14 +62,71 @@ type Preset struct {
 	Doc    string // one line of description
 }
 
-// constructor builds one episode of an environment.
-type constructor func(cfg Config, seed int64) (Env, error)
+// Spec describes an environment to Register: how to start an episode and
+// how long its texts can be, so that a policy's context and generation
+// budget can be sized before any episode is played. An environment whose
+// episodes implement Expert can warm-start policies (Transcripts).
+// Observations and actions use only the characters of Alphabet, which the
+// policies' character tokenizer is built from.
+type Spec struct {
+	// New starts the episode of seed under cfg (zero fields: defaults).
+	New func(cfg Config, seed int64) (Env, error)
+	// MaxObsLen bounds the length in bytes of any observation under cfg.
+	MaxObsLen func(cfg Config) (int, error)
+	// MaxActionLen is the length in bytes of the longest well-formed
+	// action under cfg.
+	MaxActionLen func(cfg Config) (int, error)
+}
 
-var constructors = map[string]constructor{
-	"planpath": newPlanPath,
-	"sudoku4":  newSudoku4,
-	"sokoban":  newSokoban,
-	"arith":    newArith,
+// ErrRegister reports a Register call with a taken name or an incomplete
+// Spec.
+var ErrRegister = errors.New("envs: cannot register environment")
+
+// mu guards the following: the registry, written by Register (usually from
+// init functions, like actors.Register, so that worker processes running
+// the same binary know the same environments) and read by everything else.
+var (
+	mu    sync.RWMutex
+	specs = map[string]Spec{
+		"planpath": {New: newPlanPath, MaxObsLen: planPathMaxObs, MaxActionLen: planPathMaxAction},
+		"sudoku4":  {New: newSudoku4, MaxObsLen: sudoku4MaxObs, MaxActionLen: sudoku4MaxAction},
+		"sokoban":  {New: newSokoban, MaxObsLen: sokobanMaxObs, MaxActionLen: sokobanMaxAction},
+		"arith":    {New: newArith, MaxObsLen: arithMaxObsLen, MaxActionLen: arithMaxAction},
+	}
+)
+
+// Register adds environment name, so that New, Transcripts, the
+// environment host actors and the trainer accept it. Call it from an init
+// function of the program (every process of a job then knows it).
+func Register(name string, s Spec) error {
+	if name == "" || s.New == nil || s.MaxObsLen == nil || s.MaxActionLen == nil {
+		return fmt.Errorf("%w %q: a name, New, MaxObsLen and MaxActionLen are required", ErrRegister, name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, taken := specs[name]; taken {
+		return fmt.Errorf("%w %q: the name is taken", ErrRegister, name)
+	}
+	if _, taken := presets[name]; taken {
+		return fmt.Errorf("%w %q: a preset has that name", ErrRegister, name)
+	}
+	specs[name] = s
+	return nil
+}
+
+// MustRegister is Register that panics on error, for init functions.
+func MustRegister(name string, s Spec) {
+	if err := Register(name, s); err != nil {
+		panic(err)
+	}
+}
+
+// lookup returns the Spec of an environment (not preset) name.
+func lookup(name string) (Spec, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	s, ok := specs[name]
+	return s, ok
 }
 
 var presets = map[string]Preset{
@@ -85,8 +143,10 @@ var presets = map[string]Preset{
 
 // Names lists the environment names accepted by New, sorted.
 func Names() []string {
-	out := make([]string, 0, len(constructors))
-	for n := range constructors {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(specs))
+	for n := range specs {
 		out = append(out, n)
 	}
 	sort.Strings(out)
@@ -112,7 +172,7 @@ func LookupPreset(name string) (Preset, bool) {
 // Resolve maps an environment or preset name to the environment name and the
 // configuration New would use: cfg's non-zero fields override the preset's.
 func Resolve(name string, cfg Config) (string, Config, error) {
-	if _, ok := constructors[name]; ok {
+	if _, ok := lookup(name); ok {
 		return name, cfg, nil
 	}
 	p, ok := presets[name]
@@ -162,7 +222,8 @@ func New(name string, cfg Config, seed int64) (Env, error) {
 	if cfg.TurnBudget < 0 {
 		return nil, fmt.Errorf("%w: %s turn budget %d < 0", ErrBadConfig, envName, cfg.TurnBudget)
 	}
-	e, err := constructors[envName](cfg, seed)
+	spec, _ := lookup(envName)
+	e, err := spec.New(cfg, seed)
 	if err != nil {
 		return nil, fmt.Errorf("new %s (seed %d): %w", envName, seed, err)
 	}
@@ -186,33 +247,8 @@ func MaxObsLen(name string, cfg Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	switch envName {
-	case "planpath":
-		c, err := planPathConfig(cfg)
-		if err != nil {
-			return 0, err
-		}
-		// "p a14 g52 n:UDLR m:" + moves + "*" + " t:" + moves + " " +
-		// grid rows joined by '/' (the planner's is the longer).
-		return 19 + c.moves + 1 + 3 + c.moves + 1 + c.w*c.h + c.h - 1, nil
-	case "sokoban":
-		c, err := sokobanConfig(cfg)
-		if err != nil {
-			return 0, err
-		}
-		iw, ih := c.w-2, c.h-2
-		// "p a12 b22 g33 c:" + moves + " " + interior rows.
-		return 16 + max(2, c.moves) + 1 + iw*ih + ih - 1, nil
-	case "sudoku4":
-		return 2 + 19 + 3 + 6, nil // "r " board " v:" fill
-	case "arith":
-		k := cfg.Steps
-		if k == 0 {
-			k = 3
-		}
-		return arithMaxObs(k), nil
-	}
-	return 0, fmt.Errorf("%w %q", ErrUnknownEnv, name)
+	spec, _ := lookup(envName)
+	return spec.MaxObsLen(cfg)
 }
 
 // MaxActionLen is the length in bytes of the longest well-formed action of
@@ -222,26 +258,60 @@ func MaxActionLen(name string, cfg Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	switch envName {
-	case "planpath":
-		c, err := planPathConfig(cfg)
-		if err != nil {
-			return 0, err
-		}
-		return c.moves, nil
-	case "sokoban":
-		c, err := sokobanConfig(cfg)
-		if err != nil {
-			return 0, err
-		}
-		return max(2, c.moves), nil
-	case "sudoku4":
-		return 6, nil
-	case "arith":
-		return maxExprLen, nil
-	}
-	return 0, fmt.Errorf("%w %q", ErrUnknownEnv, name)
+	spec, _ := lookup(envName)
+	return spec.MaxActionLen(cfg)
 }
+
+// The built-in environments' bounds.
+
+func planPathMaxObs(cfg Config) (int, error) {
+	c, err := planPathConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	// "p a14 g52 n:UDLR m:" + moves + "*" + " t:" + moves + " " +
+	// grid rows joined by '/' (the planner's is the longer).
+	return 19 + c.moves + 1 + 3 + c.moves + 1 + c.w*c.h + c.h - 1, nil
+}
+
+func planPathMaxAction(cfg Config) (int, error) {
+	c, err := planPathConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	return c.moves, nil
+}
+
+func sokobanMaxObs(cfg Config) (int, error) {
+	c, err := sokobanConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	iw, ih := c.w-2, c.h-2
+	// "p a12 b22 g33 c:" + moves + " " + interior rows.
+	return 16 + max(2, c.moves) + 1 + iw*ih + ih - 1, nil
+}
+
+func sokobanMaxAction(cfg Config) (int, error) {
+	c, err := sokobanConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	return max(2, c.moves), nil
+}
+
+func sudoku4MaxObs(Config) (int, error)    { return 2 + 19 + 3 + 6, nil } // "r " board " v:" fill
+func sudoku4MaxAction(Config) (int, error) { return 6, nil }
+
+func arithMaxObsLen(cfg Config) (int, error) {
+	k := cfg.Steps
+	if k == 0 {
+		k = 3
+	}
+	return arithMaxObs(k), nil
+}
+
+func arithMaxAction(Config) (int, error) { return maxExprLen, nil }
 
 // newRand returns the deterministic generator for a seed; salt separates
 // independent streams drawn from one seed.

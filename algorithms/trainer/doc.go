@@ -45,12 +45,23 @@
 //
 // # Environments
 //
-// Environments are named in Options.Env and made by algorithms/envs
-// (envs.New). A new environment implements envs.Env (Roles, Observe, Step,
-// Done, Success, Clone), and joins envs' registry with bounds on its
-// observation and action lengths (the trainer sizes the policies' context
-// from envs.MaxObsLen and envs.MaxActionLen) and an expert for the warm
-// start's transcripts (envs.Transcripts).
+// Environments are named in Options.Env and made by algorithms/envs. Your
+// own implements envs.Env (Roles, Observe, Step, Turn, Done, Success,
+// Clone), and envs.Expert if it is to be warm-started, and is registered
+// from an init function with its text bounds, which size the policies'
+// context:
+//
+//	func init() {
+//		envs.MustRegister("echo", envs.Spec{
+//			New:          newEcho, // func(envs.Config, int64) (envs.Env, error)
+//			MaxObsLen:    func(envs.Config) (int, error) { return 3, nil },
+//			MaxActionLen: func(envs.Config) (int, error) { return 1, nil },
+//		})
+//	}
+//
+// Registering in init makes the environment known to every process of the
+// job, so environment host actors (Options.EnvActors) can make it too.
+// Observations and actions use the characters of envs.Alphabet.
 //
 // # Evaluation discipline
 //
