@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the model-family speed comparison behind the README's "Session 8"
+# Runs the model-family speed comparison behind docs/performance.md's model
 # table: troupe's BenchmarkLlama against the plain PyTorch module of
 # algorithms/policy/testdata/llama/bench_torch.py, in alternating rounds
 # (troupe, then PyTorch, benchmark by benchmark), with a STREAM-style copy

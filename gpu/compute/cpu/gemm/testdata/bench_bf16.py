@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs, in one session, the float32 family products (BenchmarkFamily, fwd
+"""Runs, in one process run, the float32 family products (BenchmarkFamily, fwd
 and dX), the same products with BF16 weights (BenchmarkBF16), the FMA and
 VDPBF16PS peaks, the decode matrix–vector products (BenchmarkDecode) and
 STREAM copy, `--runs` times, and prints two markdown tables (best of the
