@@ -91,8 +91,13 @@ func benchModel(b *testing.B, cfg hf.Config) *Llama { return benchModelDT(b, cfg
 
 // benchModelDT is benchModel computing in dt (SetComputeDType).
 func benchModelDT(b *testing.B, cfg hf.Config, dt hf.DType) *Llama {
+	return benchModelOn(b, cpu.New(), cfg, dt)
+}
+
+// benchModelOn is benchModelDT on the backend be.
+func benchModelOn(b *testing.B, be *cpu.Backend, cfg hf.Config, dt hf.DType) *Llama {
 	resetPeakRSS()
-	m, err := NewLlama(cpu.New(), cfg, 1)
+	m, err := NewLlama(be, cfg, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -186,7 +191,12 @@ func benchLlamaDecode(b *testing.B, cfg hf.Config, B, n int, transposed bool, dt
 // benchLlamaTrain: full fine-tuning steps (forward, backward, AdamW) on
 // B×T tokens.
 func benchLlamaTrain(b *testing.B, cfg hf.Config, B, T int, dt hf.DType) {
-	m := benchModelDT(b, cfg, dt)
+	benchLlamaTrainOn(b, cpu.New(), cfg, B, T, dt)
+}
+
+// benchLlamaTrainOn is benchLlamaTrain on the backend be.
+func benchLlamaTrainOn(b *testing.B, be *cpu.Backend, cfg hf.Config, B, T int, dt hf.DType) {
+	m := benchModelOn(b, be, cfg, dt)
 	defer m.Free()
 	seqs := make([][]int32, B)
 	for i := range seqs {

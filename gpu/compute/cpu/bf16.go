@@ -48,7 +48,7 @@ func (b *Backend) MatmulForwardBF16(out, inp compute.Buffer, weight []uint16, bi
 		}
 		beta = 1
 	}
-	gemm.GemmBF16(false, true, N, OC, C, 1, in, C, weight, C, beta, o, OC)
+	gemm.GemmBF16(b.gemm, false, true, N, OC, C, 1, in, C, weight, C, beta, o, OC)
 }
 
 // MatmulBackwardInputBF16 implements compute.BF16Matmuler: dinp += dout·W by
@@ -78,7 +78,7 @@ func (b *Backend) MatmulBackwardInputBF16(dinp, dout compute.Buffer, weight []ui
 	if fresh {
 		beta = 0
 	}
-	gemm.GemmBF16(false, false, N, C, OC, 1, do, OC, weight, C, beta, di, C)
+	gemm.GemmBF16(b.gemm, false, false, N, C, OC, 1, do, OC, weight, C, beta, di, C)
 }
 
 // widenBF16 returns w widened to float32 (exact).
@@ -152,7 +152,7 @@ func (b *Backend) MatmulBackwardWeightBF16(dweight, dbias, dout, inp compute.Buf
 	at, bb := b.bfA[:OC*N], b.bfB[:N*C]
 	b.roundBF16(bb, in)
 	b.roundTransposeBF16(at, do, N, OC)
-	gemm.GemmBF16(false, false, OC, C, N, 1, at, N, bb, C, beta, dw, C)
+	gemm.GemmBF16(b.gemm, false, false, OC, C, N, 1, at, N, bb, C, beta, dw, C)
 }
 
 // RoundBF16 implements compute.BF16Matmuler.

@@ -3,7 +3,8 @@
 // going through the gemm micro-kernel (package gpu/compute/cpu/gemm) and the other
 // kernels fused and parallel over cores.
 //
-// New returns the fast backend. NewReference returns the same Backend run on
+// New returns the fast backend, NewWithConfig one with its thread count and
+// matmul micro-kernel chosen (Config). NewReference returns the same Backend run on
 // the plain reference kernels (ref.go: llm.c transcribed; ref_decoder.go:
 // the decoder ops; float64 accumulation, single-threaded); the tests hold
 // the fast kernels to it, and
@@ -12,7 +13,10 @@ package cpu
 
 import (
 	"fmt"
+
 	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu/gemm"
+	"troupe/gpu/compute/cpu/internal/par"
 )
 
 // Buf is a float32 buffer in host memory.
@@ -57,8 +61,9 @@ func (b *IntBuf) Data() []int32 { return b.d }
 
 // Backend is the CPU implementation of compute.Backend. Use New or NewReference.
 type Backend struct {
-	ref bool
-	err error
+	ref  bool
+	gemm *gemm.Engine // every matmul's threads and micro-kernel (Config)
+	err  error
 
 	// per-chunk scratch for the fast kernels, grown on demand and reused so a
 	// training step does not allocate
@@ -79,11 +84,43 @@ type Backend struct {
 
 var _ compute.Backend = (*Backend)(nil)
 
-// New returns the fast CPU backend.
-func New() *Backend { return &Backend{} }
+// Config is how a fast Backend computes. The zero value is New's: every
+// core, and the fastest matmul micro-kernel this CPU runs.
+type Config struct {
+	// Threads is how many goroutines one op may use; 0 means
+	// runtime.GOMAXPROCS(0).
+	Threads int
+	// ISA names the matmul micro-kernel, one of gemm.ISAs(); "" means the
+	// first (fastest). Kernels sum in different orders, so pinning one
+	// gives the same results on every CPU that has it.
+	ISA string
+}
+
+// New returns the fast CPU backend with the zero Config.
+func New() *Backend { return &Backend{gemm: gemm.Default()} }
+
+// NewWithConfig returns the fast CPU backend configured by c. It fails when
+// c.Threads is negative or this CPU cannot run c.ISA.
+func NewWithConfig(c Config) (*Backend, error) {
+	g, err := gemm.New(gemm.Config{Threads: c.Threads, ISA: c.ISA})
+	if err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
+	}
+	return &Backend{gemm: g}, nil
+}
 
 // NewReference returns a CPU backend that runs the reference kernels.
-func NewReference() *Backend { return &Backend{ref: true} }
+func NewReference() *Backend { return &Backend{ref: true, gemm: gemm.Default()} }
+
+// Config reports b's settings, defaults filled in.
+func (b *Backend) Config() Config {
+	c := b.gemm.Config()
+	return Config{Threads: c.Threads, ISA: c.ISA}
+}
+
+// workers is the number of chunks an op may split its work into
+// (parallelFor); per-chunk scratch arrays are sized by it.
+func (b *Backend) workers() int { return min(b.gemm.Threads(), par.Parts()) }
 
 // Name is "cpu" or "cpu-ref".
 func (b *Backend) Name() string {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+
 	"troupe/gpu/compute"
+	"troupe/gpu/compute/cpu/gemm"
 )
 
 // Tolerances. Fast vs reference: the fast kernels accumulate in float32
@@ -248,6 +251,45 @@ func TestFastMatchesReference(t *testing.T) {
 					assertClose(t, fmt.Sprintf("out%d", i), got[i], want[i], tolFast)
 				}
 			})
+		}
+	}
+}
+
+// TestConfig: a Backend made with NewWithConfig reports its Config, runs
+// every op on one thread and under every micro-kernel this CPU has within
+// the reference's tolerance, and an invalid Config is refused.
+func TestConfig(t *testing.T) {
+	if c, want := New().Config(), (Config{Threads: runtime.GOMAXPROCS(0), ISA: gemm.ISAs()[0]}); c != want {
+		t.Errorf("New().Config() = %+v, want %+v", c, want)
+	}
+	for _, c := range []Config{{Threads: -1}, {ISA: "nope"}} {
+		if _, err := NewWithConfig(c); !errors.Is(err, gemm.ErrBadArgs) {
+			t.Errorf("NewWithConfig(%+v) = %v, want gemm.ErrBadArgs", c, err)
+		}
+	}
+	for _, isa := range gemm.ISAs() {
+		c := Config{Threads: 1, ISA: isa}
+		be, err := NewWithConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := be.Config(); got != c {
+			t.Errorf("NewWithConfig(%+v).Config() = %+v", c, got)
+		}
+		for _, oc := range opCases {
+			for si, s := range shapes[4:] {
+				t.Run(fmt.Sprintf("%s/%s/%d", isa, oc.name, si), func(t *testing.T) {
+					fast, ref := env{t, be}, env{t, NewReference()}
+					got := oc.run(fast, rand.New(rand.NewPCG(uint64(si), 2)), s)
+					want := oc.run(ref, rand.New(rand.NewPCG(uint64(si), 2)), s)
+					if err := fast.be.Sync(); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						assertClose(t, fmt.Sprintf("out%d", i), got[i], want[i], tolFast)
+					}
+				})
+			}
 		}
 	}
 }

@@ -4,11 +4,10 @@ import (
 	"math"
 
 	"troupe/gpu/compute"
-	"troupe/gpu/compute/cpu/gemm"
 )
 
 // Fast kernels: every matmul (including the ones inside attention) goes
-// through gemm.Sgemm; the rest are float32 loops parallel over rows or heads
+// through the Backend's gemm.Engine; the rest are float32 loops parallel over rows or heads
 // through the shared pool, with per-chunk scratch reused across calls.
 
 // Grain sizes: below these, one goroutine is faster than a fork/join.
@@ -19,7 +18,7 @@ const (
 
 // scratchFor returns per-chunk scratch slices of at least n floats.
 func (b *Backend) scratchFor(n int) [][]float32 {
-	w := workers()
+	w := b.workers()
 	if len(b.scratch) != w {
 		b.scratch = make([][]float32, w)
 	}
@@ -33,7 +32,7 @@ func (b *Backend) scratchFor(n int) [][]float32 {
 }
 
 func (b *Backend) partials() []float64 {
-	if w := workers(); len(b.partial) != w {
+	if w := b.workers(); len(b.partial) != w {
 		b.partial = make([]float64, w)
 	}
 	clear(b.partial)
@@ -104,7 +103,7 @@ func tanhf(x float32) float32 {
 
 // job resets and returns the Backend's job for kernel fn.
 func (b *Backend) newJob(fn func(j *job, chunk, lo, hi int)) *job {
-	b.job = job{fn: fn}
+	b.job = job{fn: fn, g: b.gemm, w: b.workers()}
 	return &b.job
 }
 
@@ -268,10 +267,10 @@ func lnBackwardDots(x, d, w []float32, m, s float32) (dm, dnm float32) {
 
 func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
 	if bias != nil {
-		gemm.SgemmBias(false, true, N, OC, C, 1, inp, C, weight, C, bias, out, OC)
+		b.gemm.SgemmBias(false, true, N, OC, C, 1, inp, C, weight, C, bias, out, OC)
 		return
 	}
-	gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, 0, out, OC)
+	b.gemm.Sgemm(false, true, N, OC, C, 1, inp, C, weight, C, 0, out, OC)
 }
 
 // matmulBackward accumulates the gradients; those marked fresh (dinp,
@@ -284,10 +283,10 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 		}
 	}
 	if dinp != nil {
-		gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, beta[0], dinp, C)
+		b.gemm.Sgemm(false, false, N, C, OC, 1, dout, OC, weight, C, beta[0], dinp, C)
 	}
 	if dweight != nil {
-		gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, beta[1], dweight, C)
+		b.gemm.Sgemm(true, false, OC, C, N, 1, dout, OC, inp, C, beta[1], dweight, C)
 	}
 	if dbias != nil {
 		// column sums as a (1×N)·(N×OC) product with a ones vector
@@ -297,7 +296,7 @@ func (b *Backend) matmulBackward(dinp, dweight, dbias, dout, inp, weight []float
 				b.ones[i] = 1
 			}
 		}
-		gemm.Sgemm(false, false, 1, OC, N, 1, b.ones, N, dout, OC, beta[2], dbias, OC)
+		b.gemm.Sgemm(false, false, 1, OC, N, 1, b.ones, N, dout, OC, beta[2], dbias, OC)
 	}
 }
 
@@ -338,12 +337,12 @@ func kAttentionForward(j *job, _, lo, hi int) {
 		// masked entries each block leaves.
 		for r0 := 0; r0 < T; r0 += attBlock {
 			r1 := min(r0+attBlock, T)
-			gemm.Sgemm(false, true, r1-r0, r1, hs, scale, q[r0*C3:], C3, k, C3, 0, a[r0*T:], T)
+			j.g.Sgemm(false, true, r1-r0, r1, hs, scale, q[r0*C3:], C3, k, C3, 0, a[r0*T:], T)
 		}
 		softmaxRowsCausal(a, T)
 		for r0 := 0; r0 < T; r0 += attBlock {
 			r1 := min(r0+attBlock, T)
-			gemm.Sgemm(false, false, r1-r0, hs, r1, 1, a[r0*T:], T, v, C3, 0, o[r0*C:], C)
+			j.g.Sgemm(false, false, r1-r0, hs, r1, 1, a[r0*T:], T, v, C3, 0, o[r0*C:], C)
 		}
 	}
 }
@@ -388,8 +387,8 @@ func kAttentionBackward(j *job, chunk, lo, hi int) {
 		for r0 := 0; r0 < T; r0 += attBlock {
 			r1 := min(r0+attBlock, T)
 			// datt = dout · Vᵀ ; dV += attᵀ · dout
-			gemm.Sgemm(false, true, r1-r0, r1, hs, 1, do[r0*C:], C, v, C3, 0, d[r0*T:], T)
-			gemm.Sgemm(true, false, r1, hs, r1-r0, 1, a[r0*T:], T, do[r0*C:], C, 1, dv, C3)
+			j.g.Sgemm(false, true, r1-r0, r1, hs, 1, do[r0*C:], C, v, C3, 0, d[r0*T:], T)
+			j.g.Sgemm(true, false, r1, hs, r1-r0, 1, a[r0*T:], T, do[r0*C:], C, 1, dv, C3)
 			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
 			for t := r0; t < r1; t++ {
 				ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
@@ -403,8 +402,8 @@ func kAttentionBackward(j *job, chunk, lo, hi int) {
 				clear(dr[t+1:])
 			}
 			// dQ += dpre · K ; dK += dpreᵀ · Q
-			gemm.Sgemm(false, false, r1-r0, hs, r1, 1, d[r0*T:], T, k, C3, 1, dq[r0*C3:], C3)
-			gemm.Sgemm(true, false, r1, hs, r1-r0, 1, d[r0*T:], T, q[r0*C3:], C3, 1, dk, C3)
+			j.g.Sgemm(false, false, r1-r0, hs, r1, 1, d[r0*T:], T, k, C3, 1, dq[r0*C3:], C3)
+			j.g.Sgemm(true, false, r1, hs, r1-r0, 1, d[r0*T:], T, q[r0*C3:], C3, 1, dk, C3)
 		}
 	}
 }
@@ -434,7 +433,7 @@ func kAttentionDecode(j *job, chunk, lo, hi int) {
 		q := qkv[bb*3*C+h*hs:][:hs]
 		rows := cache[bb*maxT*C2:]
 		// scores (1×pos+1) = q·Kᵀ, K rows strided by 2C in the cache
-		gemm.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
+		j.g.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
 		maxv := w[0]
 		for _, x := range w[1:] {
 			maxv = max(maxv, x)
@@ -444,7 +443,7 @@ func kAttentionDecode(j *job, chunk, lo, hi int) {
 			w[s] *= inv
 		}
 		// out (1×hs) = weights · V
-		gemm.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
+		j.g.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
 	}
 }
 
@@ -675,7 +674,7 @@ func (b *Backend) matmulForwardT(out, inp, weightT, bias []float32, N, C, OC int
 		}
 	}
 	if N > 8 || OC < 64 || N*C*OC < 1<<17 {
-		gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
+		b.gemm.Sgemm(false, false, N, OC, C, 1, inp, C, weightT, OC, beta, out, OC)
 		return
 	}
 	// A few rows (decoding) are matrix-vector products that gemm runs on one
@@ -692,5 +691,5 @@ func kMatmulColumns(j *job, _, lo, hi int) {
 	out, inp, weightT := j.f[0], j.f[1], j.f[2]
 	N, C, OC := j.n[0], j.n[1], j.n[2]
 	c0, c1 := lo*16, min(hi*16, OC)
-	gemm.Sgemm(false, false, N, c1-c0, C, 1, inp, C, weightT[c0:], OC, j.x[0], out[c0:], OC)
+	j.g.Sgemm(false, false, N, c1-c0, C, 1, inp, C, weightT[c0:], OC, j.x[0], out[c0:], OC)
 }

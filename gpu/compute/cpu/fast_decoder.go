@@ -294,9 +294,9 @@ func kSwiGLUBackward(j *job, _, lo, hi int) {
 
 // prodNT: c (m×n, ldc) = alpha · a (m×k, lda) · bᵀ, b (n×k, ldb), c
 // overwritten; gemm from gemmMinT on, else dot products.
-func prodNT(useGemm bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+func prodNT(g *gemm.Engine, useGemm bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if useGemm {
-		gemm.Sgemm(false, true, m, n, k, alpha, a, lda, b, ldb, 0, c, ldc)
+		g.Sgemm(false, true, m, n, k, alpha, a, lda, b, ldb, 0, c, ldc)
 		return
 	}
 	for i := 0; i < m; i++ {
@@ -311,9 +311,9 @@ func prodNT(useGemm bool, m, n, k int, alpha float32, a []float32, lda int, b []
 }
 
 // prodNN: c (m×n) = a (m×k) · b (k×n) (+ c when acc).
-func prodNN(useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb int, acc bool, c []float32, ldc int) {
+func prodNN(g *gemm.Engine, useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb int, acc bool, c []float32, ldc int) {
 	if useGemm {
-		gemm.Sgemm(false, false, m, n, k, 1, a, lda, b, ldb, beta(acc), c, ldc)
+		g.Sgemm(false, false, m, n, k, 1, a, lda, b, ldb, beta(acc), c, ldc)
 		return
 	}
 	for i := 0; i < m; i++ {
@@ -331,9 +331,9 @@ func prodNN(useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb in
 }
 
 // prodTN: c (m×n) = aᵀ · b, a (k×m), b (k×n) (+ c when acc).
-func prodTN(useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb int, acc bool, c []float32, ldc int) {
+func prodTN(g *gemm.Engine, useGemm bool, m, n, k int, a []float32, lda int, b []float32, ldb int, acc bool, c []float32, ldc int) {
 	if useGemm {
-		gemm.Sgemm(true, false, m, n, k, 1, a, lda, b, ldb, beta(acc), c, ldc)
+		g.Sgemm(true, false, m, n, k, 1, a, lda, b, ldb, beta(acc), c, ldc)
 		return
 	}
 	if !acc {
@@ -443,18 +443,18 @@ func kGQAttentionForward(j *job, _, lo, hi int) {
 		o := d.out[qo:]
 		pairBlocks(T, nb, pj, func(r0, r1 int) {
 			if bf {
-				gemm.GemmBF16(false, true, r1-r0, r1, HD, d.scale, d.qh[qo+r0*qs:], qs, d.kh[ko:], ks, 0, a[r0*T:], T)
+				gemm.GemmBF16(j.g, false, true, r1-r0, r1, HD, d.scale, d.qh[qo+r0*qs:], qs, d.kh[ko:], ks, 0, a[r0*T:], T)
 			} else {
-				prodNT(d.useGemm, r1-r0, r1, HD, d.scale, d.q[qo+r0*qs:], qs, d.k[ko:], ks, a[r0*T:], T)
+				prodNT(j.g, d.useGemm, r1-r0, r1, HD, d.scale, d.q[qo+r0*qs:], qs, d.k[ko:], ks, a[r0*T:], T)
 			}
 			softmaxRowsCausalRange(a, T, r0, r1)
 			for t := r0; t < r1; t++ {
 				clear(a[t*T+r1 : t*T+T])
 			}
 			if bf {
-				gemm.GemmBF16(false, false, r1-r0, HD, r1, 1, a[r0*T:], T, d.vh[ko:], ks, 0, o[r0*qs:], qs)
+				gemm.GemmBF16(j.g, false, false, r1-r0, HD, r1, 1, a[r0*T:], T, d.vh[ko:], ks, 0, o[r0*qs:], qs)
 			} else {
-				prodNN(d.useGemm, r1-r0, HD, r1, a[r0*T:], T, d.v[ko:], ks, false, o[r0*qs:], qs)
+				prodNN(j.g, d.useGemm, r1-r0, HD, r1, a[r0*T:], T, d.v[ko:], ks, false, o[r0*qs:], qs)
 			}
 		})
 	}
@@ -495,7 +495,7 @@ func kGQAttentionBackwardQ(j *job, _, lo, hi int) {
 		a, dp := d.att[bh*T*T:(bh+1)*T*T], d.d[bh*T*T:(bh+1)*T*T]
 		pairBlocks(T, nb, pj, func(r0, r1 int) {
 			// datt = dout · Vᵀ on rows r0..r1, key columns 0..r1
-			prodNT(d.useGemm, r1-r0, r1, HD, 1, do[r0*qs:], qs, v, ks, dp[r0*T:], T)
+			prodNT(j.g, d.useGemm, r1-r0, r1, HD, 1, do[r0*qs:], qs, v, ks, dp[r0*T:], T)
 			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
 			for t := r0; t < r1; t++ {
 				ar, dr := a[t*T:t*T+t+1], dp[t*T:t*T+r1]
@@ -506,7 +506,7 @@ func kGQAttentionBackwardQ(j *job, _, lo, hi int) {
 				clear(dr[t+1:])
 			}
 			// dq (+)= dpre · K
-			prodNN(d.useGemm, r1-r0, HD, r1, dp[r0*T:], T, k, ks, !d.fresh[0], dq[r0*qs:], qs)
+			prodNN(j.g, d.useGemm, r1-r0, HD, r1, dp[r0*T:], T, k, ks, !d.fresh[0], dq[r0*qs:], qs)
 		})
 	}
 }
@@ -533,9 +533,9 @@ func kGQAttentionBackwardKV(j *job, _, lo, hi int) {
 				q, do := d.q[bb*T*qs+h*HD:], d.dout[bb*T*qs+h*HD:]
 				accV, accK := i > 0 || !d.fresh[2], i > 0 || !d.fresh[1]
 				// dv[s0:s1] (+)= att[s0:T, s0:s1]ᵀ · dout[s0:T]
-				prodTN(d.useGemm, s1-s0, HD, T-s0, a[s0*T+s0:], T, do[s0*qs:], qs, accV, dv[s0*ks:], ks)
+				prodTN(j.g, d.useGemm, s1-s0, HD, T-s0, a[s0*T+s0:], T, do[s0*qs:], qs, accV, dv[s0*ks:], ks)
 				// dk[s0:s1] (+)= dpre[s0:T, s0:s1]ᵀ · q[s0:T]
-				prodTN(d.useGemm, s1-s0, HD, T-s0, dp[s0*T+s0:], T, q[s0*qs:], qs, accK, dk[s0*ks:], ks)
+				prodTN(j.g, d.useGemm, s1-s0, HD, T-s0, dp[s0*T+s0:], T, q[s0*qs:], qs, accK, dk[s0*ks:], ks)
 			}
 		})
 	}

@@ -1,6 +1,9 @@
 package cpu
 
-import "troupe/gpu/compute/cpu/internal/par"
+import (
+	"troupe/gpu/compute/cpu/gemm"
+	"troupe/gpu/compute/cpu/internal/par"
+)
 
 // Kernels run through the persistent workers of package par, shared by
 // every Backend in the process (and by gemm): spawning goroutines per kernel
@@ -11,6 +14,8 @@ import "troupe/gpu/compute/cpu/internal/par"
 // allocates nothing (a closure would escape to the heap on every call).
 type job struct {
 	fn   func(j *job, chunk, lo, hi int)
+	g    *gemm.Engine // the Backend's, for the kernels' matmuls
+	w    int          // the Backend's workers(): at most this many chunks
 	f    [6][]float32
 	ints []int32
 	h    []uint16 // BF16 output of the rounding kernels
@@ -34,15 +39,11 @@ func (j *job) Run(c int) {
 	}
 }
 
-// workers is the number of chunks parallelFor may split work into; per-chunk
-// scratch arrays are sized by it.
-func workers() int { return par.Parts() }
-
-// parallelFor splits [0,n) into at most workers() contiguous chunks of at
+// parallelFor splits [0,n) into at most j.w contiguous chunks of at
 // least grain items and runs j.fn on each, chunk 0 on the calling goroutine. It
 // returns when all chunks are done. chunk indexes per-chunk scratch.
 func parallelFor(n, grain int, j *job) {
-	w := workers()
+	w := j.w
 	if grain < 1 {
 		grain = 1
 	}

@@ -18,8 +18,7 @@ func TestSgemmSteadyStateAllocs(t *testing.T) {
 		threads int
 		max     float64
 	}{{1, 0}, {2, 0}} {
-		old := Threads()
-		SetThreads(tc.threads)
+		e := engine(t, Config{Threads: tc.threads})
 		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 			lda, ldb := k, n
 			if tr[0] {
@@ -29,10 +28,10 @@ func TestSgemmSteadyStateAllocs(t *testing.T) {
 				ldb = k
 			}
 			got := testing.AllocsPerRun(20, func() {
-				Sgemm(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, 0, c, n)
-				Sgemm(tr[0], tr[1], 3, n, k, 1, a, lda, b, ldb, 0, c, n)
+				e.Sgemm(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, 0, c, n)
+				e.Sgemm(tr[0], tr[1], 3, n, k, 1, a, lda, b, ldb, 0, c, n)
 				if !tr[1] {
-					Sgemm(tr[0], false, 2, 1000, 140, 1, a, lda, b, 1000, 0, c, 1000) // parallel rows path
+					e.Sgemm(tr[0], false, 2, 1000, 140, 1, a, lda, b, 1000, 0, c, 1000) // parallel rows path
 				}
 			})
 			t.Logf("threads=%d trans=%v: %.1f allocs", tc.threads, tr, got)
@@ -40,7 +39,6 @@ func TestSgemmSteadyStateAllocs(t *testing.T) {
 				t.Errorf("threads=%d trans=%v: %.1f allocations per call pair, want ≤ %v", tc.threads, tr, got, tc.max)
 			}
 		}
-		SetThreads(old)
 	}
 }
 
@@ -58,21 +56,18 @@ func TestBF16SteadyStateAllocs(t *testing.T) {
 		paths = append(paths, "dp")
 	}
 	for _, path := range paths {
-		bf16Path = path
 		for _, threads := range []int{1, 2} {
-			old := Threads()
-			SetThreads(threads)
+			e := engine(t, Config{Threads: threads})
+			e.bf16Path = path
 			got := testing.AllocsPerRun(10, func() {
-				GemmBF16(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
-				GemmBF16(true, false, m, n, k, 1, ah, m, b, n, 0, c, n)
-				GemmBF16(false, true, 2, n, k, 1, ah, k, b, k, 0, c, n)
-				GemvBF16(n, k, 1, b, k, a, 0, c)
+				GemmBF16(e, false, true, m, n, k, 1, a, k, b, k, 0, c, n)
+				GemmBF16(e, true, false, m, n, k, 1, ah, m, b, n, 0, c, n)
+				GemmBF16(e, false, true, 2, n, k, 1, ah, k, b, k, 0, c, n)
+				e.GemvBF16(n, k, 1, b, k, a, 0, c)
 			})
-			SetThreads(old)
 			if got > 0 {
 				t.Errorf("path %s threads=%d: %.1f allocations per call set, want 0", path, threads, got)
 			}
 		}
 	}
-	bf16Path = ""
 }

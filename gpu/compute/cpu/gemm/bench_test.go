@@ -39,10 +39,8 @@ func gptShapes() []benchShape {
 	return s
 }
 
-func benchOne(b *testing.B, s benchShape, threads int, f func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
-	old := Threads()
-	SetThreads(threads)
-	defer SetThreads(old)
+// benchOne times f (an Engine's Sgemm, or Reference) on s.
+func benchOne(b *testing.B, s benchShape, f func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
 	r := rand.New(rand.NewSource(1))
 	lda, ldb := s.k, s.n
 	if s.ta {
@@ -95,7 +93,7 @@ func BenchmarkSgemm(b *testing.B) {
 		benchShape{"att64x64x32/NN", false, false, 64, 32, 64})
 	for _, th := range []int{1, 2} {
 		for _, s := range shapes {
-			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, th, Sgemm) })
+			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, engine(b, Config{Threads: th}).Sgemm) })
 		}
 	}
 }
@@ -104,17 +102,15 @@ func BenchmarkSgemm(b *testing.B) {
 // baseline the fast path is compared with.
 func BenchmarkReference(b *testing.B) {
 	for _, s := range []benchShape{{"512x512x512/NN", false, false, 512, 512, 512}, {"512x128x384/NN", false, false, 512, 384, 128}} {
-		b.Run(s.name, func(b *testing.B) { benchOne(b, s, 1, Reference) })
+		b.Run(s.name, func(b *testing.B) { benchOne(b, s, Reference) })
 	}
 }
 
 // BenchmarkPureGo is the blocked driver with the pure-Go micro-kernel (the
 // fallback when AVX2/FMA is missing).
 func BenchmarkPureGo(b *testing.B) {
-	old := ISA()
-	SetISA("go")
-	defer SetISA(old)
-	b.Run("t1/512x512x512/NN", func(b *testing.B) { benchOne(b, benchShape{"", false, false, 512, 512, 512}, 1, Sgemm) })
+	e := engine(b, Config{Threads: 1, ISA: "go"})
+	b.Run("t1/512x512x512/NN", func(b *testing.B) { benchOne(b, benchShape{"", false, false, 512, 512, 512}, e.Sgemm) })
 }
 
 // linear is one nn.Linear of a model: weight [out, in] (PyTorch layout).
@@ -162,7 +158,7 @@ func BenchmarkFamily(b *testing.B) {
 	shapes := append([]benchShape{{"cube512/NN", false, false, 512, 512, 512}}, familyShapes()...)
 	for _, th := range []int{1, 2} {
 		for _, s := range shapes {
-			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, th, Sgemm) })
+			b.Run(fmt.Sprintf("t%d/%s", th, s.name), func(b *testing.B) { benchOne(b, s, engine(b, Config{Threads: th}).Sgemm) })
 		}
 	}
 }
@@ -178,12 +174,7 @@ func BenchmarkFamilyISA(b *testing.B) {
 	}
 	for _, isa := range ISAs() {
 		for _, s := range shapes {
-			b.Run(isa+"/"+s.name, func(b *testing.B) {
-				old := ISA()
-				SetISA(isa)
-				defer SetISA(old)
-				benchOne(b, s, 1, Sgemm)
-			})
+			b.Run(isa+"/"+s.name, func(b *testing.B) { benchOne(b, s, engine(b, Config{Threads: 1, ISA: isa}).Sgemm) })
 		}
 	}
 }

@@ -108,7 +108,10 @@ func widenAny[T BF16Operand](a []T) []float32 {
 // than six rows and transB (decode) read B once per row through GemvBF16,
 // with A in float32 (not rounded) on every CPU.
 // Arguments must pass CheckBF16. Safe for concurrent use.
-func GemmBF16[T BF16Operand](transA, transB bool, m, n, k int, alpha float32, a []T, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+//
+// It runs on e (Default() for the default); it is a function rather than
+// a method of Engine because Go methods take no type parameters.
+func GemmBF16[T BF16Operand](e *Engine, transA, transB bool, m, n, k int, alpha float32, a []T, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -126,21 +129,21 @@ func GemmBF16[T BF16Operand](transA, transB bool, m, n, k int, alpha float32, a 
 	}
 	if m < rowsMaxM && transB {
 		for i := 0; i < m; i++ {
-			gemvRowBF16(transA, i, n, k, alpha, aF, aH, lda, b, ldb, beta, c[i*ldc:])
+			e.gemvRowBF16(transA, i, n, k, alpha, aF, aH, lda, b, ldb, beta, c[i*ldc:])
 		}
 		return
 	}
-	if bf16Native() {
-		dpGemm(transA, transB, m, n, k, alpha, aF, aH, lda, b, ldb, beta, c, ldc)
+	if e.bf16Native() {
+		e.dpGemm(transA, transB, m, n, k, alpha, aF, aH, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	widenGemm(transA, transB, m, n, k, alpha, aF, aH, lda, b, ldb, beta, c, ldc)
+	e.widenGemm(transA, transB, m, n, k, alpha, aF, aH, lda, b, ldb, beta, c, ldc)
 }
 
 // gemvRowBF16 computes row i of C for the few-rows transB case.
-func gemvRowBF16(transA bool, i, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, crow []float32) {
+func (e *Engine) gemvRowBF16(transA bool, i, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, crow []float32) {
 	if aH == nil && !transA {
-		GemvBF16(n, k, alpha, b, ldb, aF[i*lda:i*lda+k], beta, crow)
+		e.GemvBF16(n, k, alpha, b, ldb, aF[i*lda:i*lda+k], beta, crow)
 		return
 	}
 	// Gather row i of op(A) as float32.
@@ -156,27 +159,26 @@ func gemvRowBF16(transA bool, i, n, k int, alpha float32, aF []float32, aH []uin
 			x[p] = math.Float32frombits(uint32(aH[i*lda+p]) << 16)
 		}
 	}
-	GemvBF16(n, k, alpha, b, ldb, x, beta, crow)
+	e.GemvBF16(n, k, alpha, b, ldb, x, beta, crow)
 	ws.af = x
 	bfPool.Put(ws)
 }
 
-// bf16Path forces GemmBF16's path in tests: "" (automatic), "dp" or
-// "widen".
-var bf16Path = ""
-
 // BF16Native reports whether GemmBF16 runs on VDPBF16PS on this CPU with
-// the current ISA (AVX512_BF16 present and the avx512 kernel selected).
-func BF16Native() bool { return bf16Native() }
+// e's kernel (AVX512_BF16 present and the avx512 kernel selected).
+func (e *Engine) BF16Native() bool { return e.bf16Native() }
 
-func bf16Native() bool {
-	switch bf16Path {
+// BF16Native is Default().BF16Native.
+func BF16Native() bool { return defaultEngine.bf16Native() }
+
+func (e *Engine) bf16Native() bool {
+	switch e.bf16Path {
 	case "dp":
 		return true
 	case "widen":
 		return false
 	}
-	return hasBF16 && curKernel().isa == "avx512"
+	return hasBF16 && e.kn.isa == "avx512"
 }
 
 // widenChunk is the number of op(B) columns widened to float32 at a time
@@ -185,7 +187,7 @@ const widenChunk = 512
 
 // widenGemm is GemmBF16 without BF16 instructions: A (if BF16) and
 // column chunks of B widened to float32, then Sgemm.
-func widenGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+func (e *Engine) widenGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	ws := bfPool.Get().(*bfWorkspace)
 	defer bfPool.Put(ws)
 	if aH != nil {
@@ -204,12 +206,12 @@ func widenGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH
 			for j := 0; j < nc; j++ {
 				FromBF16(ws.bw[j*k:(j+1)*k], b[(j0+j)*ldb:(j0+j)*ldb+k])
 			}
-			Sgemm(transA, true, m, nc, k, alpha, aF, lda, ws.bw, k, beta, c[j0:], ldc)
+			e.Sgemm(transA, true, m, nc, k, alpha, aF, lda, ws.bw, k, beta, c[j0:], ldc)
 		} else {
 			for p := 0; p < k; p++ {
 				FromBF16(ws.bw[p*nc:(p+1)*nc], b[p*ldb+j0:p*ldb+j0+nc])
 			}
-			Sgemm(transA, false, m, nc, k, alpha, aF, lda, ws.bw, nc, beta, c[j0:], ldc)
+			e.Sgemm(transA, false, m, nc, k, alpha, aF, lda, ws.bw, nc, beta, c[j0:], ldc)
 		}
 	}
 }
@@ -289,8 +291,8 @@ func (j *bfJob) Run(t int) {
 }
 
 // dpGemm splits a VDPBF16PS product across goroutines as sgemm does.
-func dpGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	threads := Threads()
+func (e *Engine) dpGemm(transA, transB bool, m, n, k int, alpha float32, aF []float32, aH []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	threads := e.threads
 	if threads > 1 && m*n*k >= 2*parMinWork {
 		// A is always packed here, so split as for a transposed A.
 		if splitM, tiles, ok := split(&kernel{mr: bfMR, nr: bfNR}, threads, true, m, n); ok {
@@ -460,8 +462,13 @@ func packBbf(dst []uint32, transB bool, b []uint16, ldb, p0, j0, kc, nc int) {
 // float32 x (length k) and y (length n): the decode step's matrix–vector
 // product, which reads W once, as BF16, straight from where it is stored
 // (half the bytes of float32 weights). W is widened exactly; sums are
-// float32. Large products split the rows across Threads() goroutines. With
+// float32. Large products split the rows across e's goroutines. With
 // beta == 0, y is only written.
+func (e *Engine) GemvBF16(n, k int, alpha float32, w []uint16, ldw int, x []float32, beta float32, y []float32) {
+	e.gemv(n, k, alpha, nil, w, ldw, x, beta, y)
+}
+
+// GemvBF16 is Default().GemvBF16.
 func GemvBF16(n, k int, alpha float32, w []uint16, ldw int, x []float32, beta float32, y []float32) {
-	gemv(n, k, alpha, nil, w, ldw, x, beta, y)
+	defaultEngine.gemv(n, k, alpha, nil, w, ldw, x, beta, y)
 }

@@ -15,7 +15,7 @@ import (
 // names; "path" is dp (VDPBF16PS) or widen.
 func BenchmarkBF16(b *testing.B) {
 	path := "widen"
-	if bf16Native() {
+	if Default().BF16Native() {
 		path = "dp"
 	}
 	shapes := []benchShape{{"cube512/NN", false, false, 512, 512, 512}}
@@ -27,16 +27,14 @@ func BenchmarkBF16(b *testing.B) {
 	for _, th := range []int{1, 2} {
 		for _, s := range shapes {
 			b.Run(fmt.Sprintf("%s/t%d/%s", path, th, s.name), func(b *testing.B) {
-				old := Threads()
-				SetThreads(th)
-				defer SetThreads(old)
+				e := engine(b, Config{Threads: th})
 				r := rand.New(rand.NewSource(1))
 				ldb := s.n
 				if s.tb {
 					ldb = s.k
 				}
 				a, w, c := randSlice(r, s.m*s.k), randBF16(r, s.k*s.n), make([]float32, s.m*s.n)
-				op := func() { GemmBF16(false, s.tb, s.m, s.n, s.k, 1, a, s.k, w, ldb, 0, c, s.n) }
+				op := func() { GemmBF16(e, false, s.tb, s.m, s.n, s.k, 1, a, s.k, w, ldb, 0, c, s.n) }
 				op()
 				timeLoop(b, 2*float64(s.m)*float64(s.n)*float64(s.k), op)
 			})
@@ -56,20 +54,16 @@ func BenchmarkDecode(b *testing.B) {
 				r := rand.New(rand.NewSource(1))
 				x, y := randSlice(r, l.in), make([]float32, l.out)
 				b.Run("bf16/"+name, func(b *testing.B) {
-					old := Threads()
-					SetThreads(th)
-					defer SetThreads(old)
+					e := engine(b, Config{Threads: th})
 					w := randBF16(r, l.out*l.in)
-					op := func() { GemvBF16(l.out, l.in, 1, w, l.in, x, 0, y) }
+					op := func() { e.GemvBF16(l.out, l.in, 1, w, l.in, x, 0, y) }
 					op()
 					timeBytes(b, 2*float64(l.out*l.in), op)
 				})
 				b.Run("f32/"+name, func(b *testing.B) {
-					old := Threads()
-					SetThreads(th)
-					defer SetThreads(old)
+					e := engine(b, Config{Threads: th})
 					wt := randSlice(r, l.in*l.out)
-					op := func() { Sgemm(false, false, 1, l.out, l.in, 1, x, l.in, wt, l.out, 0, y, l.out) }
+					op := func() { e.Sgemm(false, false, 1, l.out, l.in, 1, x, l.in, wt, l.out, 0, y, l.out) }
 					op()
 					timeBytes(b, 4*float64(l.out*l.in), op)
 				})

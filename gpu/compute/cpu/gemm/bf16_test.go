@@ -62,33 +62,31 @@ func TestToBF16(t *testing.T) {
 
 // bf16Paths runs f on each GemmBF16 path this CPU has: VDPBF16PS, and
 // widening to float32 under each float32 micro-kernel.
-func bf16Paths(t *testing.T, f func(t *testing.T, roundA bool)) {
+func bf16Paths(t *testing.T, f func(t *testing.T, e *Engine, roundA bool)) {
 	t.Run("dp", func(t *testing.T) {
 		if !hasBF16 {
 			t.Skip("CPU lacks AVX512_BF16 (VDPBF16PS)")
 		}
-		bf16Path = "dp"
-		defer func() { bf16Path = "" }()
-		f(t, true)
+		e := *Default()
+		e.bf16Path = "dp"
+		f(t, &e, true)
 	})
 	for _, isa := range allISAs {
 		t.Run("widen/"+isa, func(t *testing.T) {
-			withISA(t, isa, func(t *testing.T) {
-				bf16Path = "widen"
-				defer func() { bf16Path = "" }()
-				f(t, false)
+			withISA(t, isa, func(t *testing.T, e *Engine) {
+				e.bf16Path = "widen"
+				f(t, e, false)
 			})
 		})
 	}
 }
 
 func TestGemmBF16(t *testing.T) {
-	bf16Paths(t, func(t *testing.T, roundA bool) {
+	bf16Paths(t, func(t *testing.T, e *Engine, roundA bool) {
 		r := rand.New(rand.NewSource(8))
 		sizes := []int{1, 2, 7, 12, 13, 33, 65}
 		for _, threads := range []int{1, 2} {
-			old := Threads()
-			SetThreads(threads)
+			e := e.withThreads(threads)
 			for _, ta := range []bool{false, true} {
 				for _, tb := range []bool{false, true} {
 					for i := 0; i < 12; i++ {
@@ -96,22 +94,21 @@ func TestGemmBF16(t *testing.T) {
 							m: sizes[r.Intn(len(sizes))], n: sizes[r.Intn(len(sizes))], k: sizes[r.Intn(len(sizes))],
 							alpha: []float32{1, -0.5, 2}[r.Intn(3)], beta: []float32{0, 1, 0.25}[r.Intn(3)],
 							pad: []int{0, 1, 3}[r.Intn(3)]}
-						runBF16Case(t, r, tc, roundA, i%2 == 0)
+						runBF16Case(t, e, r, tc, roundA, i%2 == 0)
 					}
 					// Several k blocks, more than one 32-column panel, ragged
 					// edges, and enough work for the parallel split.
-					runBF16Case(t, r, gemmCase{ta: ta, tb: tb, m: 131, n: 97, k: 601, alpha: 1, beta: 0.5, pad: 2}, roundA, true)
-					runBF16Case(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 130, k: 300, alpha: 1, beta: 0}, roundA, false)
+					runBF16Case(t, e, r, gemmCase{ta: ta, tb: tb, m: 131, n: 97, k: 601, alpha: 1, beta: 0.5, pad: 2}, roundA, true)
+					runBF16Case(t, e, r, gemmCase{ta: ta, tb: tb, m: 64, n: 130, k: 300, alpha: 1, beta: 0}, roundA, false)
 				}
 			}
-			SetThreads(old)
 		}
 	})
 }
 
 // runBF16Case checks GemmBF16 on one shape with A in float32 (aFloat) or
 // BF16, against ReferenceBF16.
-func runBF16Case(t *testing.T, r *rand.Rand, tc gemmCase, roundA, aFloat bool) {
+func runBF16Case(t *testing.T, e *Engine, r *rand.Rand, tc gemmCase, roundA, aFloat bool) {
 	t.Helper()
 	ar, ac := tc.m, tc.k
 	if tc.ta {
@@ -140,11 +137,11 @@ func runBF16Case(t *testing.T, r *rand.Rand, tc gemmCase, roundA, aFloat bool) {
 			t.Fatal(err)
 		}
 		ReferenceBF16(roundA, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
-		GemmBF16(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+		GemmBF16(e, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
 	} else {
 		a := randBF16(r, max(ar*lda, 1))
 		ReferenceBF16(false, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
-		GemmBF16(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+		GemmBF16(e, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
 	}
 	for i := range c {
 		if i%ldc >= tc.n || i >= tc.m*ldc {
@@ -160,8 +157,7 @@ func runBF16Case(t *testing.T, r *rand.Rand, tc gemmCase, roundA, aFloat bool) {
 func TestGemvBF16(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
 	for _, threads := range []int{1, 2} {
-		old := Threads()
-		SetThreads(threads)
+		e := engine(t, Config{Threads: threads})
 		for _, sh := range [][2]int{{1, 1}, {3, 17}, {4, 16}, {7, 33}, {64, 576}, {129, 100}, {1031, 2100}} {
 			n, k := sh[0], sh[1]
 			ldw := k + 3
@@ -171,11 +167,10 @@ func TestGemvBF16(t *testing.T) {
 				y := randSlice(r, n)
 				want := append([]float32(nil), y...)
 				ReferenceBF16(false, false, true, 1, n, k, 1.5, x, k, w, ldw, beta, want, n)
-				GemvBF16(n, k, 1.5, w, ldw, x, beta, y)
+				e.GemvBF16(n, k, 1.5, w, ldw, x, beta, y)
 				checkClose(t, fmt.Sprintf("gemv n=%d k=%d beta=%v threads=%d", n, k, beta, threads), y, want, k)
 			}
 		}
-		SetThreads(old)
 	}
 }
 

@@ -14,22 +14,19 @@ import (
 // all of W first, 25-31 / 37 / 30 / 35 / 33-35 / 40 / 44-45 ms.
 const dotMaxM = 65
 
-// dotPath sends Sgemm's products of rowsMaxM..dotMaxM-1 rows, A not
-// transposed and B transposed, to dotNT on CPUs with AVX-512; the tests
-// turn it off to check the blocked kernel on those shapes too.
-var dotPath = true
-
-func dotOK() bool { return dotPath && hasAVX512 && curKernel().isa == "avx512" }
+// dotOK says whether Sgemm sends products of rowsMaxM..dotMaxM-1 rows, A
+// not transposed and B transposed, to dotNT: on CPUs with AVX-512 under
+// the avx512 kernel, unless the tests turned e.dotPath off.
+func (e *Engine) dotOK() bool { return e.dotPath && hasAVX512 && e.kn.isa == "avx512" }
 
 // dotNT computes C = alpha·A·Wᵀ + beta·C for A (m×k, row stride lda) and W
 // (n×k, a Linear's [out, in] weight, row stride ldw): 4×4 tiles of dot
 // products (dot4x4), W's rows in groups of four on the outside so that
 // each weight streams from memory once and the A rows it meets come from
 // cache. A batched decode step and a short prompt's prefill are such
-// products. Large products split W's rows across Threads() goroutines.
-func dotNT(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
-	threads := Threads()
-	if parts := min(threads, n/16); parts > 1 && m*n*k >= parMinWork {
+// products. Large products split W's rows across e's goroutines.
+func (e *Engine) dotNT(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
+	if parts := min(e.threads, n/16); parts > 1 && m*n*k >= parMinWork {
 		j := dotPool.Get().(*dotJob)
 		*j = dotJob{parts: parts, m: m, n: n, k: k, alpha: alpha, a: a, lda: lda, w: w, ldw: ldw, beta: beta, c: c, ldc: ldc}
 		par.Run(parts, j)

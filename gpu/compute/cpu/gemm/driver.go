@@ -57,7 +57,7 @@ func grow(buf []float32, n int) []float32 {
 // sgemm handles the degenerate cases and splits the work across goroutines.
 // With bias (length n), C's rows are first set to bias and beta is 1: each
 // part fills its own block of C just before computing it.
-func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+func (e *Engine) sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	if bias != nil {
 		beta = 1
 	}
@@ -66,31 +66,30 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	kn := curKernel()
-	threads := Threads()
+	kn, threads := e.kn, e.threads
 	if m < rowsMaxM && !transB {
 		fillBias(bias, c, ldc, 0, m, 0, n)
-		rows(kn, threads, transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		e.rows(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if m < rowsMaxM && gemvPath {
+	if m < rowsMaxM && e.gemvPath {
 		fillBias(bias, c, ldc, 0, m, 0, n)
-		gemvRows(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		e.gemvRows(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if m < dotMaxM && transB && !transA && k >= 16 && dotOK() {
+	if m < dotMaxM && transB && !transA && k >= 16 && e.dotOK() {
 		fillBias(bias, c, ldc, 0, m, 0, n)
-		dotNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		e.dotNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if threads > 1 && m*n*k >= parMinWork {
 		if splitM, tiles, ok := split(kn, threads, transA, m, n); ok {
 			j := jobPool.Get().(*job)
-			*j = job{kn: kn, splitM: splitM, units: tiles, parts: min(threads, tiles),
+			*j = job{e: e, splitM: splitM, units: tiles, parts: min(threads, tiles),
 				transA: transA, transB: transB, m: m, n: n, k: k, alpha: alpha, beta: beta,
 				a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, bias: bias}
 			var pre *[]float32
-			if splitM && n <= kn.nc && (transB || packNN && m/j.parts > directMaxM) {
+			if splitM && n <= kn.nc && (transB || e.packNN && m/j.parts > directMaxM) {
 				ncPad := (n + kn.nr - 1) / kn.nr * kn.nr
 				if k*ncPad <= prepackMax {
 					pre = prePool.Get().(*[]float32)
@@ -108,7 +107,7 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	}
 	fillBias(bias, c, ldc, 0, m, 0, n)
 	ws := wsPool.Get().(*workspace)
-	block(kn, ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+	e.block(ws, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
 	wsPool.Put(ws)
 }
 
@@ -158,7 +157,7 @@ func fillBias(bias, c []float32, ldc, i0, i1, j0, j1 int) {
 // and the parts run on par's persistent workers, so a parallel call does not
 // allocate.
 type job struct {
-	kn            *kernel
+	e             *Engine
 	rowsMode      bool
 	splitM        bool
 	units, parts  int
@@ -188,10 +187,10 @@ func (j *job) Run(t int) { j.run(t) }
 func (j *job) run(t int) {
 	lo, hi := t*j.units/j.parts, (t+1)*j.units/j.parts
 	if j.rowsMode {
-		rowRange(j.kn, j.transA, j.m, lo*rowChunk, min(hi*rowChunk, j.n), j.k, j.alpha, j.a, j.lda, j.b, j.ldb, j.beta, j.c, j.ldc)
+		rowRange(j.e.kn, j.transA, j.m, lo*rowChunk, min(hi*rowChunk, j.n), j.k, j.alpha, j.a, j.lda, j.b, j.ldb, j.beta, j.c, j.ldc)
 		return
 	}
-	kn := j.kn
+	kn := j.e.kn
 	ws := wsPool.Get().(*workspace)
 	if j.splitM {
 		i0, i1 := lo*kn.mr, min(hi*kn.mr, j.m)
@@ -202,7 +201,7 @@ func (j *job) run(t int) {
 			aa = j.a[i0*j.lda:]
 		}
 		fillBias(j.bias, j.c, j.ldc, i0, i1, 0, j.n)
-		block(kn, ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc, j.pre)
+		j.e.block(ws, j.transA, j.transB, i1-i0, j.n, j.k, j.alpha, aa, j.lda, j.b, j.ldb, j.beta, j.c[i0*j.ldc:], j.ldc, j.pre)
 	} else {
 		j0, j1 := lo*kn.nr, min(hi*kn.nr, j.n)
 		var bb []float32
@@ -212,32 +211,22 @@ func (j *job) run(t int) {
 			bb = j.b[j0:]
 		}
 		fillBias(j.bias, j.c, j.ldc, 0, j.m, j0, j1)
-		block(kn, ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc, nil)
+		j.e.block(ws, j.transA, j.transB, j.m, j1-j0, j.k, j.alpha, j.a, j.lda, bb, j.ldb, j.beta, j.c[j0:], j.ldc, nil)
 	}
 	wsPool.Put(ws)
 }
 
-// Packing choices. A is read in place by the kernel when it is not
-// transposed (mr row streams) and, if packTransA is false, when it is;
-// B is read in place for NN products with few rows (or always, with
-// packNN false). Ragged edge panels are always packed (zero padded) so the
-// kernel never reads outside the matrices.
-var (
-	packTransA = true
-	packNN     = true
-)
-
 // rows computes products with fewer than rowsMaxM rows and B not
 // transposed one C row at a time, reading B in place: packing B would cost
 // as much as the multiply. Large ones split the columns across goroutines.
-func rows(kn *kernel, threads int, transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	parts := min(threads, n/rowChunk)
+func (e *Engine) rows(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	parts := min(e.threads, n/rowChunk)
 	if m*n*k < parMinWork || parts < 2 {
-		rowRange(kn, transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		rowRange(e.kn, transA, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	j := jobPool.Get().(*job)
-	*j = job{kn: kn, rowsMode: true, units: (n + rowChunk - 1) / rowChunk, parts: parts,
+	*j = job{e: e, rowsMode: true, units: (n + rowChunk - 1) / rowChunk, parts: parts,
 		transA: transA, m: m, n: n, k: k, alpha: alpha, beta: beta,
 		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
 	j.fork()
@@ -326,10 +315,17 @@ func prepackB(kn *kernel, parts int, dst []float32, transB bool, n, k int, b []f
 
 // block is the single-goroutine blocked algorithm (loops jc, pc, ic, jr,
 // ir). pre, if not nil, is all of B packed by prepackB (n <= kn.nc).
-func block(kn *kernel, ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, pre []float32) {
+//
+// Packing: A is read in place by the kernel when it is not transposed (mr
+// row streams) and, with e.packTransA off, when it is; B is read in place
+// for NN products with few rows (or always, with e.packNN off). Ragged
+// edge panels are always packed (zero padded) so the kernel never reads
+// outside the matrices.
+func (e *Engine) block(ws *workspace, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, pre []float32) {
+	kn := e.kn
 	mr, nr := kn.mr, kn.nr
-	aDirect := !transA || !packTransA
-	bDirect := !transB && (m <= directMaxM || !packNN) && pre == nil
+	aDirect := !transA || !e.packTransA
+	bDirect := !transB && (m <= directMaxM || !e.packNN) && pre == nil
 	kcb := kn.kcFor(k)
 	for jc := 0; jc < n; jc += kn.nc {
 		nc := min(kn.nc, n-jc)

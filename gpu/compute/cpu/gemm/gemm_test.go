@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	"runtime"
 	"testing"
 )
 
@@ -35,7 +36,7 @@ type gemmCase struct {
 	pad         int // extra stride beyond the stored columns
 }
 
-func runCase(t *testing.T, r *rand.Rand, tc gemmCase) {
+func runCase(t *testing.T, e *Engine, r *rand.Rand, tc gemmCase) {
 	t.Helper()
 	ar, ac := tc.m, tc.k
 	if tc.ta {
@@ -59,7 +60,7 @@ func runCase(t *testing.T, r *rand.Rand, tc gemmCase) {
 		t.Fatalf("%+v: Check: %v", tc, err)
 	}
 	Reference(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
-	Sgemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	e.Sgemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
 	// Padding between rows must be untouched (still NaN or the random value).
 	for i := range c {
 		if tc.m > 0 && i%ldc >= tc.n || i >= tc.m*ldc {
@@ -77,48 +78,62 @@ var oddSizes = []int{1, 2, 3, 7, 8, 16, 17, 24, 33, 65, 129}
 // allISAs are the micro-kernels the package has; a CPU runs a subset.
 var allISAs = []string{"avx512", "avx2", "go"}
 
-// withISA runs f with the named micro-kernel forced, or skips with the
-// reason when this CPU cannot run it.
-func withISA(t *testing.T, isa string, f func(t *testing.T)) {
+// engine returns New(c), failing tb when it fails.
+func engine(tb testing.TB, c Config) *Engine {
+	tb.Helper()
+	e, err := New(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// withThreads returns a copy of e (its switches too) on threads goroutines.
+func (e *Engine) withThreads(threads int) *Engine {
+	c := *e
+	c.threads = threads
+	return &c
+}
+
+// withISA runs f with an Engine of the named micro-kernel, or skips with
+// the reason when this CPU cannot run it.
+func withISA(t *testing.T, isa string, f func(t *testing.T, e *Engine)) {
 	t.Helper()
-	old := ISA()
-	if err := SetISA(isa); err != nil {
+	e, err := New(Config{ISA: isa})
+	if err != nil {
 		t.Skipf("%s: %v", isa, err)
 	}
-	defer SetISA(old)
-	f(t)
+	f(t, e)
 }
 
 // kernels runs f with every micro-kernel this CPU supports (reporting the
 // ones it does not), so each ISA path is checked on this machine.
-func kernels(t *testing.T, f func(t *testing.T)) {
+func kernels(t *testing.T, f func(t *testing.T, e *Engine)) {
 	for _, isa := range allISAs {
 		t.Run(isa, func(t *testing.T) { withISA(t, isa, f) })
 	}
 	// Few rows with B transposed through the blocked kernel, not Gemv or
 	// the dot-product tiles.
 	t.Run("no-gemv", func(t *testing.T) {
-		gemvPath, dotPath = false, false
-		defer func() { gemvPath, dotPath = true, true }()
-		f(t)
+		e := *Default()
+		e.gemvPath, e.dotPath = false, false
+		f(t, &e)
 	})
 	// The in-place (unpacked) operand paths the tuning chose against.
 	t.Run("unpacked", func(t *testing.T) {
-		o1, o2 := packTransA, packNN
-		packTransA, packNN = false, false
-		defer func() { packTransA, packNN = o1, o2 }()
-		f(t)
+		e := *Default()
+		e.packTransA, e.packNN = false, false
+		f(t, &e)
 	})
 }
 
 func TestSgemmMatchesReference(t *testing.T) { kernels(t, testMatchesReference) }
 func TestSgemmLargerShapes(t *testing.T)     { kernels(t, testLargerShapes) }
 
-func testMatchesReference(t *testing.T) {
+func testMatchesReference(t *testing.T, e *Engine) {
 	r := rand.New(rand.NewSource(1))
 	for _, threads := range []int{1, 2} {
-		old := Threads()
-		SetThreads(threads)
+		e := e.withThreads(threads)
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
 				for i := 0; i < 40; i++ {
@@ -131,52 +146,63 @@ func testMatchesReference(t *testing.T) {
 						beta:  []float32{0, 1, 0.25, -1}[r.Intn(4)],
 						pad:   []int{0, 0, 3, 17}[r.Intn(4)],
 					}
-					runCase(t, r, tc)
+					runCase(t, e, r, tc)
 				}
 			}
 		}
-		SetThreads(old)
 	}
 }
 
-func testLargerShapes(t *testing.T) {
+func testLargerShapes(t *testing.T, e *Engine) {
 	r := rand.New(rand.NewSource(2))
 	for _, threads := range []int{1, 2} {
-		old := Threads()
-		SetThreads(threads)
+		e := e.withThreads(threads)
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 197, n: 301, k: 283, alpha: 1, beta: 0.5, pad: 5})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 64, n: 128, k: 128, alpha: 1, beta: 0})
 				// On two threads, row-split with B packed once for both
 				// parts (prepackB): ragged last panel, three k blocks.
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 200, n: 100, k: 1100, alpha: 1, beta: 0.5, pad: 3})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 200, n: 100, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// Several k blocks (kcFor splits 1100 into three).
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 37, n: 45, k: 1100, alpha: 1, beta: 0.5, pad: 3})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 37, n: 45, k: 1100, alpha: 1, beta: 0.5, pad: 3})
 				// More than one nc block (n > 2048), small m (direct B path
 				// for NN) and larger m (packed B).
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 30, n: 2065, k: 3, alpha: 0.5, beta: 0})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 7, n: 2100, k: 5, alpha: 1, beta: 1, pad: 1})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 30, n: 2065, k: 3, alpha: 0.5, beta: 0})
 				// Few-rows path: wide and narrow column steps, a scalar
 				// tail, and a column split across goroutines.
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 1, n: 1000, k: 300, alpha: 1, beta: 0, pad: 2})
-				runCase(t, r, gemmCase{ta: ta, tb: tb, m: 5, n: 211, k: 1, alpha: -1, beta: 0.5})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 1, n: 1000, k: 300, alpha: 1, beta: 0, pad: 2})
+				runCase(t, e, r, gemmCase{ta: ta, tb: tb, m: 5, n: 211, k: 1, alpha: -1, beta: 0.5})
 			}
 		}
-		SetThreads(old)
 	}
 }
 
 func TestISAs(t *testing.T) {
-	t.Logf("micro-kernels on this CPU: %v (default %s); caches %+v", ISAs(), ISA(), DetectCaches())
+	t.Logf("micro-kernels on this CPU: %v (default %s); caches %+v", ISAs(), Default().ISA(), DetectCaches())
 	for _, k := range kernelsAvail {
 		t.Logf("%s: %d×%d tile, kc=%d mc=%d nc=%d", k.isa, k.mr, k.nr, k.kc, k.mc, k.nc)
 	}
 	if ISAs()[len(ISAs())-1] != "go" {
 		t.Fatalf("the pure-Go kernel must always be available: %v", ISAs())
 	}
-	if err := SetISA("nope"); !errors.Is(err, ErrBadArgs) {
-		t.Fatalf("SetISA(nope) = %v, want ErrBadArgs", err)
+}
+
+func TestNew(t *testing.T) {
+	if c := Default().Config(); c.Threads != runtime.GOMAXPROCS(0) || c.ISA != ISAs()[0] {
+		t.Errorf("Default().Config() = %+v, want GOMAXPROCS (%d) threads and ISA %s", c, runtime.GOMAXPROCS(0), ISAs()[0])
+	}
+	for _, isa := range ISAs() {
+		c := Config{Threads: 3, ISA: isa}
+		if got := engine(t, c).Config(); got != c {
+			t.Errorf("New(%+v).Config() = %+v", c, got)
+		}
+	}
+	for _, c := range []Config{{ISA: "nope"}, {Threads: -1}} {
+		if _, err := New(c); !errors.Is(err, ErrBadArgs) {
+			t.Errorf("New(%+v) = %v, want ErrBadArgs", c, err)
+		}
 	}
 }
 

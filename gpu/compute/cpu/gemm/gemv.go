@@ -13,11 +13,16 @@ import (
 // weight as stored. Packing W for the blocked kernel, as Sgemm does for
 // any product, would read and write all of it to feed one row; here W
 // streams once through four-row dot products (gemvF32x4, AVX2). Large
-// products split the rows across Threads() goroutines. With beta == 0, y
-// is only written. Sgemm takes this path for fewer than rowsMaxM rows with
-// B transposed.
+// products split the rows across e's goroutines. With beta == 0, y is
+// only written. Sgemm takes this path for fewer than rowsMaxM rows with B
+// transposed.
+func (e *Engine) Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
+	e.gemv(n, k, alpha, w, nil, ldw, x, beta, y)
+}
+
+// Gemv is Default().Gemv.
 func Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float32, y []float32) {
-	gemv(n, k, alpha, w, nil, ldw, x, beta, y)
+	defaultEngine.gemv(n, k, alpha, w, nil, ldw, x, beta, y)
 }
 
 // gemvParMin is the smallest matrix (elements) Gemv and GemvBF16 split
@@ -28,7 +33,7 @@ func Gemv(n, k int, alpha float32, w []float32, ldw int, x []float32, beta float
 const gemvParMin = 1 << 16
 
 // gemv is Gemv (wF) and GemvBF16 (wH): exactly one of the two is set.
-func gemv(n, k int, alpha float32, wF []float32, wH []uint16, ldw int, x []float32, beta float32, y []float32) {
+func (e *Engine) gemv(n, k int, alpha float32, wF []float32, wH []uint16, ldw int, x []float32, beta float32, y []float32) {
 	if n == 0 {
 		return
 	}
@@ -43,8 +48,7 @@ func gemv(n, k int, alpha float32, wF []float32, wH []uint16, ldw int, x []float
 	}
 	_ = x[k-1]
 	_ = y[n-1]
-	threads := Threads()
-	if parts := min(threads, n/64); parts > 1 && n*k >= gemvParMin {
+	if parts := min(e.threads, n/64); parts > 1 && n*k >= gemvParMin {
 		j := gvPool.Get().(*gvJob)
 		*j = gvJob{parts: parts, n: n, k: k, alpha: alpha, wF: wF, wH: wH, ldw: ldw, x: x, beta: beta, y: y}
 		par.Run(parts, j)
@@ -114,13 +118,10 @@ func gemvRange(r0, r1, k int, alpha float32, wF []float32, wH []uint16, ldw int,
 	}
 }
 
-// gemvPath sends Sgemm's few-rows products with B transposed to Gemv; the
-// tests turn it off to check the blocked kernel on those shapes too.
-var gemvPath = true
-
 // gemvRows is Sgemm for m < rowsMaxM rows with B transposed: a Gemv per
-// row of op(A) (gathered when A is transposed).
-func gemvRows(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// row of op(A) (gathered when A is transposed). The tests turn e.gemvPath
+// off to check the blocked kernel on those shapes too.
+func (e *Engine) gemvRows(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	var x []float32
 	if transA {
 		buf := prePool.Get().(*[]float32)
@@ -136,6 +137,6 @@ func gemvRows(transA bool, m, n, k int, alpha float32, a []float32, lda int, b [
 		} else {
 			x = a[i*lda : i*lda+k]
 		}
-		Gemv(n, k, alpha, b, ldb, x, beta, c[i*ldc:i*ldc+n])
+		e.Gemv(n, k, alpha, b, ldb, x, beta, c[i*ldc:i*ldc+n])
 	}
 }

@@ -14,8 +14,7 @@ import (
 func TestGemv(t *testing.T) {
 	r := rand.New(rand.NewSource(11))
 	for _, threads := range []int{1, 2} {
-		old := Threads()
-		SetThreads(threads)
+		e := engine(t, Config{Threads: threads})
 		for _, n := range []int{1, 3, 4, 5, 64, 130, 1029} {
 			for _, k := range []int{1, 15, 16, 17, 64, 577} {
 				for _, beta := range []float32{0, 1, 0.5} {
@@ -28,12 +27,11 @@ func TestGemv(t *testing.T) {
 					}
 					want := append([]float32(nil), y...)
 					Reference(false, true, 1, n, k, 0.75, x, k, w, ldw, beta, want, n)
-					Gemv(n, k, 0.75, w, ldw, x, beta, y)
+					e.Gemv(n, k, 0.75, w, ldw, x, beta, y)
 					checkClose(t, "Gemv", y, want, k)
 				}
 			}
 		}
-		SetThreads(old)
 	}
 }
 
@@ -43,13 +41,12 @@ func TestGemv(t *testing.T) {
 // 16-column steps, padded strides, beta 0 (C never read), 1 and 0.5, a
 // bias, on one and two threads; and that the path is taken.
 func TestDotNT(t *testing.T) {
-	if !dotOK() {
+	if !Default().dotOK() {
 		t.Skip("no AVX-512 kernel: the dot-product path is off")
 	}
 	r := rand.New(rand.NewSource(12))
 	for _, threads := range []int{1, 2} {
-		old := Threads()
-		SetThreads(threads)
+		e := engine(t, Config{Threads: threads})
 		for _, m := range []int{rowsMaxM, 7, 8, 11, 16, 33, dotMaxM - 1} {
 			for _, n := range []int{1, 3, 4, 5, 17, 130, 1029} {
 				for _, k := range []int{16, 17, 31, 64, 577} {
@@ -63,7 +60,7 @@ func TestDotNT(t *testing.T) {
 						}
 						want := append([]float32(nil), c...)
 						Reference(false, true, m, n, k, 0.75, a, lda, w, ldw, beta, want, ldc)
-						Sgemm(false, true, m, n, k, 0.75, a, lda, w, ldw, beta, c, ldc)
+						e.Sgemm(false, true, m, n, k, 0.75, a, lda, w, ldw, beta, c, ldc)
 						for i := 0; i < m; i++ { // padding untouched
 							for j := n; j < ldc && i*ldc+j < len(c); j++ {
 								if !(math.IsNaN(float64(c[i*ldc+j])) && math.IsNaN(float64(want[i*ldc+j]))) && c[i*ldc+j] != want[i*ldc+j] {
@@ -76,7 +73,6 @@ func TestDotNT(t *testing.T) {
 				}
 			}
 		}
-		SetThreads(old)
 	}
 	// Sgemm takes the path: its result is dotNT's bit for bit, and the
 	// blocked kernel's (dotPath off) is not
@@ -85,10 +81,10 @@ func TestDotNT(t *testing.T) {
 		a, w := randSlice(r, m*k), randSlice(r, n*k)
 		viaSgemm, direct, blocked := make([]float32, m*n), make([]float32, m*n), make([]float32, m*n)
 		Sgemm(false, true, m, n, k, 1, a, k, w, k, 0, viaSgemm, n)
-		dotNT(m, n, k, 1, a, k, w, k, 0, direct, n)
-		dotPath = false
-		Sgemm(false, true, m, n, k, 1, a, k, w, k, 0, blocked, n)
-		dotPath = true
+		Default().dotNT(m, n, k, 1, a, k, w, k, 0, direct, n)
+		noDot := *Default()
+		noDot.dotPath = false
+		noDot.Sgemm(false, true, m, n, k, 1, a, k, w, k, 0, blocked, n)
 		same, differs := true, false
 		for i := range direct {
 			same = same && viaSgemm[i] == direct[i]

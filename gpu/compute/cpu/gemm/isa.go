@@ -1,10 +1,5 @@
 package gemm
 
-import (
-	"fmt"
-	"sync/atomic"
-)
-
 // kernel is one micro-kernel (an instruction set's tile of C) with the cache
 // blocking sized for it on this machine.
 type kernel struct {
@@ -73,16 +68,6 @@ var kernelsAvail = func() []*kernel {
 	return ks
 }()
 
-var active atomic.Pointer[kernel]
-
-func init() { active.Store(kernelsAvail[0]) }
-
-func curKernel() *kernel { return active.Load() }
-
-// ISA reports the micro-kernel Sgemm uses: "avx512" (AVX-512F, 12×32
-// tiles), "avx2" (AVX2+FMA, 6×16) or "go" (portable).
-func ISA() string { return curKernel().isa }
-
 // ISAs lists the micro-kernels this CPU can run, fastest first.
 func ISAs() []string {
 	var s []string
@@ -90,17 +75,4 @@ func ISAs() []string {
 		s = append(s, k.isa)
 	}
 	return s
-}
-
-// SetISA selects a micro-kernel by name (one of ISAs()); the default is the
-// first. It is meant for benchmarks and for pinning results across
-// machines, and must not race with running products.
-func SetISA(name string) error {
-	for _, k := range kernelsAvail {
-		if k.isa == name {
-			active.Store(k)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: ISA %q not available on this CPU (have %v)", ErrBadArgs, name, ISAs())
 }

@@ -55,7 +55,7 @@ func BenchmarkPack(b *testing.B) {
 }
 
 // BenchmarkVariants compares packing choices on the GPT shapes (one
-// goroutine), to tune packTransA and packNN.
+// goroutine), to tune the Engine's packTransA and packNN.
 func BenchmarkVariants(b *testing.B) {
 	for _, v := range []struct {
 		name         string
@@ -66,10 +66,9 @@ func BenchmarkVariants(b *testing.B) {
 				continue
 			}
 			b.Run(v.name+"/"+s.name, func(b *testing.B) {
-				o1, o2 := packTransA, packNN
-				packTransA, packNN = v.ptA, v.packNNv
-				defer func() { packTransA, packNN = o1, o2 }()
-				benchOne(b, s, 1, Sgemm)
+				e := engine(b, Config{Threads: 1})
+				e.packTransA, e.packNN = v.ptA, v.packNNv
+				benchOne(b, s, e.Sgemm)
 			})
 		}
 	}
@@ -79,10 +78,11 @@ func BenchmarkVariants(b *testing.B) {
 // goroutines: a tiny product forced through the parallel path.
 func BenchmarkForkJoin(b *testing.B) {
 	a, bb, c := make([]float32, 24*32), make([]float32, 32*32), make([]float32, 24*32)
-	kn := curKernel()
+	e := Default()
+	kn := e.kn
 	for b.Loop() {
 		j := jobPool.Get().(*job)
-		*j = job{kn: kn, splitM: true, units: 2, parts: 2, m: 2 * kn.mr, n: 16, k: 16, alpha: 1,
+		*j = job{e: e, splitM: true, units: 2, parts: 2, m: 2 * kn.mr, n: 16, k: 16, alpha: 1,
 			a: a, lda: 16, b: bb, ldb: 16, c: c, ldc: 16}
 		j.fork()
 	}
@@ -109,12 +109,13 @@ func benchBlocking(b *testing.B, kn *kernel) {
 		for _, mc := range []int{96, 192, 384} {
 			for _, s := range shapes {
 				b.Run(fmt.Sprintf("%s/kc%d/mc%d/%s", kn.isa, kc, mc, s.name), func(b *testing.B) {
-					okc, omc := kn.kc, kn.mc
-					kn.kc, kn.mc = kc, mc/kn.mr*kn.mr
-					oisa := ISA()
-					SetISA(kn.isa)
-					defer func() { kn.kc, kn.mc = okc, omc; SetISA(oisa) }()
-					benchOne(b, s, 1, Sgemm)
+					// A copy of the kernel with this blocking, in an
+					// Engine of its own.
+					e := engine(b, Config{Threads: 1, ISA: kn.isa})
+					k2 := *kn
+					k2.kc, k2.mc = kc, mc/kn.mr*kn.mr
+					e.kn = &k2
+					benchOne(b, s, e.Sgemm)
 				})
 			}
 		}
