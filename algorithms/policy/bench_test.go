@@ -39,8 +39,11 @@ func fullBatch(cfg Config, B int, seed uint64) Batch {
 	return Batch{Tokens: randSeqs(r, B, cfg.Context+1, cfg.Context+1, cfg.Vocab)}
 }
 
-func benchTrain(b *testing.B, cfg Config) {
-	m := mustNew(b, cpu.New(), cfg, 1)
+func benchTrain(b *testing.B, cfg Config) { benchTrainOn(b, cpu.New(), cfg) }
+
+// benchTrainOn is benchTrain on the backend be.
+func benchTrainOn(b *testing.B, be *cpu.Backend, cfg Config) {
+	m := mustNew(b, be, cfg, 1)
 	batch := fullBatch(cfg, benchBatch, 2)
 	if _, err := m.TrainStep(batch); err != nil { // allocate everything
 		b.Fatal(err)
@@ -131,19 +134,22 @@ func BenchmarkTrainMemory48M(b *testing.B) {
 
 // BenchmarkTrainISA: the end-to-end training steps of the GPT configs and of
 // the Llama family (SmolLM2-135M shape) under every matmul micro-kernel this
-// CPU runs (gemm.SetISA: avx512, avx2, go), in one run, so a kernel change
-// shows in tokens/s beside the one it replaced.
+// CPU runs (cpu.Config.ISA: avx512, avx2, go), in one run, so a kernel
+// change shows in tokens/s beside the one it replaced.
 func BenchmarkTrainISA(b *testing.B) {
-	defer gemm.SetISA(gemm.ISA())
 	for _, isa := range gemm.ISAs() {
 		if isa == "go" {
 			continue // minutes per step at these sizes; its tests cover it
 		}
-		b.Run(isa+"/gpt-0.8M", func(b *testing.B) { must(b, gemm.SetISA(isa)); benchTrain(b, cfg08) })
-		b.Run(isa+"/gpt-4.8M", func(b *testing.B) { must(b, gemm.SetISA(isa)); benchTrain(b, cfg48) })
+		backend := func(b *testing.B) *cpu.Backend {
+			be, err := cpu.NewWithConfig(cpu.Config{ISA: isa})
+			must(b, err)
+			return be
+		}
+		b.Run(isa+"/gpt-0.8M", func(b *testing.B) { benchTrainOn(b, backend(b), cfg08) })
+		b.Run(isa+"/gpt-4.8M", func(b *testing.B) { benchTrainOn(b, backend(b), cfg48) })
 		b.Run(isa+"/smollm2-135m-4x128", func(b *testing.B) {
-			must(b, gemm.SetISA(isa))
-			benchLlamaTrain(b, smolLM2Config(b), 4, 128, hf.F32)
+			benchLlamaTrainOn(b, backend(b), smolLM2Config(b), 4, 128, hf.F32)
 		})
 	}
 }
