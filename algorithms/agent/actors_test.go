@@ -44,7 +44,7 @@ func joyConfig() joyagents.Config {
 	return c
 }
 
-// TestJoyAgentsActorsMatchInProcess: two identically seeded GPT teams, one
+// TestJoyAgentsActorsMatchInProcess: two identically seeded teams, one
 // trained by the in-process JoyAgents-R1 trainer (environments stepped in
 // the driver, memories in the driver, rl.UpdateAll), the other by
 // SpawnJoyAgents (two environment host actors, the memory actor, the

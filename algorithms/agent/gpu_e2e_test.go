@@ -55,12 +55,12 @@ func gpuCluster(t *testing.T) (runtime.Runtime, string) {
 // TestPolicyActorOnPlacedGPU: a policy actor spawned with actors.GPUs(1)
 // computes on the CUDA backend of the GPU it was placed on (not the CPU),
 // and its sampling, scoring and training step agree with the same policy on
-// the CPU within gpu/compute/cuda/README.md's tolerance (1e-4), for the GPT, for
-// the Llama family (GQA with one key/value head) and for a LoRA adapter on
-// a frozen Llama base.
+// the CPU within gpu/compute/cuda/README.md's tolerance (1e-4), for a model
+// of the Llama family (GQA with one key/value head) and for a LoRA adapter
+// on a frozen base.
 func TestPolicyActorOnPlacedGPU(t *testing.T) {
 	rt, mode := gpuCluster(t)
-	for _, arch := range []string{"gpt", "llama", "llama-lora"} {
+	for _, arch := range []string{"llama", "llama-lora"} {
 		t.Run(arch, func(t *testing.T) { checkPolicyOnPlacedGPU(t, rt, mode, arch) })
 	}
 }
@@ -68,10 +68,7 @@ func TestPolicyActorOnPlacedGPU(t *testing.T) {
 func checkPolicyOnPlacedGPU(t *testing.T, rt runtime.Runtime, mode, arch string) {
 	ctx := context.Background()
 	cfg := tinyConfig()
-	cfg.Backend, cfg.Arch = mode, arch
-	if arch != "gpt" {
-		cfg.Arch, cfg.KVHeads = "llama", 1
-	}
+	cfg.Backend, cfg.KVHeads = mode, 1
 	if arch == "llama-lora" { // the LoRA products and the frozen base on the device
 		cfg.LoRA = policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{"q_proj", "v_proj", "down_proj"}}
 	}

@@ -1,6 +1,7 @@
 // Package agent is the bridge between the RL algorithms (atgrpo, joyagents)
-// and the actor runtime: a policy actor that owns a GPT (policy.Model with a
-// character tokenizer and its optimiser) and serves sampling, scoring,
+// and the actor runtime: a policy actor that owns a model (a policy.LM of
+// the Llama family, pretrained with its Hugging Face tokenizer or from
+// scratch with a character tokenizer, and its optimiser) and serves sampling, scoring,
 // GRPO updates, supervised warm starts and checkpoints as actor methods;
 // a client that implements rl.Policy and rl.Scorer by calling such an actor,
 // so the algorithms drive policies that live in actors (one shared, or one per
@@ -64,14 +65,12 @@ type Config struct {
 	// Name is the policy name ("shared" or a role); it selects the actor's
 	// buffer in UpdateFrom and is written into checkpoints.
 	Name string
-	// Model is the shape of a from-scratch model (Vocab 0 means the
-	// character tokenizer's size); ignored with ModelDir or Checkpoint.
+	// Model is the shape of a from-scratch model of the Llama family
+	// (RMSNorm, RoPE, GQA with KVHeads key/value heads, SwiGLU; see
+	// policy.Config.HF). Vocab 0 means the character tokenizer's size;
+	// ignored with ModelDir or Checkpoint.
 	Model policy.Config
-	// Arch is the architecture of a from-scratch model: "gpt" (default,
-	// GPT-2 style) or "llama" (the Llama family: RMSNorm, RoPE, GQA with
-	// KVHeads key/value heads, SwiGLU; see LlamaConfig).
-	Arch string
-	// KVHeads is a from-scratch Llama's key/value heads (0: Model.Heads).
+	// KVHeads is a from-scratch model's key/value heads (0: Model.Heads).
 	KVHeads int
 	// ModelDir, if set, is a pretrained Hugging Face model directory
 	// (config.json, safetensors, tokenizer.json; Llama, Qwen2, Qwen3,
@@ -113,11 +112,12 @@ type Config struct {
 	// the temperature-1 policy, so keep 1 for exact on-policy ratios.
 	Temperature float32
 	// Checkpoint, if set, loads the model (shape and weights) from this
-	// safetensors file instead of initialising it; Model is then ignored.
+	// Hugging Face model directory (what Save wrote) instead of
+	// initialising it, or, if it holds a PEFT adapter, that adapter onto
+	// the base; Model is then ignored.
 	Checkpoint string
 	// LoRA, if LoRA.Rank > 0, trains LoRA adapters on a frozen base
-	// instead of all weights (the Llama family: a ModelDir or Arch
-	// "llama"). Each adapter is initialised as PEFT does from Seed and its
+	// instead of all weights. Each adapter is initialised as PEFT does from Seed and its
 	// name, so an adapter of a role starts the same in any actor.
 	LoRA policy.LoRAConfig
 	// Adapters names the actor's adapters, one per role it serves (one
@@ -139,7 +139,7 @@ type Config struct {
 	Backend string
 }
 
-// Policy is the policy actor: a GPT with its tokenizer and optimiser.
+// Policy is the policy actor: a model with its tokenizer and optimiser.
 // It is not safe for concurrent use; the actor runtime serialises calls.
 type Policy struct {
 	cfg   Config
@@ -278,9 +278,6 @@ func (p *Policy) build(be compute.Backend) error {
 			m.Free()
 			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.VocabSize(), tok.Vocab())
 		}
-		if g, ok := m.(*policy.Model); ok {
-			cfg.Model = g.Config()
-		}
 		p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
 		return nil
 	}
@@ -295,45 +292,15 @@ func (p *Policy) build(be compute.Backend) error {
 		return fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
 	}
 	var m policy.LM
-	switch cfg.Arch {
-	case "", "gpt":
-		m, err = policy.New(be, cfg.Model, cfg.Seed)
-	case "llama":
-		var hc hf.Config
-		if hc, err = LlamaConfig(cfg.Model, cfg.KVHeads); err == nil {
-			m, err = policy.NewLlama(be, hc, cfg.Seed)
-		}
-	default:
-		err = fmt.Errorf("arch %q: want gpt or llama", cfg.Arch)
+	hc, err := cfg.Model.HF(cfg.KVHeads)
+	if err == nil {
+		m, err = policy.NewLlama(be, hc, cfg.Seed)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: model: %w", ErrConfig, err)
 	}
 	p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
 	return nil
-}
-
-// LlamaConfig is the Hugging Face config of a from-scratch Llama of the
-// given shape: Width hidden size, Heads query heads of Width/Heads channels,
-// kvHeads key/value heads (0: Heads), an MLP of about 8/3 Width (a multiple
-// of 8, as Llama sizes it), RoPE base 10000, tied embeddings and Context
-// positions.
-func LlamaConfig(shape policy.Config, kvHeads int) (hf.Config, error) {
-	c, err := hf.NewConfig(hf.Llama)
-	if err != nil {
-		return c, err
-	}
-	if shape.Heads < 1 || shape.Width%shape.Heads != 0 {
-		return c, fmt.Errorf("width %d not divisible by heads %d", shape.Width, shape.Heads)
-	}
-	if kvHeads == 0 {
-		kvHeads = shape.Heads
-	}
-	c.VocabSize, c.HiddenSize, c.NumHiddenLayers = shape.Vocab, shape.Width, shape.Layers
-	c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = shape.Heads, kvHeads, shape.Width/shape.Heads
-	c.IntermediateSize = (8*shape.Width/3 + 7) / 8 * 8
-	c.MaxPositionEmbeddings, c.RopeTheta, c.RMSNormEps, c.TieWordEmbeddings = shape.Context, 10000, 1e-5, true
-	return c, c.Validate()
 }
 
 // Model returns the policy's model (for in-process use, e.g. tests).
@@ -631,13 +598,10 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	return st, nil
 }
 
-// SaveRequest names a checkpoint file and extra metadata.
+// SaveRequest names a checkpoint directory and extra metadata.
 type SaveRequest struct {
 	Path string
 	Meta map[string]string
-	// Suffix adds the model's own suffix to Path: ".safetensors" for a GPT,
-	// none for a Llama's directory.
-	Suffix bool
 	// Adapter names the LoRA adapter to save ("" the actor's first): a
 	// LoRA policy saves its adapter in PEFT's layout, not the base.
 	Adapter string
@@ -645,15 +609,12 @@ type SaveRequest struct {
 
 // Save writes a checkpoint (atomically) with the tokenizer alphabet,
 // policy name and optimiser step count in its metadata, and returns the
-// path: a GPT's safetensors file, or a Llama's Hugging Face model directory
-// (which, for a pretrained model, also gets the tokenizer files, so that it
-// opens in transformers and in `troupe generate` as it is).
+// path: a Hugging Face model directory (which, for a pretrained model, also
+// gets the tokenizer files, so that it opens in transformers and in
+// `troupe generate` as it is).
 func (p *Policy) Save(ctx context.Context, req SaveRequest) (string, error) {
 	if req.Path == "" {
 		return "", fmt.Errorf("%w: save without a path", ErrInput)
-	}
-	if _, gpt := p.model.(*policy.Model); gpt && req.Suffix {
-		req.Path += ".safetensors"
 	}
 	if p.lora() != nil {
 		return p.saveAdapter(req)
@@ -719,11 +680,6 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	defer m.Free()
-	if g, ok := m.(*policy.Model); ok {
-		if cur, ok := p.model.(*policy.Model); ok && g.Config() != cur.Config() {
-			return WeightStats{}, fmt.Errorf("%w: %s has shape %+v, policy has %+v", ErrCheckpoint, path, g.Config(), cur.Config())
-		}
-	}
 	if a, ok := meta["alphabet"]; ok && a != p.alpha {
 		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
 	}
@@ -737,13 +693,12 @@ func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
 type WeightStats struct {
 	Name      string
 	Params    int
-	Norm      float64       // L2 norm of all parameters
-	Steps     int           // optimiser steps taken
-	GenTokens int64         // tokens generated so far
-	TrainTok  int64         // tokens run through training forward/backward passes
-	Model     policy.Config // a GPT's shape (zero for other families)
-	Family    string        // "gpt", or the Hugging Face model_type ("llama", "qwen2", ...)
-	Context   int           // the model's context length
+	Norm      float64 // L2 norm of all parameters
+	Steps     int     // optimiser steps taken
+	GenTokens int64   // tokens generated so far
+	TrainTok  int64   // tokens run through training forward/backward passes
+	Family    string  // the Hugging Face model_type ("llama", "qwen2", ...)
+	Context   int     // the model's context length
 	// Backend is the compute backend the actor runs and why, e.g.
 	// "cuda:0 (NVIDIA H100, sm_90)" or "cpu metered as simulated GPU 3".
 	Backend string
@@ -762,9 +717,6 @@ func (p *Policy) Weights(ctx context.Context, _ struct{}) (WeightStats, error) {
 	}
 	ws := WeightStats{Name: p.cfg.Name, Params: p.model.NumParams(), Steps: p.model.Steps(),
 		GenTokens: p.gen, TrainTok: p.train, Family: p.model.Family(), Context: p.model.ContextLen(), Backend: p.where}
-	if g, ok := p.model.(*policy.Model); ok {
-		ws.Model = g.Config()
-	}
 	if ws.Params <= normLimit {
 		w, err := p.model.Weights()
 		if err != nil {

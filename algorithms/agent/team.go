@@ -207,16 +207,15 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 	return out, errors.Join(errs...)
 }
 
-// Save writes every policy's checkpoint as dir/<prefix><name> plus the
-// model's own suffix (".safetensors" for a GPT, none for a Llama's Hugging
-// Face directory) and returns the paths by policy name.
+// Save writes every policy's checkpoint as the directory dir/<prefix><name>
+// and returns the paths by policy name.
 func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return out, fmt.Errorf("save: %w", err)
 	}
 	for _, name := range t.Names {
-		req := SaveRequest{Path: filepath.Join(dir, prefix+name), Meta: meta, Suffix: true}
+		req := SaveRequest{Path: filepath.Join(dir, prefix+name), Meta: meta}
 		if t.lora {
 			req.Adapter = name
 		}
@@ -227,21 +226,6 @@ func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]str
 		out[name] = p
 	}
 	return out, nil
-}
-
-// CheckpointPath is where Save put the checkpoint of policy name under the
-// path prefix (dir/<prefix>): the GPT's .safetensors file if there is one,
-// else the Hugging Face directory.
-func CheckpointPath(prefix, name string) string {
-	if p := prefix + name + ".safetensors"; fileExists(p) {
-		return p
-	}
-	return prefix + name
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // Weights reports every policy's WeightStats.

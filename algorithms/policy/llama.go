@@ -50,8 +50,8 @@ type llamaArch struct {
 }
 
 // The parameter kinds, in their order in the flat parameter buffer.
-// Per-layer kinds are stacked over layers ([L][shape...]), as the GPT's
-// groups are, so one AdamW call covers a kind in every layer.
+// Per-layer kinds are stacked over layers ([L][shape...]), so one AdamW
+// call covers a kind in every layer.
 const (
 	kEmbed = iota
 	kAttnNorm
@@ -192,10 +192,10 @@ func (a *llamaArch) matmulParams() int {
 }
 
 // Llama is a decoder of the Llama family on a compute.DecoderBackend: Llama,
-// Qwen2, Qwen3, Mistral, SmolLM. Like the GPT (Model), its weights live in
-// one backend buffer with a view per tensor; gradients and AdamW moments
-// are allocated on the first backward / step; backend errors are sticky and
-// checked with Sync once per call. A Llama is not safe for concurrent use.
+// Qwen2, Qwen3, Mistral, SmolLM. Its weights live in one backend buffer
+// with a view per tensor; gradients and AdamW moments are allocated on the
+// first backward / step; backend errors are sticky and checked with Sync
+// once per call. A Llama is not safe for concurrent use.
 type Llama struct {
 	arch  llamaArch
 	cfg   hf.Config // what the model was built from; Save writes it back

@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"troupe/gpu/compute"
 )
 
@@ -436,7 +435,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err := m.decodeHead(d, headT); err != nil {
 		return nil, err
 	}
-	s := m.newLlamaSampler(opt, B)
+	s := newSampler(opt, B)
 	for {
 		active := false
 		for b := range rows {
@@ -480,7 +479,7 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 		return fromSlots(out, slot), err
 	}
 	rows := newRows(prompts, opt, ctx)
-	s := m.newLlamaSampler(opt, B)
+	s := newSampler(opt, B)
 	logits := make([]float32, V)
 	for {
 		T, active := 0, false
@@ -524,20 +523,6 @@ func (m *Llama) generateNoCache(prompts [][]int32, opt GenerateOptions) ([][]int
 		}
 	}
 	return completions(rows), nil
-}
-
-// newLlamaSampler is the Llama's sampler for B rows: row b draws from
-// (Seed, opt.rowSeeds[b]) when a reordering for adapters set them, else
-// from (Seed, b).
-func (m *Llama) newLlamaSampler(opt GenerateOptions, B int) *sampler {
-	s := &sampler{opt: opt, fast: true}
-	s.rngs = newSampler(opt, B).rngs
-	if opt.rowSeeds != nil {
-		for b := range s.rngs {
-			s.rngs[b] = rand.New(rand.NewPCG(opt.Seed, uint64(opt.rowSeeds[b])))
-		}
-	}
-	return s
 }
 
 // slotOptions are opt for rows moved to slots: each slot keeps its row's

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"troupe/algorithms/policy/hf"
 	"troupe/gpu/compute"
@@ -238,10 +237,4 @@ func (m *Llama) SaveAs(dir string, opts hf.SaveOptions) error {
 // safetensors metadata.
 func (m *Llama) SaveCheckpoint(path string, meta map[string]string) error {
 	return m.SaveAs(path, hf.SaveOptions{Metadata: meta})
-}
-
-// isHFDir reports whether path is a directory with a config.json.
-func isHFDir(path string) bool {
-	st, err := os.Stat(filepath.Join(path, hf.ConfigFile))
-	return err == nil && !st.IsDir()
 }

@@ -1,16 +1,14 @@
 package policy
 
-import (
-	"fmt"
-	"troupe/gpu/compute"
-)
+import "troupe/gpu/compute"
 
-// LM is what the policy actor and the RL code use of a language model:
-// the GPT (*Model) and the Llama family (*Llama) both implement it. Token
-// ids are int32; a Batch's row b, position t predicts Tokens[b][t+1].
+// LM is what the policy actor and the RL code use of a language model
+// (*Llama implements it), so that they depend on the calls, not on the
+// model's fields. Token ids are int32; a Batch's row b, position t predicts
+// Tokens[b][t+1].
 type LM interface {
-	// Family names the architecture: "gpt", or the HF model_type of a
-	// Llama ("llama", "qwen2", "qwen3", "mistral").
+	// Family names the architecture: the HF model_type ("llama",
+	// "qwen2", "qwen3", "mistral").
 	Family() string
 	// ContextLen is the longest sequence the model takes.
 	ContextLen() int
@@ -60,64 +58,21 @@ type LM interface {
 	// CloneLM copies weights and optimizer settings onto be (nil: the
 	// same backend), without gradients or optimizer state.
 	CloneLM(be compute.Backend) (LM, error)
-	// SaveCheckpoint writes the model with string metadata: the GPT a
-	// safetensors file at path, a Llama a Hugging Face directory.
+	// SaveCheckpoint writes the model with string metadata as a Hugging
+	// Face model directory at path.
 	SaveCheckpoint(path string, meta map[string]string) error
 	// Free releases the backend buffers.
 	Free()
 }
 
-var (
-	_ LM = (*Model)(nil)
-	_ LM = (*Llama)(nil)
-)
+var _ LM = (*Llama)(nil)
 
-// LoadCheckpoint loads what SaveCheckpoint wrote: a Hugging Face model
-// directory (one with config.json) as a *Llama, anything else as a GPT
-// safetensors file. It returns the checkpoint's metadata.
+// LoadCheckpoint loads what SaveCheckpoint wrote, a Hugging Face model
+// directory, and returns its metadata.
 func LoadCheckpoint(path string, be compute.Backend) (LM, map[string]string, error) {
-	if isHFDir(path) {
-		m, meta, err := loadLlama(path, be)
-		if err != nil {
-			return nil, nil, err
-		}
-		return m, meta, nil
-	}
-	m, meta, err := LoadFile(path, be)
+	m, meta, err := loadLlama(path, be)
 	if err != nil {
 		return nil, nil, err
 	}
 	return m, meta, nil
-}
-
-// Family is "gpt".
-func (m *Model) Family() string { return "gpt" }
-
-// ContextLen is Config().Context.
-func (m *Model) ContextLen() int { return m.cfg.Context }
-
-// VocabSize is Config().Vocab.
-func (m *Model) VocabSize() int { return m.cfg.Vocab }
-
-// Optimizer returns the AdamW settings (the Optim field).
-func (m *Model) Optimizer() Optim { return m.Optim }
-
-// SetOptimizer sets the Optim field.
-func (m *Model) SetOptimizer(o Optim) { m.Optim = o }
-
-// CloneLM is Clone returning the LM interface.
-func (m *Model) CloneLM(be compute.Backend) (LM, error) { return m.Clone(be) }
-
-// SaveCheckpoint is SaveFile.
-func (m *Model) SaveCheckpoint(path string, meta map[string]string) error {
-	return m.SaveFile(path, meta)
-}
-
-// asModel is the GPT behind an LM, for CopyWeightsFrom.
-func asModel(src LM) (*Model, error) {
-	s, ok := src.(*Model)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("policy: CopyWeightsFrom: source is a %T, not a GPT: %w", src, ErrConfig)
-	}
-	return s, nil
 }

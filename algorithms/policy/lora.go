@@ -463,8 +463,8 @@ func (ad *Adapter) Gradients() ([]float32, error) {
 
 // ---------------------------------------------------------------- rows
 
-// noAdapters rejects adapter names given to a model without adapters (the
-// GPT): only "" and NoAdapter mean the bare model.
+// noAdapters rejects adapter names given to a model without adapters:
+// only "" and NoAdapter mean the bare model.
 func noAdapters(names []string) error {
 	for b, n := range names {
 		if n != "" && n != NoAdapter {

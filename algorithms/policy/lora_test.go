@@ -764,9 +764,10 @@ func TestLoadAdapterErrors(t *testing.T) {
 	}
 }
 
-// TestGPTRejectsAdapters: the GPT has no adapters and says so.
-func TestGPTRejectsAdapters(t *testing.T) {
-	m := mustNew(t, cpu.New(), Config{Layers: 1, Heads: 2, Width: 8, Context: 8, Vocab: 11}, 1)
+// TestNoAdaptersRejectsNames: a model without adapters says so when a row
+// names one.
+func TestNoAdaptersRejectsNames(t *testing.T) {
+	m := mustLlama(t, cpu.New(), tinyShape(t), 1)
 	defer m.Free()
 	if _, err := m.LogProbs(Batch{Tokens: [][]int32{{1, 2, 3}}, Adapters: []string{"a"}}); !errors.Is(err, ErrAdapter) {
 		t.Fatalf("LogProbs: %v", err)

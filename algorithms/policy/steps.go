@@ -6,9 +6,34 @@ import (
 	"troupe/gpu/compute"
 )
 
-// This file composes the training calls both families share out of each
-// model's own ZeroGrad, AccumulateCE, AccumulateLogProbFunc and Step, so the
-// GPT and the Llama family take the same steps with the same meaning.
+// This file holds the batch and step types of training and composes the
+// composite training calls (TrainStep, StepFromLogProbGrads) out of a
+// model's own ZeroGrad, AccumulateCE, AccumulateLogProbFunc and Step.
+
+// Batch is B token sequences, trained or scored with teacher forcing:
+// position t of sequence b predicts Tokens[b][t+1] from Tokens[b][:t+1].
+// Sequences may have different lengths (2..Context+1 tokens); shorter ones
+// are padded internally and the padding never influences real positions
+// (attention is causal).
+type Batch struct {
+	Tokens [][]int32
+	// Weights, optional, scales each prediction's cross-entropy:
+	// Weights[b][t] is the weight of predicting Tokens[b][t+1], so
+	// len(Weights[b]) == len(Tokens[b])-1. SFT sets 1 on completion tokens
+	// and 0 on the prompt. nil means every prediction has weight 1.
+	Weights [][]float32
+	// Adapters, optional, names the LoRA adapter of each row on a model
+	// that holds adapters: "" the active adapter, NoAdapter the bare base.
+	// Rows of different adapters share the base's matmuls.
+	Adapters []string
+}
+
+// StepStats reports one optimizer step.
+type StepStats struct {
+	Loss     float64 // weighted mean cross-entropy (TrainStep) or sum of grad·logp (log-prob steps)
+	GradNorm float64 // global gradient norm before clipping
+	Tokens   int     // predictions with non-zero weight (TrainStep) or all predictions
+}
 
 // stepper is the part of LM the composed steps need.
 type stepper interface {

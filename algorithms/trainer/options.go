@@ -38,9 +38,7 @@ type Options struct {
 	Single    bool // single-agent baseline (EnvConfig.Single)
 
 	Layers, Heads, Width int
-	// Arch is the from-scratch policies' architecture: "gpt" or "llama"
-	// (KVHeads key/value heads; 0: Heads).
-	Arch    string
+	// KVHeads is the from-scratch policies' key/value heads (0: Heads).
 	KVHeads int
 	// ModelDir, if set, is a pretrained Hugging Face model directory every
 	// policy starts from (with its tokenizer and chat template) instead of
@@ -103,8 +101,7 @@ type Options struct {
 	EnvActors int
 
 	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// Init+<name>+".safetensors" (a GPT) or the directory Init+<name> (a
-	// Llama) (e.g. "runs/x/warm-") and the warm start
+	// the directory Init+<name> (e.g. "runs/x/warm-") and the warm start
 	// is skipped.
 	Init         string
 	WarmEpisodes int     // expert episodes for SFT (0: no warm start)

@@ -142,7 +142,6 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		MaxNewTokens: t.maxNew,
 		Temperature:  o.SampleTemp,
 		Backend:      o.Backend,
-		Arch:         o.Arch,
 		KVHeads:      o.KVHeads,
 		ModelDir:     o.ModelDir,
 		BaseBF16:     o.BaseBF16,
@@ -167,7 +166,7 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 			names = t.roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = agent.CheckpointPath(o.Init, n)
+			tc.Checkpoints[n] = o.Init + n
 		}
 		t.o.WarmEpisodes = 0
 	}
@@ -193,7 +192,7 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, t.ctxLen)
 	if w := ws[team.Names[0]]; o.ModelDir != "" {
 		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
-	} else if w.Family != "gpt" {
+	} else {
 		shape = w.Family + " " + shape
 	}
 	if o.ComputeBF16 { // the actors refuse to start when they cannot

@@ -36,7 +36,7 @@ func TestRunWritesEverything(t *testing.T) {
 		if res.WarmTest == nil || res.FinalTest == nil || res.FinalTest.Greedy.Episodes != 3 || res.FinalTest.Sampled.Episodes != 3 {
 			t.Fatalf("%s: test evaluations %+v %+v", algo, res.WarmTest, res.FinalTest)
 		}
-		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool.safetensors", "planner.safetensors", "warm-tool.safetensors", "checkpoints/step0001-planner.safetensors"} {
+		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool/config.json", "planner/config.json", "warm-tool/config.json", "checkpoints/step0001-planner/config.json"} {
 			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 				t.Errorf("%s: %v", algo, err)
 			}

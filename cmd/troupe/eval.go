@@ -72,8 +72,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "Usage: troupe eval (--policy FILE | --role ROLE=FILE ... | --model DIR) [flags]\n\n"+
 			"Plays independent episodes (one sampled action per turn, no branching) with trained\n"+
 			"checkpoints and prints the success rate and mean team reward.\n\n"+
-			"Example:\n  troupe eval --env planpath --size 6 --role tool=runs/planpath-atgrpo/tool.safetensors \\\n"+
-			"      --role planner=runs/planpath-atgrpo/planner.safetensors\n"+
+			"Example:\n  troupe eval --env planpath --size 6 --role tool=runs/planpath-atgrpo/tool \\\n"+
+			"      --role planner=runs/planpath-atgrpo/planner\n"+
 			"  troupe eval --env planpath --model models/Qwen2.5-0.5B-Instruct --role tool=runs/x/tool --role planner=runs/x/planner\n\nFlags:\n")
 		fs.PrintDefaults()
 	}

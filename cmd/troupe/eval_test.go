@@ -19,7 +19,7 @@ func tinyCheckpoint(t *testing.T, dir, name string, ctxLen int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := p.Save(ctx, agent.SaveRequest{Path: filepath.Join(dir, name+".safetensors")})
+	path, err := p.Save(ctx, agent.SaveRequest{Path: filepath.Join(dir, name)})
 	if err != nil {
 		t.Fatal(err)
 	}

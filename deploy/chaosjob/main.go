@@ -1,6 +1,6 @@
 // Command chaosjob is the training job the docker chaos tests run on the
 // compose cluster while they stop servers, kill workers and cut workers
-// off the network: a few policy actors (tiny GPTs from algorithms/agent)
+// off the network: a few policy actors (tiny models from algorithms/agent)
 // each train on their own stream of supervised examples, step by step as
 // the driver asks, and save a checkpoint every few steps to a directory
 // all workers share. A restarted actor resumes from its last checkpoint
@@ -52,7 +52,7 @@ type TrainerConfig struct {
 	Seed      uint64
 	CkptEvery int // steps between checkpoints
 	Batch     int // examples per step
-	Width     int // the GPT's width (2 layers, 2 heads)
+	Width     int // the model's width (2 layers, 2 heads of width/2, an even size)
 }
 
 // Trainer is a policy actor trained by supervised steps that checkpoints
@@ -81,8 +81,8 @@ func latestFile(cfg TrainerConfig) string { return filepath.Join(cfg.Dir, cfg.Na
 
 // NewTrainer builds a trainer, from its last checkpoint if there is one.
 func NewTrainer(ctx context.Context, cfg TrainerConfig) (*Trainer, error) {
-	if cfg.Name == "" || cfg.Dir == "" || cfg.CkptEvery < 1 || cfg.Batch < 1 || cfg.Width < 2 || cfg.Width%2 != 0 {
-		return nil, fmt.Errorf("trainer config %+v: name, dir, ckpt-every ≥ 1, batch ≥ 1 and an even width are required", cfg)
+	if cfg.Name == "" || cfg.Dir == "" || cfg.CkptEvery < 1 || cfg.Batch < 1 || cfg.Width < 4 || cfg.Width%4 != 0 {
+		return nil, fmt.Errorf("trainer config %+v: name, dir, ckpt-every ≥ 1, batch ≥ 1 and a width divisible by 4 are required", cfg)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o777); err != nil {
 		return nil, fmt.Errorf("checkpoint dir: %w", err)
@@ -149,7 +149,7 @@ func (t *Trainer) Step(ctx context.Context, to int) (StepResult, error) {
 
 // checkpoint saves the weights, then records them as the latest.
 func (t *Trainer) checkpoint(ctx context.Context) error {
-	name := fmt.Sprintf("%s-step%04d.safetensors", t.cfg.Name, t.step)
+	name := fmt.Sprintf("%s-step%04d", t.cfg.Name, t.step)
 	if _, err := t.pol.Save(ctx, agent.SaveRequest{Path: filepath.Join(t.cfg.Dir, name)}); err != nil {
 		return err
 	}

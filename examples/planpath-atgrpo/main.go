@@ -2,12 +2,13 @@
 // Plan-Path 6×6 with AT-GRPO on the embedded cluster, the policies being
 // actors of the Llama family (RMSNorm, RoPE, attention, SwiGLU: the code
 // path a pretrained checkpoint takes, here from scratch with a character
-// tokenizer; --arch gpt for the GPT-2 style model, --model DIR for a
-// downloaded checkpoint, --lora-rank R for adapters): a warm start on
+// tokenizer; --model DIR for a downloaded checkpoint, --lora-rank R for
+// adapters): a warm start on
 // expert transcripts, RL with tree sampling and
 // per-role policies updating in parallel (a compiled actor graph),
 // evaluation on 100 fixed held-out grids before and after, JSONL metrics,
-// a PNG plot of the learning curves and safetensors checkpoints.
+// a PNG plot of the learning curves and checkpoints (Hugging Face model
+// directories).
 //
 //	go run ./examples/planpath-atgrpo          # no flags needed
 //	go run ./examples/planpath-atgrpo --help
@@ -27,8 +28,8 @@
 //
 // Evaluate the result on other grids with
 //
-//	troupe eval --size 6 --role tool=runs/planpath-atgrpo/tool.safetensors \
-//	    --role planner=runs/planpath-atgrpo/planner.safetensors
+//	troupe eval --size 6 --role tool=runs/planpath-atgrpo/tool \
+//	    --role planner=runs/planpath-atgrpo/planner
 package main
 
 import (
@@ -38,7 +39,7 @@ import (
 
 func main() {
 	trainer.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", trainer.Options{
-		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true, Arch: "llama",
+		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
 		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
 		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2,

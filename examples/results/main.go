@@ -345,7 +345,7 @@ func sizeID(size int, name string) string { return fmt.Sprintf("%dx%d-%s", size,
 // gets the same number of SFT steps.
 func cells(s settings, size int) []cell {
 	base := trainer.Options{
-		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo", Arch: "llama", // the main job's family
+		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo",
 		Steps: s.Steps, K: 4, Envs: 8, LR: s.LR, Seed: s.Seed, Layers: s.Layers, Width: s.Width,
 		WarmEpisodes: s.WarmEpisodes, WarmEpochs: s.WarmEpochs, WarmNoise: 0.2,
 		EvalEpisodes: s.EvalEpisodes, EvalEvery: s.EvalEvery, TestEpisodes: s.TestEpisodes,
@@ -596,8 +596,8 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	if len(outs) > 0 {
 		o := outs[0].Opt
 		o.Defaults()
-		fmt.Fprintf(&b, "- Model: the main job's policy, %s, %d layers, width %d, %d heads (%d key/value heads), character tokenizer over `envs.Alphabet()`, context = longest observation + action + 3 tokens (+ a hint's length with JoyAgents-R1's memory): %s. One policy actor per role (per-role) or one for both (shared).\n",
-			archName(o.Arch), o.Layers, o.Width, o.Heads, cmp.Or(o.KVHeads, o.Heads), contexts(outs))
+		fmt.Fprintf(&b, "- Model: the main job's policy, the Llama family (RMSNorm, RoPE, SwiGLU; the code path of a downloaded Qwen or SmolLM checkpoint), %d layers, width %d, %d heads (%d key/value heads), character tokenizer over `envs.Alphabet()`, context = longest observation + action + 3 tokens (+ a hint's length with JoyAgents-R1's memory): %s. One policy actor per role (per-role) or one for both (shared).\n",
+			o.Layers, o.Width, o.Heads, cmp.Or(o.KVHeads, o.Heads), contexts(outs))
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned), cross-entropy on the answer tokens, batch 32, lr %.0e: %d epochs over each per-role policy's transcripts; a shared or single policy gets the same number of SFT steps.\n",
 			o.WarmEpisodes, max(0, o.WarmEpisodes-1), 100*o.WarmNoise, o.WarmLR, o.WarmEpochs)
 		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages; PPO as verl runs it for PettingLLMs: mini-batches of 16 samples (one AdamW step each, lr %.0e), 1 epoch, clip ε = 0.2, token-mean loss, behaviour log-probs from the sampling policy; the per-role updates run as one compiled actor graph.\n", o.Envs, o.K, o.LR)
@@ -612,7 +612,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	fmt.Fprintf(&b, "\n## Reproduce\n\n```sh\ngo run ./examples/results                   # every cell of both sizes, then writes this file\n")
 	fmt.Fprintf(&b, "go run ./examples/results --from %s/results.json   # rewrite this file only\n", out)
 	fmt.Fprintf(&b, "go run ./examples/planpath-atgrpo            # the main job alone (per-role AT-GRPO, 6×6)\n")
-	fmt.Fprintf(&b, "troupe eval --size 6 --role tool=%s/6x6-atgrpo-perrole/tool.safetensors \\\n    --role planner=%s/6x6-atgrpo-perrole/planner.safetensors\n```\n", out, out)
+	fmt.Fprintf(&b, "troupe eval --size 6 --role tool=%s/6x6-atgrpo-perrole/tool \\\n    --role planner=%s/6x6-atgrpo-perrole/planner\n```\n", out, out)
 	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
 		return err
 	}
@@ -643,17 +643,6 @@ func contexts(outs []outcome) string {
 }
 
 // envOr is the environment variable's value, or def when it is unset.
-// archName describes a from-scratch architecture for the markdown.
-func archName(arch string) string {
-	switch arch {
-	case "llama":
-		return "the Llama family (RMSNorm, RoPE, SwiGLU; the code path of a downloaded Qwen or SmolLM checkpoint)"
-	case "gpt", "":
-		return "GPT-2 style"
-	}
-	return arch
-}
-
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v

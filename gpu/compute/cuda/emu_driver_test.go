@@ -77,10 +77,6 @@ func TestEmuDriverPath(t *testing.T) {
 	}
 }
 
-func TestEmuDriverPolicyStep(t *testing.T) {
-	checkPolicySteps(t, newFakeDriverBackend(t))
-}
-
 func TestEmuDriverLlamaStep(t *testing.T) {
 	checkLlamaSteps(t, newFakeDriverBackend(t))
 }
