@@ -12,6 +12,7 @@ import (
 	"troupe/runtime/driver"
 	"troupe/runtime/local"
 	"troupe/runtime/objstore"
+	"troupe/runtime/security"
 	"troupe/runtime/wire"
 	"troupe/runtime/worker"
 )
@@ -54,7 +55,7 @@ type config struct {
 	customRes    map[string]float64
 	overrideCPUs bool
 	overrideMem  bool
-	tls          client.TLS // TROUPE_INSECURE, TROUPE_CA_HASH, TROUPE_TLS_CA (tls.go)
+	tls          security.TLS // TROUPE_INSECURE, TROUPE_CA_HASH, TROUPE_TLS_CA (tls.go)
 }
 
 // Address connects to the cluster at addr ("host:port") instead of starting
@@ -123,8 +124,8 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 		}
 		return nil, ErrWorkerDone
 	}
-	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv("TROUPE_TOKEN"), jobID: os.Getenv(client.EnvJobID),
-		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS"), tls: tlsFromEnv()}
+	cfg := config{address: os.Getenv("TROUPE_ADDRESS"), token: os.Getenv(security.EnvToken), jobID: os.Getenv(client.EnvJobID),
+		simulateGPUs: os.Getenv("TROUPE_SIMULATE_GPUS"), tls: security.FromEnv()}
 	for _, o := range opts {
 		o(&cfg)
 	}

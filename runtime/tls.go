@@ -1,11 +1,5 @@
 package runtime
 
-import (
-	"os"
-
-	"troupe/runtime/client"
-)
-
 // A driver's connections to a cluster are TLS by default, trusting the
 // cluster CA that the node proves with the token; these options (and
 // their environment variables) narrow or turn that off.
@@ -22,7 +16,3 @@ func TLSCA(file string) Option { return func(c *config) { c.tls.CAFile = file } 
 // Insecure connects in plaintext, to a cluster started with --insecure.
 // TROUPE_INSECURE=1 sets it too.
 func Insecure() Option { return func(c *config) { c.tls.Insecure = true } }
-
-func tlsFromEnv() client.TLS {
-	return client.TLS{Insecure: os.Getenv("TROUPE_INSECURE") == "1", CAHash: os.Getenv("TROUPE_CA_HASH"), CAFile: os.Getenv("TROUPE_TLS_CA")}
-}

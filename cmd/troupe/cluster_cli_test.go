@@ -158,25 +158,6 @@ func TestClusterParseResources(t *testing.T) {
 	}
 }
 
-func TestClusterTokenSources(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("TROUPE_TOKEN", "")
-	if _, err := clusterToken("", dir); err == nil {
-		t.Fatal("no token anywhere accepted")
-	}
-	os.WriteFile(filepath.Join(dir, "token"), []byte("from-file\n"), 0o600)
-	if tok, _ := clusterToken("", dir); tok != "from-file" {
-		t.Errorf("file token = %q", tok)
-	}
-	t.Setenv("TROUPE_TOKEN", "from-env")
-	if tok, _ := clusterToken("", dir); tok != "from-env" {
-		t.Errorf("env token = %q", tok)
-	}
-	if tok, _ := clusterToken("from-flag", dir); tok != "from-flag" {
-		t.Errorf("flag token = %q", tok)
-	}
-}
-
 func TestClusterSimulatedGPUCount(t *testing.T) {
 	gpus, topo, sim, err := nodeGPUs("h:1", "4")
 	if err != nil || len(gpus) != 4 || topo != nil || !sim || gpus[3].Index != 3 {

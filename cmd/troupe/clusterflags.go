@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -28,26 +27,6 @@ func clusterAddress(flagVal string) string {
 		return v
 	}
 	return defaultClusterAddress
-}
-
-// errNoToken: no cluster token was found anywhere.
-var errNoToken = errors.New("no cluster token: pass --token, set TROUPE_TOKEN, or --data-dir of a node (its token file)")
-
-// clusterToken returns --token, TROUPE_TOKEN, or the token file in dataDir.
-func clusterToken(flagVal, dataDir string) (string, error) {
-	if flagVal != "" {
-		return flagVal, nil
-	}
-	if v := os.Getenv("TROUPE_TOKEN"); v != "" {
-		return v, nil
-	}
-	if dataDir != "" {
-		b, err := os.ReadFile(filepath.Join(dataDir, "token"))
-		if err == nil && strings.TrimSpace(string(b)) != "" {
-			return strings.TrimSpace(string(b)), nil
-		}
-	}
-	return "", errNoToken
 }
 
 // parseResources parses "cpu=4,memory=16G,tpu=2" into node resources;

@@ -9,6 +9,7 @@ import (
 
 	"troupe/gpu"
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 // clusterGPUsOptions are the flags of `troupe gpus --address`.
@@ -21,11 +22,11 @@ type clusterGPUsOptions struct {
 // runClusterGPUs shows every node's GPUs of the cluster at o.addr: one
 // snapshot (--once, --json) or a live view redrawn in place at every tick.
 func runClusterGPUs(ctx context.Context, env gpusEnv, o clusterGPUsOptions) error {
-	tok, err := clusterToken(o.token, o.dataDir)
+	tok, err := security.Token(o.token, o.dataDir)
 	if err != nil {
 		return err
 	}
-	c, err := cluster.NewClientTLS(o.addr, tok, envClientTLS(""))
+	c, err := cluster.NewClientTLS(o.addr, tok, security.FromEnv())
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -33,11 +34,11 @@ func runHealth(ctx context.Context, args []string) error {
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
-	tok, err := clusterToken(*token, *dataDir)
+	tok, err := security.Token(*token, *dataDir)
 	if err != nil {
 		return err
 	}
-	c, err := cluster.NewClientTLS(*addr, tok, envClientTLS(""))
+	c, err := cluster.NewClientTLS(*addr, tok, security.FromEnv())
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -33,11 +34,11 @@ func addClusterFlags(fs *flag.FlagSet) clusterFlags {
 }
 
 func (f clusterFlags) client() (*cluster.Client, error) {
-	tok, err := clusterToken(*f.token, *f.dataDir)
+	tok, err := security.Token(*f.token, *f.dataDir)
 	if err != nil {
 		return nil, err
 	}
-	return cluster.NewClientTLS(clusterAddress(*f.addr), tok, envClientTLS(""))
+	return cluster.NewClientTLS(clusterAddress(*f.addr), tok, security.FromEnv())
 }
 
 // parseOneArg parses flags placed before or after one positional argument.

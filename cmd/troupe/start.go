@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -15,6 +15,7 @@ import (
 
 	"troupe/gpu"
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 )
@@ -78,7 +79,7 @@ func runStart(ctx context.Context, args []string) error {
 	tlsCA := fs.String("tls-ca", "", "your own CA certificate (PEM) instead of the cluster CA; with --tls-cert and --tls-key")
 	tlsCert := fs.String("tls-cert", "", "this node's certificate (PEM), signed by --tls-ca (troupe tls cert create)")
 	tlsKey := fs.String("tls-key", "", "this node's private key (PEM) for --tls-cert")
-	caHash := fs.String("ca-hash", os.Getenv("TROUPE_CA_HASH"), "pin the cluster CA when joining: sha256:HEX as printed by the head (default TROUPE_CA_HASH); without it the CA is trusted because the node proves it holds the token")
+	caHash := fs.String("ca-hash", os.Getenv(security.EnvCAHash), "pin the cluster CA when joining: sha256:HEX as printed by the head (default TROUPE_CA_HASH); without it the CA is trusted because the node proves it holds the token")
 	tlsSAN := fs.String("tls-san", "", "extra DNS names or IPs for this node's certificate, comma-separated")
 	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
 	if help, err := parseFlags(fs, args); help || err != nil {
@@ -92,7 +93,7 @@ func runStart(ctx context.Context, args []string) error {
 
 	cfg := cluster.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, Advertise: *advertise, GossipPort: *gossipPort,
 		RaftPort: *raftPort, BootstrapExpect: *expect, Logger: log, JoinTimeout: *joinTimeout,
-		TLS: cluster.TLSConfig{Insecure: *insecure, CAFile: *tlsCA, CertFile: *tlsCert, KeyFile: *tlsKey, CAHash: *caHash, SANs: splitList(*tlsSAN)}}
+		TLS: security.TLS{Insecure: *insecure, CAFile: *tlsCA, CertFile: *tlsCert, KeyFile: *tlsKey, CAHash: *caHash, SANs: splitList(*tlsSAN)}}
 	switch {
 	case *head && (*server || *join != "" || *expect > 0):
 		return fmt.Errorf("--head starts a new cluster: it takes no --server, --join or --bootstrap-expect")
@@ -114,25 +115,20 @@ func runStart(ctx context.Context, args []string) error {
 	if *fast {
 		cfg.Timing = cluster.FastTiming()
 	}
-	tok, err := clusterToken(*token, *dataDir)
+	tok, err := security.Token(*token, *dataDir)
 	generated := false
-	if err != nil {
-		if cfg.Role != cluster.RoleHead || *dataDir == "" {
-			return err
-		}
-		if tok, err = cluster.NewToken(); err != nil {
-			return err
-		}
+	if errors.Is(err, security.ErrNoToken) && cfg.Role == cluster.RoleHead && *dataDir != "" {
+		tok, err = security.NewToken()
 		generated = true
+	}
+	if err != nil {
+		return err
 	}
 	cfg.Token = tok
 	if *dataDir != "" {
-		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
-			return fmt.Errorf("data dir: %w", err)
-		}
 		// Keep the token beside the raft state so a restart needs no flag.
-		if err := os.WriteFile(filepath.Join(*dataDir, "token"), []byte(tok+"\n"), 0o600); err != nil {
-			return fmt.Errorf("write token file: %w", err)
+		if err := security.SaveToken(*dataDir, tok); err != nil {
+			return err
 		}
 	}
 	if err := nodeResources(&cfg, *resources, *simGPUs, log); err != nil {
@@ -149,7 +145,7 @@ func runStart(ctx context.Context, args []string) error {
 	fmt.Printf("troupe node %s (%s) started: grpc %s\n", n.ID(), cfg.Role, n.Addr())
 	if generated {
 		fmt.Printf("generated a cluster token and wrote it to %s (mode 0600).\nOther nodes and drivers need it:\n  export TROUPE_TOKEN=$(cat %s)\n",
-			filepath.Join(*dataDir, "token"), filepath.Join(*dataDir, "token"))
+			security.TokenFile(*dataDir), security.TokenFile(*dataDir))
 	}
 	fmt.Printf("drivers and the CLI connect with: TROUPE_ADDRESS=%s\n", n.Addr())
 	if h := n.CAHash(); h != "" {

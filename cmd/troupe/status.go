@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -20,8 +21,8 @@ func init() {
 
 // fetchStatus connects with the common flags and returns the status.
 // It also returns the hash of the cluster CA it trusted ("" without TLS).
-func fetchStatus(ctx context.Context, addr, token, dataDir string, t cluster.ClientTLS) (*cluster.ClusterStatus, string, error) {
-	tok, err := clusterToken(token, dataDir)
+func fetchStatus(ctx context.Context, addr, token, dataDir string, t security.TLS) (*cluster.ClusterStatus, string, error) {
+	tok, err := security.Token(token, dataDir)
 	if err != nil {
 		return nil, "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -21,12 +22,12 @@ func runStop(ctx context.Context, args []string) error {
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
-	tok, err := clusterToken(*token, *dataDir)
+	tok, err := security.Token(*token, *dataDir)
 	if err != nil {
 		return err
 	}
 	a := clusterAddress(*addr)
-	c, err := cluster.NewClientTLS(a, tok, envClientTLS(""))
+	c, err := cluster.NewClientTLS(a, tok, security.FromEnv())
 	if err != nil {
 		return err
 	}

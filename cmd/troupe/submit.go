@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"troupe/runtime/cluster"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -121,7 +122,7 @@ func runSubmit(ctx context.Context, args []string) error {
 	if len(driverArgs) > 0 && driverArgs[0] == "--" && *workDir == "" {
 		driverArgs = driverArgs[1:]
 	}
-	tok, err := clusterToken(*token, *dataDir)
+	tok, err := security.Token(*token, *dataDir)
 	if err != nil {
 		return err
 	}
@@ -207,7 +208,7 @@ func firstNode(ctx context.Context, addrs, tok string) (*cluster.Client, string,
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
-		c, err := cluster.NewClientTLS(a, tok, envClientTLS(""))
+		c, err := cluster.NewClientTLS(a, tok, security.FromEnv())
 		if err != nil {
 			return nil, "", err
 		}

@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"troupe/runtime/cluster"
 	"troupe/runtime/pki"
+	"troupe/runtime/security"
 )
 
 func init() {
@@ -179,37 +180,19 @@ type tlsFlags struct {
 	caFile   *string
 }
 
-func addTLSFlags(fs interface {
-	Bool(string, bool, string) *bool
-	String(string, string, string) *string
-}) *tlsFlags {
+// addTLSFlags defines the TLS flags, defaulting to the environment
+// (security.FromEnv); commands without them use the environment only.
+func addTLSFlags(fs *flag.FlagSet) *tlsFlags {
+	env := security.FromEnv()
 	return &tlsFlags{
-		insecure: fs.Bool("insecure", os.Getenv("TROUPE_INSECURE") == "1", "connect in plaintext, to a cluster started with --insecure (default: TROUPE_INSECURE=1)"),
-		caHash:   fs.String("ca-hash", os.Getenv("TROUPE_CA_HASH"), "trust only a cluster CA with this hash sha256:HEX (default TROUPE_CA_HASH)"),
-		caFile:   fs.String("tls-ca", os.Getenv("TROUPE_TLS_CA"), "trust only this CA certificate (PEM) (default TROUPE_TLS_CA, or --data-dir's tls/ca.pem)"),
+		insecure: fs.Bool("insecure", env.Insecure, "connect in plaintext, to a cluster started with --insecure (default: TROUPE_INSECURE=1)"),
+		caHash:   fs.String("ca-hash", env.CAHash, "trust only a cluster CA with this hash sha256:HEX (default TROUPE_CA_HASH)"),
+		caFile:   fs.String("tls-ca", env.CAFile, "trust only this CA certificate (PEM) (default TROUPE_TLS_CA, or --data-dir's tls/ca.pem)"),
 	}
 }
 
 // clientTLS returns the client settings; a node's data dir on this machine
 // gives its CA when nothing else does.
-func (f *tlsFlags) clientTLS(dataDir string) cluster.ClientTLS {
-	t := cluster.ClientTLS{Insecure: *f.insecure, CAHash: *f.caHash, CAFile: *f.caFile}
-	if !t.Insecure && t.CAFile == "" && dataDir != "" {
-		if p := filepath.Join(pki.Dir(dataDir), pki.CAFile); fileExists(p) {
-			t.CAFile = p
-		}
-	}
-	return t
-}
-
-// envClientTLS is clientTLS for commands without TLS flags: environment
-// only (TROUPE_INSECURE=1, TROUPE_CA_HASH, TROUPE_TLS_CA).
-func envClientTLS(dataDir string) cluster.ClientTLS {
-	ins, h, f := os.Getenv("TROUPE_INSECURE") == "1", os.Getenv("TROUPE_CA_HASH"), os.Getenv("TROUPE_TLS_CA")
-	return (&tlsFlags{insecure: &ins, caHash: &h, caFile: &f}).clientTLS(dataDir)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+func (f *tlsFlags) clientTLS(dataDir string) security.TLS {
+	return security.TLS{Insecure: *f.insecure, CAHash: *f.caHash, CAFile: *f.caFile}.WithDataDir(dataDir)
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"troupe/runtime/pki"
+	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 
@@ -172,9 +172,7 @@ type GetActorResponse struct {
 // a driver given several nodes survives losing any of them.
 type Client struct {
 	addrs []string
-	opts  transport.Options
-	trust TLS     // how to secure connections (tls.go)
-	ca    *pki.CA // the cluster CA once known; guarded by mu
+	sec   *security.Client // how to secure connections (tls.go)
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -188,11 +186,11 @@ type Client struct {
 // proves with the token (see NewClientTLS for a pin, a CA file or
 // plaintext).
 func NewClient(addrs string, token string) (*Client, error) {
-	return NewClientTLS(addrs, token, TLS{})
+	return NewClientTLS(addrs, token, security.TLS{})
 }
 
 // NewClientTLS is NewClient with the TLS settings t.
-func NewClientTLS(addrs string, token string, t TLS) (*Client, error) {
+func NewClientTLS(addrs string, token string, t security.TLS) (*Client, error) {
 	var list []string
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -202,11 +200,11 @@ func NewClientTLS(addrs string, token string, t TLS) (*Client, error) {
 	if len(list) == 0 {
 		return nil, fmt.Errorf("cluster client: no address given")
 	}
-	c := &Client{addrs: list, opts: transport.Options{Security: transport.Security{Token: token}}, trust: t, conns: map[string]*grpc.ClientConn{}}
-	if err := c.initTLS(); err != nil {
-		return nil, err
+	sec, err := security.NewClient(token, t)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
 	}
-	return c, nil
+	return &Client{addrs: list, sec: sec, conns: map[string]*grpc.ClientConn{}}, nil
 }
 
 // Close closes the connections.
@@ -226,10 +224,11 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	if err := c.secureLocked(addr); err != nil {
+	sec, err := c.sec.Security(context.Background(), addr)
+	if err != nil {
 		return nil, err
 	}
-	cc, err := transport.Dial(addr, c.opts)
+	cc, err := transport.Dial(addr, transport.Options{Security: sec})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"troupe/runtime/security"
 	"troupe/scheduler"
 )
 
@@ -91,9 +92,9 @@ type Config struct {
 	GossipPort, RaftPort int
 	// Token is the cluster token (required).
 	Token string
-	// TLS secures the node's TCP connections (tls.go); TLS is on unless
-	// TLS.Insecure.
-	TLS TLSConfig
+	// TLS secures the node's TCP connections (security.ResolveNode); TLS
+	// is on unless TLS.Insecure.
+	TLS security.TLS
 	// Join lists gRPC addresses of existing nodes.
 	Join []string
 	// BootstrapExpect, for servers, forms the raft cluster once that many
@@ -258,13 +259,4 @@ func loadNodeID(dir string) (string, error) {
 		}
 	}
 	return id, nil
-}
-
-// NewToken returns a fresh random cluster token.
-func NewToken() (string, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }

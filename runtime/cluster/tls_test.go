@@ -16,6 +16,7 @@ import (
 
 	"troupe/internal/testnet"
 	"troupe/runtime/pki"
+	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 )
@@ -46,7 +47,7 @@ func TestNoSecretsOnTheWire(t *testing.T) {
 			waitFor(t, "worker registered", 10*time.Second, func() bool { return nodeState(head.Status(), "w1") == "alive" })
 			toWorker := testnet.NewRecorder(t, worker.Addr())
 
-			cl, err := NewClientTLS(toWorker.Addr(), tok, ClientTLS{Insecure: insecure})
+			cl, err := NewClientTLS(toWorker.Addr(), tok, security.TLS{Insecure: insecure})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"troupe/actors"
 	"troupe/runtime/api"
 	"troupe/runtime/client"
+	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
@@ -84,7 +85,7 @@ type Config struct {
 	JobID string
 	// TLS is how connections to the cluster are secured (the zero value:
 	// TLS, trusting the CA the node proves with the token).
-	TLS client.TLS
+	TLS security.TLS
 	// Control, when set, is the control plane instead of gRPC to Address
 	// (client.Inmem in tests); binaries are uploaded through it.
 	Control Control

@@ -13,9 +13,9 @@ import (
 
 	"troupe/actors"
 	"troupe/internal/testnet"
-	"troupe/runtime/client"
 	"troupe/runtime/cluster"
 	"troupe/runtime/objstore"
+	"troupe/runtime/security"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
@@ -64,7 +64,7 @@ func TestNoSecretsOnLoopback(t *testing.T) {
 			pc := testnet.StartCapture(t, "lo")
 			head, err := cluster.Start(context.Background(), cluster.Config{NodeID: "head", Role: cluster.RoleHead, DataDir: t.TempDir(),
 				BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), RaftPort: freeTCPPort(t), Token: tok,
-				Timing: cluster.FastTiming(), Logger: logger, TLS: cluster.TLSConfig{Insecure: insecure},
+				Timing: cluster.FastTiming(), Logger: logger, TLS: security.TLS{Insecure: insecure},
 				Resources: scheduler.Resources{MilliCPU: 1000, MemoryBytes: 1 << 30}})
 			if err != nil {
 				t.Fatal(err)
@@ -72,7 +72,7 @@ func TestNoSecretsOnLoopback(t *testing.T) {
 			defer head.Shutdown()
 			w, err := cluster.Start(context.Background(), cluster.Config{NodeID: "w1", Role: cluster.RoleWorker, DataDir: t.TempDir(),
 				BindAddr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), GossipPort: freeTCPPort(t), Token: tok, Join: []string{head.Addr()},
-				Timing: cluster.FastTiming(), Logger: logger, TLS: cluster.TLSConfig{Insecure: insecure},
+				Timing: cluster.FastTiming(), Logger: logger, TLS: security.TLS{Insecure: insecure},
 				Resources: scheduler.Resources{MilliCPU: 2000, MemoryBytes: 1 << 30, Custom: scheduler.CustomResources{"special": 1}}})
 			if err != nil {
 				t.Fatal(err)
@@ -80,7 +80,7 @@ func TestNoSecretsOnLoopback(t *testing.T) {
 			defer w.Shutdown()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			rt, err := Connect(ctx, Config{Address: head.Addr(), Token: tok, TLS: client.TLS{Insecure: insecure}})
+			rt, err := Connect(ctx, Config{Address: head.Addr(), Token: tok, TLS: security.TLS{Insecure: insecure}})
 			if err != nil {
 				t.Fatal(err)
 			}
