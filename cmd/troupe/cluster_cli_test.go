@@ -158,16 +158,6 @@ func TestClusterParseResources(t *testing.T) {
 	}
 }
 
-func TestClusterSimulatedGPUCount(t *testing.T) {
-	gpus, topo, sim, err := nodeGPUs("h:1", "4")
-	if err != nil || len(gpus) != 4 || topo != nil || !sim || gpus[3].Index != 3 {
-		t.Fatalf("4 simulated GPUs: %v %v %v %v", gpus, topo, sim, err)
-	}
-	if _, _, _, err := nodeGPUs("h:1", "999"); err == nil {
-		t.Error("999 GPUs accepted")
-	}
-}
-
 // TestOvercommitWarning: nodes sharing a machine that each took all of
 // its CPUs and memory are named; a node given its share, or on another
 // machine, or gone, is not.

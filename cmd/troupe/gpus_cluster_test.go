@@ -18,6 +18,7 @@ import (
 	"troupe/gpu/busy"
 	"troupe/internal/testnet"
 	"troupe/runtime/cluster"
+	"troupe/runtime/gpuagent"
 	"troupe/scheduler"
 )
 
@@ -27,7 +28,7 @@ import (
 type gpuCluster struct {
 	token          string
 	head, worker   *cluster.Node
-	headA, workerA *gpuAgent
+	headA, workerA *gpuagent.Agent
 	planner        *agent.Policy // see train
 }
 
@@ -40,8 +41,8 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := testnet.Ports(t, "127.0.0.1", 6)
 	c := &gpuCluster{token: gpuClusterToken}
-	start := func(id string, role cluster.Role, port int, profile string, join []string) (*cluster.Node, *gpuAgent) {
-		gpus, topo, _, err := nodeGPUs("", profile)
+	start := func(id string, role cluster.Role, port int, profile string, join []string) (*cluster.Node, *gpuagent.Agent) {
+		gpus, topo, _, err := gpuagent.NodeGPUs("", profile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,11 +56,11 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 		}
 		t.Cleanup(func() { n.Shutdown() })
 		// A long interval: the test takes the samples it checks itself.
-		a, err := startGPUAgent(ctx, gpuAgentOptions{Node: id, Simulate: profile, Interval: time.Hour, Log: log})
+		a, err := gpuagent.Start(ctx, gpuagent.Options{Node: id, Simulate: profile, Interval: time.Hour, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.ServeGPUs(a.sampler, a.inv.Profile())
+		n.ServeGPUs(a.Sampler(), a.Profile())
 		return n, a
 	}
 	c.head, c.headA = start("head-1", cluster.RoleHead, p, "pcie-4", nil)
@@ -111,8 +112,8 @@ func startGPUCluster(t *testing.T) *gpuCluster {
 func (c *gpuCluster) work(t *testing.T) {
 	busy.ProcessMeter().Counter(busy.Key{Node: "worker-1", GPU: 0, Actor: "planner"}).AddBusy(time.Hour)
 	time.Sleep(150 * time.Millisecond) // at least one simulated utilization window
-	c.headA.sampler.SampleOnce()
-	c.workerA.sampler.SampleOnce()
+	c.headA.Sampler().SampleOnce()
+	c.workerA.Sampler().SampleOnce()
 }
 
 // train runs real training steps of a policy actor placed, like the
@@ -139,8 +140,8 @@ func (c *gpuCluster) train(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.headA.sampler.SampleOnce()
-	c.workerA.sampler.SampleOnce()
+	c.headA.Sampler().SampleOnce()
+	c.workerA.Sampler().SampleOnce()
 }
 
 func waitUntil(t *testing.T, what string, ok func() bool) {

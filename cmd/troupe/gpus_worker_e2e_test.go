@@ -19,6 +19,7 @@ import (
 	"troupe/internal/testnet"
 	"troupe/runtime"
 	"troupe/runtime/cluster"
+	"troupe/runtime/gpuagent"
 	"troupe/runtime/worker"
 	"troupe/scheduler"
 )
@@ -91,7 +92,7 @@ func TestGPUsFollowWorkerProcesses(t *testing.T) {
 	defer cancel()
 	const tok = "gpus-worker-test-token"
 	p := testnet.Ports(t, "127.0.0.1", 3)
-	gpus, topo, _, err := nodeGPUs("", "pcie-4")
+	gpus, topo, _, err := gpuagent.NodeGPUs("", "pcie-4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +105,11 @@ func TestGPUsFollowWorkerProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Shutdown() })
-	a, err := startGPUAgent(ctx, gpuAgentOptions{Node: n.ID(), Simulate: "pcie-4", Interval: 200 * time.Millisecond, Ledgers: true, Log: log})
+	a, err := gpuagent.Start(ctx, gpuagent.Options{Node: n.ID(), Simulate: "pcie-4", Interval: 200 * time.Millisecond, Ledgers: true, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.ServeGPUs(a.sampler, a.inv.Profile())
+	n.ServeGPUs(a.Sampler(), a.Profile())
 
 	driver := exec.Command(os.Args[0], "-test.run=^TestGPUsDriverHelperProcess$")
 	driver.Env = append(os.Environ(), gpuDriverEnv+"=1", "TROUPE_ADDRESS="+n.Addr(), "TROUPE_TOKEN="+tok)

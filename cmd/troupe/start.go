@@ -9,12 +9,13 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"troupe/gpu"
 	"troupe/runtime/cluster"
+	"troupe/runtime/dashboard"
+	"troupe/runtime/gpuagent"
 	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/scheduler"
@@ -158,17 +159,17 @@ func runStart(ctx context.Context, args []string) error {
 	// the head's dashboard); simulated ones follow the actors' work.
 	wctx, stopWeb := context.WithCancel(context.Background())
 	defer stopWeb()
-	agent, err := startGPUAgent(wctx, gpuAgentOptions{Node: n.ID(), Simulate: *simGPUs, Ledgers: true, Log: log})
+	agent, err := gpuagent.Start(wctx, gpuagent.Options{Node: n.ID(), Simulate: *simGPUs, Ledgers: true, Log: log})
 	if err != nil {
 		log.Warn("GPU sampling off", "err", err)
 	} else {
-		n.ServeGPUs(agent.sampler, agent.inv.Profile())
+		n.ServeGPUs(agent.Sampler(), agent.Profile())
 	}
 	if listen := dashboardAddr(*httpAddr, cfg.Role); listen != "" && agent != nil {
-		w, err := newWeb(wctx, n.ID(), agent, n, webOptions{noDCGM: !*dcgm})
+		w, err := dashboard.NewServer(wctx, n.ID(), agent, n, dashboard.ServerOptions{NoDCGM: !*dcgm})
 		if err == nil {
 			var addr string
-			if addr, err = w.serve(wctx, listen, transport.HTTPAuth{Token: cfg.Token}, log); err == nil {
+			if addr, err = w.Serve(wctx, listen, transport.HTTPAuth{Token: cfg.Token}, log); err == nil {
 				fmt.Printf("dashboard: http://%s/  metrics: http://%s/metrics\n", addr, addr)
 			}
 		}
@@ -227,7 +228,7 @@ func nodeResources(cfg *cluster.Config, resFlag, simulate string, log *slog.Logg
 	if len(detected) > 0 {
 		cfg.Labels[detectedLabel] = strings.Join(detected, ",")
 	}
-	gpus, topo, simulated, err := nodeGPUs(cfg.BindAddr, simulate)
+	gpus, topo, simulated, err := gpuagent.NodeGPUs(cfg.BindAddr, simulate)
 	if err != nil {
 		return err
 	}
@@ -236,51 +237,9 @@ func nodeResources(cfg *cluster.Config, resFlag, simulate string, log *slog.Logg
 	}
 	cfg.GPUs, cfg.Topology = gpus, topo
 	if simulated {
-		cfg.Labels["troupe.gpus"] = "simulated"
+		gpuagent.MarkSimulated(cfg.Labels)
 	}
 	return nil
-}
-
-// nodeGPUs returns the node's GPUs: a simulated count or profile, or the
-// real devices through NVML (none when NVML is missing).
-func nodeGPUs(where, simulate string) ([]scheduler.GPUInfo, [][]int, bool, error) {
-	if n, err := strconv.Atoi(simulate); err == nil {
-		if n < 0 || n > scheduler.MaxGPUsPerNode {
-			return nil, nil, false, fmt.Errorf("--simulate-gpus %d: want 0..%d", n, scheduler.MaxGPUsPerNode)
-		}
-		var out []scheduler.GPUInfo
-		for i := 0; i < n; i++ {
-			out = append(out, scheduler.GPUInfo{Index: i, UUID: fmt.Sprintf("GPU-sim-%s-%d", where, i), Model: "simulated GPU"})
-		}
-		return out, nil, n > 0, nil
-	}
-	inv, err := gpu.Open(gpu.Options{Simulate: simulate})
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("GPUs: %w", err)
-	}
-	defer inv.Close()
-	devs := inv.Devices()
-	var out []scheduler.GPUInfo
-	for _, d := range devs {
-		gi := scheduler.GPUInfo{Index: d.Index, UUID: d.UUID, Model: d.Name}
-		if d.MemoryTotal != nil {
-			gi.MemoryBytes = int64(*d.MemoryTotal)
-		}
-		out = append(out, gi)
-	}
-	var topo [][]int
-	if t := inv.Topology(); t != nil && t.Len() == len(devs) && len(devs) > 0 {
-		topo = make([][]int, len(devs))
-		for i := range topo {
-			topo[i] = make([]int, len(devs))
-			for j := range topo[i] {
-				if i != j {
-					topo[i][j] = t.Score(i, j)
-				}
-			}
-		}
-	}
-	return out, topo, inv.Simulated(), nil
 }
 
 // Node labels that let the cluster see nodes sharing a machine.

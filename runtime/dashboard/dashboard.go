@@ -4,9 +4,11 @@
 // utilization of every GPU over time, updating live.
 //
 // The page reads GET api/state, a State. Whoever mounts the handler
-// provides a StateSource: the runtime's head implements it over the
-// cluster state; LocalSource implements it over one machine's GPU
-// inventory and sampler, so the dashboard works without a cluster.
+// provides a StateSource: LocalSource implements it over one machine's GPU
+// inventory and sampler, so the dashboard works without a cluster; Server
+// implements it over a cluster node (the nodes, actors and every node's
+// GPUs) and serves the page with Prometheus /metrics, for troupe start and
+// troupe dashboard.
 package dashboard
 
 import (

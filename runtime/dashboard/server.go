@@ -1,14 +1,12 @@
-package main
+package dashboard
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,21 +14,18 @@ import (
 
 	"troupe/gpu"
 	"troupe/runtime/cluster"
-	"troupe/runtime/dashboard"
+	"troupe/runtime/gpuagent"
 	"troupe/runtime/metrics"
 	"troupe/runtime/transport"
 	"troupe/runtime/worker"
 )
 
-func init() {
-	register(command{name: "dashboard", summary: "serve the web dashboard and /metrics for this machine's GPUs", run: runDashboard})
-}
-
-// web is a node's HTTP side: the dashboard at / and Prometheus at /metrics,
-// over this machine's GPU sampler and, on a cluster node, the cluster's
-// nodes, actors and every node's GPUs (gathered through the GPU service).
-type web struct {
-	local *dashboard.LocalSource
+// Server is a machine's or a cluster node's HTTP side: the dashboard at /
+// and Prometheus metrics at /metrics, over the machine's GPU agent and, on
+// a node, the cluster's nodes, actors and every node's GPUs (gathered
+// through the GPU service). It is the StateSource of its page.
+type Server struct {
+	local *LocalSource
 	attr  *gpu.Attribution
 	reg   *metrics.Registry
 	node  *cluster.Node // nil for a machine outside any cluster
@@ -39,25 +34,28 @@ type web struct {
 	assigned map[string]bool // "actor@gpu" put into attr
 	// The cluster's GPU history, merged from the points each poll brings
 	// (only those newer than since[node] are shipped).
-	hist  map[string][]dashboard.Point // "node/index" → points, oldest first
-	since map[string]int64             // node → newest point held (Unix ms)
+	hist  map[string][]Point // "node/index" → points, oldest first
+	since map[string]int64   // node → newest point held (Unix ms)
 }
 
 // maxHistory bounds the points kept per GPU (5 minutes at 1 s).
 const maxHistory = 300
 
-// webOptions configure newWeb.
-type webOptions struct {
-	// noDCGM leaves the DCGM-named GPU gauges out of /metrics.
-	noDCGM bool
+// ServerOptions configure NewServer.
+type ServerOptions struct {
+	// NoDCGM leaves the DCGM-named GPU gauges out of /metrics (where
+	// NVIDIA's dcgm-exporter runs too).
+	NoDCGM bool
 }
 
-// newWeb serves the GPUs sampled by agent and, with node, the cluster.
-func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Node, o webOptions) (*web, error) {
-	w := &web{local: dashboard.NewLocalSource(agent.inv, agent.sampler, agent.attr), attr: agent.attr, reg: metrics.New(name), node: node,
-		assigned: map[string]bool{}, hist: map[string][]dashboard.Point{}, since: map[string]int64{}}
+// NewServer serves the GPUs that agent samples, named name, and, with a
+// node (nil outside a cluster), the cluster. With a node it keeps the
+// metrics and the GPU attribution fresh until ctx ends.
+func NewServer(ctx context.Context, name string, agent *gpuagent.Agent, node *cluster.Node, o ServerOptions) (*Server, error) {
+	w := &Server{local: NewLocalSource(agent.Inventory(), agent.Sampler(), agent.Attribution()), attr: agent.Attribution(), reg: metrics.New(name), node: node,
+		assigned: map[string]bool{}, hist: map[string][]Point{}, since: map[string]int64{}}
 	w.local.Node = name
-	if err := w.reg.RegisterGPUs(agent.sampler, metrics.GPUOptions{SkipDCGM: o.noDCGM}); err != nil {
+	if err := w.reg.RegisterGPUs(agent.Sampler(), metrics.GPUOptions{SkipDCGM: o.NoDCGM}); err != nil {
 		return nil, err
 	}
 	// Refused connections: this process's (the dashboard beyond loopback)
@@ -104,8 +102,8 @@ func newWeb(ctx context.Context, name string, agent *gpuAgent, node *cluster.Nod
 	return w, nil
 }
 
-// State implements dashboard.StateSource.
-func (w *web) State(ctx context.Context) (dashboard.State, error) {
+// State implements StateSource.
+func (w *Server) State(ctx context.Context) (State, error) {
 	st, err := w.local.State(ctx)
 	if err != nil || w.node == nil {
 		return st, err
@@ -126,7 +124,7 @@ func (w *web) State(ctx context.Context) (dashboard.State, error) {
 		if sim == "" {
 			sim = simulatedLabel(n.Labels)
 		}
-		st.Nodes = append(st.Nodes, dashboard.Node{Name: n.ID, Address: n.Address, Leader: n.ID == cs.Leader,
+		st.Nodes = append(st.Nodes, Node{Name: n.ID, Address: n.Address, Leader: n.ID == cs.Leader,
 			Alive: n.State == "alive", CPUs: int(n.Total.CPUs()), GPUs: len(n.GPUs), SimulatedGPUs: sim})
 	}
 	jobs := map[string]string{} // actor → job, as the GPU attribution knows it
@@ -141,20 +139,20 @@ func (w *web) State(ctx context.Context) (dashboard.State, error) {
 		if name == "" {
 			name = a.ID
 		}
-		st.Actors = append(st.Actors, dashboard.Actor{Name: name, Type: a.Class, Job: jobs[a.Node+"/"+name], Node: a.Node, State: a.State, GPUs: a.GPUs})
+		st.Actors = append(st.Actors, Actor{Name: name, Type: a.Class, Job: jobs[a.Node+"/"+name], Node: a.Node, State: a.State, GPUs: a.GPUs})
 	}
 	return st, nil
 }
 
-// clusterView is every node's GPUs for the dashboard.
+// clusterView is every node's GPUs.
 type clusterView struct {
-	GPUs     []dashboard.GPU
+	GPUs     []GPU
 	profiles map[string]string // node → simulated profile
 }
 
 // clusterGPUs gathers every node's GPUs through the GPU service and merges
 // the new history points into the ones held.
-func (w *web) clusterGPUs(ctx context.Context) (clusterView, error) {
+func (w *Server) clusterGPUs(ctx context.Context) (clusterView, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	since := make(map[string]int64, len(w.since))
@@ -165,7 +163,7 @@ func (w *web) clusterGPUs(ctx context.Context) (clusterView, error) {
 	if err != nil {
 		return clusterView{}, err
 	}
-	out := clusterView{GPUs: []dashboard.GPU{}, profiles: map[string]string{}}
+	out := clusterView{GPUs: []GPU{}, profiles: map[string]string{}}
 	seen := map[string]bool{}
 	for _, n := range view.Nodes {
 		if n.Error != "" {
@@ -184,17 +182,17 @@ func (w *web) clusterGPUs(ctx context.Context) (clusterView, error) {
 					if len(h) > 0 && p.T <= h[len(h)-1].T {
 						continue
 					}
-					h = append(h, dashboard.Point{T: p.T, SM: p.SM, Mem: p.Mem})
+					h = append(h, Point{T: p.T, SM: p.SM, Mem: p.Mem})
 					newest = max(newest, p.T)
 				}
 			}
 			if len(h) > maxHistory {
-				h = append([]dashboard.Point(nil), h[len(h)-maxHistory:]...)
+				h = append([]Point(nil), h[len(h)-maxHistory:]...)
 			}
 			w.hist[key] = h
-			g := dashboard.GPU{Node: n.Node, Index: d.Index, UUID: d.UUID, Name: d.Name, Simulated: d.Simulated,
+			g := GPU{Node: n.Node, Index: d.Index, UUID: d.UUID, Name: d.Name, Simulated: d.Simulated,
 				MemoryTotal: d.MemoryTotal, PowerLimitWatts: d.PowerLimitWatts, Actors: []gpu.Holder{},
-				History: append([]dashboard.Point(nil), h...)}
+				History: append([]Point(nil), h...)}
 			if i < len(n.Samples) {
 				s := n.Samples[i]
 				g.SMUtil, g.MemUtil, g.MemoryUsed = s.SMUtil, s.MemUtil, s.MemoryUsed
@@ -234,7 +232,7 @@ func nodeListed(v *cluster.ClusterGPUs, node string) bool {
 
 // refresh brings the metrics and this node's GPU attribution up to date
 // with the committed state.
-func (w *web) refresh() {
+func (w *Server) refresh() {
 	cs := w.node.Status()
 	w.reg.SetActorCounts(cs.ActorsByState)
 	nodes := map[string]int{}
@@ -281,23 +279,24 @@ func (w *web) refresh() {
 	}
 }
 
-// handler serves the dashboard at / and metrics at /metrics.
-func (w *web) handler() http.Handler {
+// Handler serves the dashboard at / and metrics at /metrics.
+func (w *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", w.reg.Handler())
-	mux.Handle("/", dashboard.New(w, dashboard.Options{}))
+	mux.Handle("/", New(w, Options{}))
 	return mux
 }
 
-// serve listens on addr and serves until ctx ends. Bound beyond loopback,
-// it requires auth (the token or basic auth) on every page, /metrics
-// included, and refuses to start without one.
-func (w *web) serve(ctx context.Context, addr string, auth transport.HTTPAuth, log *slog.Logger) (string, error) {
+// Serve listens on addr and serves Handler until ctx ends; it returns the
+// address listened on. Bound beyond loopback, it requires auth (the token
+// or basic auth) on every page, /metrics included, and refuses to start
+// without one (transport.ErrOpenHTTP).
+func (w *Server) Serve(ctx context.Context, addr string, auth transport.HTTPAuth, log *slog.Logger) (string, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("dashboard: listen %s: %w", addr, err)
 	}
-	h, err := auth.Guard(w.handler(), l.Addr())
+	h, err := auth.Guard(w.Handler(), l.Addr())
 	if err != nil {
 		l.Close()
 		return "", fmt.Errorf("dashboard: %w (pass --token, or --basic-auth USER:PASSWORD)", err)
@@ -317,75 +316,11 @@ func (w *web) serve(ctx context.Context, addr string, auth transport.HTTPAuth, l
 	return l.Addr().String(), nil
 }
 
-func runDashboard(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dashboard", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8265", "HTTP address to serve the dashboard (/) and Prometheus metrics (/metrics) on")
-	simGPUs := fs.String("simulate-gpus", os.Getenv("TROUPE_SIMULATE_GPUS"), "simulated GPUs: a count or a profile ("+strings.Join(gpu.Profiles(), ", ")+"); default TROUPE_SIMULATE_GPUS")
-	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names (false where dcgm-exporter runs too)")
-	token := fs.String("token", os.Getenv("TROUPE_TOKEN"), "token that clients must send (bearer, or as the basic-auth password) when --listen is beyond loopback; default TROUPE_TOKEN")
-	basic := fs.String("basic-auth", "", "USER:PASSWORD that clients may send instead when --listen is beyond loopback")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: troupe dashboard [flags]\n\nServes the web dashboard and Prometheus metrics for this machine's GPUs until\ninterrupted. A cluster node serves the same pages for the cluster with\n'troupe start --http ADDR'.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage
-	}
-	auth := transport.HTTPAuth{Token: *token}
-	if *basic != "" {
-		u, p, ok := strings.Cut(*basic, ":")
-		if !ok || u == "" || p == "" {
-			return fmt.Errorf("--basic-auth %q: want USER:PASSWORD", *basic)
-		}
-		auth.User, auth.Password = u, p
-	}
-	host, _ := os.Hostname()
-	agent, err := startGPUAgent(ctx, gpuAgentOptions{Node: host, Simulate: *simGPUs})
-	if err != nil {
-		return err
-	}
-	w, err := newWeb(ctx, host, agent, nil, webOptions{noDCGM: !*dcgm})
-	if err != nil {
-		return err
-	}
-	addr, err := w.serve(ctx, *listen, auth, slog.Default())
-	if err != nil {
-		return err
-	}
-	fmt.Printf("dashboard: http://%s/  metrics: http://%s/metrics  (Ctrl-C to stop)\n", addr, addr)
-	<-ctx.Done()
-	return nil
-}
-
 // simulatedLabel names a node's simulated GPUs for the dashboard ("" for
-// real ones), from the label troupe start sets.
+// real ones), from its labels.
 func simulatedLabel(labels map[string]string) string {
-	if labels["troupe.gpus"] == "simulated" {
+	if gpuagent.IsSimulated(labels) {
 		return "simulated"
 	}
 	return ""
-}
-
-// defaultDashboard is where the head serves the dashboard unless --http
-// says otherwise: loopback only (reach it remotely through an SSH tunnel,
-// or pass --http 0.0.0.0:8265: beyond loopback every page and /metrics
-// require the cluster token, as a bearer token or basic-auth password).
-const defaultDashboard = "127.0.0.1:8265"
-
-// dashboardAddr resolves --http: "off" (or "none", "false") disables the
-// dashboard; empty means the default on the head and off on other nodes.
-func dashboardAddr(flagVal string, role cluster.Role) string {
-	switch strings.ToLower(strings.TrimSpace(flagVal)) {
-	case "off", "none", "false", "no":
-		return ""
-	case "":
-		if role == cluster.RoleHead {
-			return defaultDashboard
-		}
-		return ""
-	}
-	return flagVal
 }
