@@ -110,16 +110,15 @@ func NodeResources(m map[string]float64) Option {
 // Register actor types before calling Init.
 func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	// The environment is read here, at the edge, and passed down.
-	if d, err := wire.ParseSpin(os.Getenv(wire.SpinEnv)); err != nil {
+	spin, err := wire.ParseSpin(os.Getenv(wire.SpinEnv))
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "troupe: %v; using the default %v\n", err, wire.DefaultSpin)
-	} else {
-		wire.SetSpin(d)
 	}
 	// "0" turns off the Unix-socket shortcut between processes of a host.
-	wire.SetUnix(os.Getenv(wire.UnixEnv) != "0")
-	objstore.SetLocal(os.Getenv(objstore.LocalEnv) != "0")
+	noWireUnix, noObjectsUnix := os.Getenv(wire.UnixEnv) == "0", os.Getenv(objstore.LocalEnv) == "0"
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
-		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar)); err != nil {
+		wo := worker.Options{Spin: spin, NoObjectsUnix: noObjectsUnix}
+		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar), wo); err != nil {
 			return nil, fmt.Errorf("troupe worker: %w", err)
 		}
 		return nil, ErrWorkerDone
@@ -130,7 +129,8 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 		o(&cfg)
 	}
 	if cfg.address != "" {
-		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID, TLS: cfg.tls})
+		d, err := driver.Connect(ctx, driver.Config{Address: cfg.address, Token: cfg.token, JobID: cfg.jobID, TLS: cfg.tls,
+			Spin: spin, NoWireUnix: noWireUnix, NoObjectsUnix: noObjectsUnix})
 		if err != nil {
 			return nil, err
 		}

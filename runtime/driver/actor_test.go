@@ -127,7 +127,7 @@ func init() {
 // one: it serves the registered types, as runtime.Init does in a worker.
 func TestMain(m *testing.M) {
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
-		if err := worker.ServeProcess(context.Background(), env, os.Getenv(worker.HostEnvVar)); err != nil {
+		if err := worker.ServeProcess(context.Background(), env, os.Getenv(worker.HostEnvVar), worker.Options{}); err != nil {
 			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
 			os.Exit(1)
 		}

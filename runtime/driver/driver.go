@@ -14,6 +14,7 @@ import (
 	"troupe/actors"
 	"troupe/runtime/api"
 	"troupe/runtime/client"
+	"troupe/runtime/objstore"
 	"troupe/runtime/security"
 	"troupe/runtime/transport"
 	"troupe/runtime/wire"
@@ -48,6 +49,7 @@ type Driver struct {
 	job    scheduler.JobID
 	binary string
 	sec    transport.Security // the worker call ports and object stores (the token; TLS from the cluster)
+	dial   []wire.DialOption  // how calls connect to workers (Config.NoWireUnix)
 	sess   jobSession         // keep-alives of the job (job.go)
 
 	hashOnce sync.Once
@@ -91,6 +93,13 @@ type Config struct {
 	Control Control
 	// Clock, when set, is the driver's time instead of the real clock.
 	Clock Clock
+	// Spin is the transport.Security.Spin of the driver's connections to
+	// worker call ports and object stores (transport.SpinEnv).
+	Spin time.Duration
+	// NoWireUnix and NoObjectsUnix make the driver's calls and object
+	// fetches use TCP to workers on this host too (wire.UnixEnv and
+	// objstore.LocalEnv set to "0").
+	NoWireUnix, NoObjectsUnix bool
 }
 
 // Connect connects to the cluster at cfg.Address with cfg.Token, checking
@@ -134,8 +143,16 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
+	sec.Spin = cfg.Spin
+	var fetch []objstore.ClientOption
+	if cfg.NoObjectsUnix {
+		fetch = append(fetch, objstore.NoUnix())
+	}
 	r := &Driver{addr: addr, client: c, clock: clock, node: node, job: scheduler.JobID("job-" + api.NewID()), binary: exe, sec: sec,
 		clients: map[string]*wire.Client{}, uploaded: map[string]bool{}}
+	if cfg.NoWireUnix {
+		r.dial = append(r.dial, wire.NoUnix())
+	}
 	r.spawns.r = r
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// The job's actors die when the driver shuts down or is lost
@@ -144,7 +161,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		c.Close()
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	r.objs = newDriverObjRefs(addr, r.sec) // with the server of its own objects (put.go)
+	r.objs = newDriverObjRefs(addr, r.sec, fetch...) // with the server of its own objects (put.go)
 	r.watch = newCallWatch(c, clock, watchInterval)
 	return r, nil
 }
@@ -568,7 +585,7 @@ func (r *Driver) conn(ctx context.Context, addr string) (*wire.Client, error) {
 	r.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cl, err := wire.Dial(dctx, r.sec, "tcp", addr, 0)
+	cl, err := wire.Dial(dctx, r.sec, "tcp", addr, 0, r.dial...)
 	if err != nil {
 		return nil, err
 	}

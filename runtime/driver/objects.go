@@ -55,8 +55,9 @@ const gcEvery = 1 << 30
 
 // newObjRefs returns the driver's references; own, when not nil, is the
 // driver's own store, whose objects its client reads and frees in place.
-func newObjRefs(own *objstore.Store, sec transport.Security) *objRefs {
-	return &objRefs{client: objstore.NewClient(own, sec), store: own, pins: map[*actors.Promise]int{}}
+// opts configure the client.
+func newObjRefs(own *objstore.Store, sec transport.Security, opts ...objstore.ClientOption) *objRefs {
+	return &objRefs{client: objstore.NewClient(own, sec, opts...), store: own, pins: map[*actors.Promise]int{}}
 }
 
 // close stops the client (sending the releases still queued) and the

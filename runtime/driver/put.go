@@ -27,16 +27,16 @@ import (
 // newDriverObjRefs returns the driver's objRefs with its own store served
 // to the cluster at clusterAddr (the addresses Init was given). When no
 // server can be started, the driver still works, but Put of a large value
-// fails with the reason.
-func newDriverObjRefs(clusterAddr string, sec transport.Security) *objRefs {
+// fails with the reason. opts configure its objstore client.
+func newDriverObjRefs(clusterAddr string, sec transport.Security, opts ...objstore.ClientOption) *objRefs {
 	l, err := listenReachable(clusterAddr)
 	if err != nil {
-		o := newObjRefs(nil, sec)
+		o := newObjRefs(nil, sec, opts...)
 		o.ownErr = err
 		return o
 	}
 	st := objstore.NewStore(l.Addr().String())
-	o := newObjRefs(st, sec)
+	o := newObjRefs(st, sec, opts...)
 	o.srv = objstore.NewServer(st, sec)
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := objstore.ListenLocal(l); err == nil {

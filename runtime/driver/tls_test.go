@@ -14,9 +14,7 @@ import (
 	"troupe/actors"
 	"troupe/internal/testnet"
 	"troupe/runtime/cluster"
-	"troupe/runtime/objstore"
 	"troupe/runtime/security"
-	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
 
@@ -51,9 +49,6 @@ func TestNoSecretsOnLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	wire.SetUnix(false)
-	objstore.SetLocal(false)
-	t.Cleanup(func() { wire.SetUnix(true); objstore.SetLocal(true) })
 	for _, insecure := range []bool{false, true} {
 		name := map[bool]string{false: "tls", true: "insecure"}[insecure]
 		t.Run(name, func(t *testing.T) {
@@ -80,7 +75,7 @@ func TestNoSecretsOnLoopback(t *testing.T) {
 			defer w.Shutdown()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			rt, err := Connect(ctx, Config{Address: head.Addr(), Token: tok, TLS: security.TLS{Insecure: insecure}})
+			rt, err := Connect(ctx, Config{Address: head.Addr(), Token: tok, TLS: security.TLS{Insecure: insecure}, NoWireUnix: true, NoObjectsUnix: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,19 +36,13 @@ func cpuMeter(b *testing.B, size int64) func() {
 // of 64 MiB into a buffer allocated once. Both ends run in this process.
 func BenchmarkTransfer64MiB(b *testing.B) {
 	const size = 64 << 20
-	b.Run("objstore-tcp", func(b *testing.B) {
-		SetLocal(false)
-		defer SetLocal(true)
-		fetchBench(b, size, testSec)
-	})
+	b.Run("objstore-tcp", func(b *testing.B) { fetchBench(b, size, testSec, NoUnix()) })
 	b.Run("objstore-tls", func(b *testing.B) {
-		SetLocal(false)
-		defer SetLocal(true)
 		pki, err := transporttest.New()
 		if err != nil {
 			b.Fatal(err)
 		}
-		fetchBench(b, size, transport.Security{Token: testSec.Token, Server: pki.Server(), Client: pki.Client()})
+		fetchBench(b, size, transport.Security{Token: testSec.Token, Server: pki.Server(), Client: pki.Client()}, NoUnix())
 	})
 	b.Run("objstore-unix", func(b *testing.B) { fetchBench(b, size, testSec) })
 	b.Run("rawTCP", func(b *testing.B) {
@@ -94,9 +88,9 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 }
 
 // fetchBench fetches one object of size bytes b.N times.
-func fetchBench(b *testing.B, size int, sec transport.Security) {
+func fetchBench(b *testing.B, size int, sec transport.Security, opts ...ClientOption) {
 	o := startOwnerWith(b, sec)
-	c := NewClient(nil, sec)
+	c := NewClient(nil, sec, opts...)
 	defer c.Close()
 	ref := o.store.Put(pattern(size, 1))
 	defer o.store.Release(ref.ID, ref.Key)

@@ -23,8 +23,9 @@ const DialTimeout = 10 * time.Second
 // Client serves a whole process; it is safe for concurrent use. It reaches
 // an owner on the same host through its Unix socket (see ListenLocal).
 type Client struct {
-	local *Store // this process's store, if any: its objects are not fetched over TCP
-	sec   transport.Security
+	local  *Store // this process's store, if any: its objects are not fetched over TCP
+	sec    transport.Security
+	noUnix bool // fetch over TCP from owners on this host too (NoUnix)
 
 	mu      sync.Mutex
 	idle    map[string][]*clientConn
@@ -44,12 +45,22 @@ type clientConn struct {
 	br *bufio.Reader
 }
 
+// A ClientOption changes how a Client connects.
+type ClientOption func(*Client)
+
+// NoUnix makes the client fetch over TCP from owners on this host too
+// (LocalEnv=0): for measuring and troubleshooting.
+func NoUnix() ClientOption { return func(c *Client) { c.noUnix = true } }
+
 // NewClient returns a client that authenticates to owners with sec.
 // local, when not nil, is this process's own store: fetches and releases
 // of its objects skip the network.
-func NewClient(local *Store, sec transport.Security) *Client {
+func NewClient(local *Store, sec transport.Security, opts ...ClientOption) *Client {
 	c := &Client{local: local, sec: sec, idle: map[string][]*clientConn{}, relWake: make(chan struct{}, 1),
 		done: make(chan struct{}), relDone: make(chan struct{})}
+	for _, o := range opts {
+		o(c)
+	}
 	go c.releaseLoop()
 	return c
 }
@@ -180,7 +191,7 @@ func (c *Client) conn(ctx context.Context, owner string) (cc *clientConn, reused
 	c.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	nc, err := dial(dctx, c.sec, owner)
+	nc, err := dial(dctx, c.sec, c.noUnix, owner)
 	if err != nil {
 		return nil, false, err
 	}

@@ -129,9 +129,7 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 	}
 	run := func(ref Ref, sec transport.Security) func(b *testing.B) {
 		return func(b *testing.B) {
-			SetLocal(false)
-			defer SetLocal(true)
-			c := NewClient(nil, sec)
+			c := NewClient(nil, sec, NoUnix())
 			defer c.Close()
 			ctx := context.Background()
 			if _, err := c.Fetch(ctx, ref); err != nil { // connect and warm up

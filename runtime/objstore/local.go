@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"sync/atomic"
 
 	"troupe/runtime/transport"
 )
@@ -22,22 +21,15 @@ import (
 // fetcher on another host finds no such socket and dials TCP.
 
 // LocalEnv is the environment variable that disables the Unix shortcut
-// when set to "0". runtime.Init reads it and calls SetLocal; this package
-// reads no environment.
+// when set to "0". runtime.Init reads it into its Clients' options
+// (NoUnix); this package reads no environment.
 const LocalEnv = "TROUPE_OBJECTS_UNIX"
 
 // localKind names the object stores' sockets in transport.LocalDir.
 const localKind = "objects"
 
-// noLocal is set by SetLocal(false). An atomic: clients read it while a
-// process configures itself at start.
-var noLocal atomic.Bool
-
-// SetLocal turns the Unix shortcut of fetches on (the default on Linux) or
-// off.
-func SetLocal(on bool) { noLocal.Store(!on) }
-
-func localEnabled() bool { return runtime.GOOS == "linux" && !noLocal.Load() }
+// localOS says whether this OS has the Unix shortcut.
+const localOS = runtime.GOOS == "linux"
 
 // ListenLocal listens on the Unix socket beside the TCP listener l; serve
 // it with the same Server (Serve runs the handshake). It fails outside
@@ -54,9 +46,9 @@ func ListenLocal(l net.Listener) (net.Listener, error) {
 }
 
 // dial connects to owner and authenticates with sec: through its Unix
-// socket when it is on this host, else over TCP.
-func dial(ctx context.Context, sec transport.Security, owner string) (net.Conn, error) {
-	if localEnabled() {
+// socket when it is on this host (unless noUnix), else over TCP.
+func dial(ctx context.Context, sec transport.Security, noUnix bool, owner string) (net.Conn, error) {
+	if localOS && !noUnix {
 		nc, err := sec.DialLocal(ctx, localKind, owner)
 		if err == nil {
 			return nc, nil

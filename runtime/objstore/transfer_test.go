@@ -81,16 +81,12 @@ func checkGoroutines(t *testing.T, base int) {
 func TestTransferLoopback(t *testing.T) { testTransferLoopback(t, "unix") }
 
 // TestTransferLoopbackTCP: the same without the Unix shortcut.
-func TestTransferLoopbackTCP(t *testing.T) {
-	SetLocal(false)
-	defer SetLocal(true)
-	testTransferLoopback(t, "tcp")
-}
+func TestTransferLoopbackTCP(t *testing.T) { testTransferLoopback(t, "tcp", NoUnix()) }
 
-func testTransferLoopback(t *testing.T, network string) {
+func testTransferLoopback(t *testing.T, network string, opts ...ClientOption) {
 	base := runtime.NumGoroutine()
 	o := startOwner(t)
-	c := NewClient(nil, testSec)
+	c := NewClient(nil, testSec, opts...)
 	ctx := context.Background()
 	for i, n := range []int{0, 1, ChunkSize - 1, ChunkSize, ChunkSize + 1, 5<<20 + 3} {
 		want := pattern(n, uint64(i))

@@ -238,11 +238,12 @@ const (
 
 // serverHandshake authenticates the peer of an accepted connection: TLS
 // first when tlsConf is set, then the token. It returns the connection to
-// serve (the TLS one, or nc itself) with its deadline cleared.
-func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout time.Duration) (net.Conn, refusal, error) {
+// serve (the TLS one, or nc itself) with its deadline cleared; a TLS
+// connection's reads poll for at most spin.
+func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, spin, timeout time.Duration) (net.Conn, refusal, error) {
 	nc.SetDeadline(time.Now().Add(timeout))
 	if tlsConf != nil {
-		raw := newBatchConn(nc)
+		raw := newBatchConn(nc, spin)
 		tc := tls.Server(raw, tlsConf)
 		if err := tc.Handshake(); err != nil {
 			return nil, refusedTLS, fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err)
@@ -308,8 +309,9 @@ func serverHandshake(nc net.Conn, token string, tlsConf *tls.Config, timeout tim
 // clientHandshake proves the token on a dialled connection: TLS first when
 // tlsConf is set (serverName is checked against the certificate unless the
 // configuration names one), then the token. The deadline is ctx's or
-// HandshakeTimeout, whichever comes first; it is cleared on success.
-func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tls.Config, serverName string) (net.Conn, error) {
+// HandshakeTimeout, whichever comes first; it is cleared on success. A TLS
+// connection's reads poll for at most spin.
+func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tls.Config, serverName string, spin time.Duration) (net.Conn, error) {
 	dl := time.Now().Add(HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
@@ -329,7 +331,7 @@ func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tl
 			tlsConf = tlsConf.Clone()
 			tlsConf.ServerName = serverName
 		}
-		raw := newBatchConn(nc)
+		raw := newBatchConn(nc, spin)
 		tc := tls.Client(raw, tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, fail(fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err))

@@ -70,7 +70,7 @@ func FuzzServerHandshake(f *testing.F) {
 			c.Write(in)
 			c.Close() // then EOF: the server stops waiting for more
 		}()
-		conn, _, err := serverHandshake(s, "tok", nil, 2*time.Second)
+		conn, _, err := serverHandshake(s, "tok", nil, defaultSpin, 2*time.Second)
 		s.Close()
 		c.Close()
 		if err == nil {
@@ -99,7 +99,7 @@ func FuzzClientHandshake(f *testing.F) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		conn, err := clientHandshake(ctx, c, "tok", nil, "")
+		conn, err := clientHandshake(ctx, c, "tok", nil, "", defaultSpin)
 		c.Close()
 		s.Close()
 		if err == nil {

@@ -40,7 +40,7 @@ func (s Security) Wrap(l net.Listener) net.Listener {
 }
 
 func (s Security) wrap(l net.Listener, timeout time.Duration) *authListener {
-	al := &authListener{Listener: l, token: s.Token, timeout: timeout,
+	al := &authListener{Listener: l, token: s.Token, spin: s.ReadSpin(), timeout: timeout,
 		conns: make(chan net.Conn), closed: make(chan struct{}), ended: make(chan struct{}),
 		pending: map[net.Conn]struct{}{}}
 	if l.Addr().Network() == "unix" {
@@ -58,6 +58,7 @@ type authListener struct {
 	token   string
 	tlsConf *tls.Config // nil: no TLS (a Unix socket, or plaintext)
 	unix    bool
+	spin    time.Duration // TLS connections' longest poll (Security.ReadSpin)
 	timeout time.Duration
 
 	conns  chan net.Conn // authenticated, to Accept
@@ -174,7 +175,7 @@ func (l *authListener) authenticate(nc net.Conn) (net.Conn, refusal, error) {
 	} else if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return serverHandshake(nc, l.token, l.tlsConf, l.timeout)
+	return serverHandshake(nc, l.token, l.tlsConf, l.spin, l.timeout)
 }
 
 // Dial connects to addr on network with d (nil: a default dialer) and runs
@@ -210,7 +211,7 @@ func (s Security) Handshake(ctx context.Context, nc net.Conn, network, addr stri
 	if err != nil {
 		host = addr
 	}
-	return clientHandshake(ctx, nc, s.Token, tlsConf, host)
+	return clientHandshake(ctx, nc, s.Token, tlsConf, host, s.ReadSpin())
 }
 
 // AuthStats counts this process's connections accepted and refused by

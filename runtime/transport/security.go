@@ -1,6 +1,9 @@
 package transport
 
-import "crypto/tls"
+import (
+	"crypto/tls"
+	"time"
+)
 
 // Security is how every TCP connection between troupe processes is
 // authenticated and encrypted: gRPC, raft, the worker call ports
@@ -20,6 +23,10 @@ type Security struct {
 	Server *tls.Config
 	// Client is the TLS configuration of dialers; nil means plaintext.
 	Client *tls.Config
+	// Spin is the longest a read of a TLS connection, and of a plaintext
+	// one of runtime/wire, polls its socket before it parks (spin.go):
+	// 0 means DefaultSpin, negative turns polling off.
+	Spin time.Duration
 }
 
 // TLS reports whether connections are encrypted.

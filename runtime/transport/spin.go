@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,8 +24,8 @@ import (
 // through one beneath crypto/tls (batchConn), so a TLS reply is polled
 // for as well.
 //
-// The cost is CPU: a wait spins at most spinMax, and only when the
-// previous wait on that connection ended within spinMax, so a connection
+// The cost is CPU: a wait spins at most Security.ReadSpin, and only when
+// the previous wait on that connection ended within it, so a connection
 // with sparse traffic (a training step every few milliseconds, an idle
 // worker) never spins, and one whose peer answers quickly spins for less
 // than the wake-up it saves. A spinning goroutine yields to the others of
@@ -35,8 +34,8 @@ import (
 // SpinEnv sets the longest poll before parking, as a Go duration ("0"
 // disables polling), for measuring and for hosts where CPU matters more
 // than latency. The process's edge reads it (runtime.Init, through
-// wire.ParseSpin and wire.SetSpin) and calls SetSpin; this package reads
-// no environment.
+// ParseSpin) into the Security.Spin of the connections it opens; this
+// package reads no environment.
 const SpinEnv = "TROUPE_WIRE_SPIN"
 
 const spinEnv = SpinEnv
@@ -48,42 +47,32 @@ const DefaultSpin = 50 * time.Microsecond
 
 const defaultSpin = DefaultSpin
 
-// spinNanos is the longest poll set by SetSpin; spinSet says whether it
-// was. Atomics, as connections read it while a process sets it at start.
-var (
-	spinNanos atomic.Int64
-	spinSet   atomic.Bool
-)
-
-// SetSpin sets the longest poll of connections opened from now on (0
-// disables polling). Without it, DefaultSpin.
-func SetSpin(d time.Duration) {
-	spinNanos.Store(int64(d))
-	spinSet.Store(true)
-}
-
-// Spin is the longest poll set by SetSpin, or DefaultSpin.
-func Spin() time.Duration { return spinMax() }
-
-// spinMax is the configured longest poll.
-func spinMax() time.Duration {
-	if spinSet.Load() {
-		return time.Duration(spinNanos.Load())
+// ReadSpin is the longest poll of s's connections: s.Spin, DefaultSpin
+// when that is 0, or 0 (no polling) when it is negative.
+func (s Security) ReadSpin() time.Duration {
+	switch {
+	case s.Spin == 0:
+		return defaultSpin
+	case s.Spin < 0:
+		return 0
 	}
-	return defaultSpin
+	return s.Spin
 }
 
-// ParseSpin parses a SpinEnv value; empty means DefaultSpin. An error
-// names the variable.
+// ParseSpin parses a SpinEnv value into a Security.Spin: empty means the
+// default (0), "0" turns polling off (-1). An error names the variable.
 func ParseSpin(v string) (time.Duration, error) { return parseSpin(v) }
 
 func parseSpin(v string) (time.Duration, error) {
 	if v == "" {
-		return defaultSpin, nil
+		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("%s=%q is not a duration like 50us, or 0 to disable polling", spinEnv, v)
+	}
+	if d == 0 {
+		return -1, nil
 	}
 	return d, nil
 }

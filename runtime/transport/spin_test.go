@@ -136,7 +136,7 @@ func TestParseSpin(t *testing.T) {
 	for _, c := range []struct {
 		v    string
 		want time.Duration
-	}{{"", defaultSpin}, {"0", 0}, {"20us", 20 * time.Microsecond}} {
+	}{{"", 0}, {"0", -1}, {"20us", 20 * time.Microsecond}} {
 		if got, err := parseSpin(c.v); err != nil || got != c.want {
 			t.Errorf("%s=%q: %v, %v; want %v", spinEnv, c.v, got, err, c.want)
 		}
@@ -150,8 +150,8 @@ func TestParseSpin(t *testing.T) {
 
 // tlsPair runs both handshakes of this package, with TLS, over the two
 // ends of a socket pair, and returns the client's and the server's
-// connections.
-func tlsPair(t *testing.T) (client, server *tlsConn) {
+// connections, whose reads poll for at most spin.
+func tlsPair(t *testing.T, spin time.Duration) (client, server *tlsConn) {
 	t.Helper()
 	a, b := socketPair(t)
 	pki := newTestPKI(t)
@@ -161,10 +161,10 @@ func tlsPair(t *testing.T) (client, server *tlsConn) {
 	}
 	srv := make(chan result, 1)
 	go func() {
-		c, _, err := serverHandshake(b, "tok", pki.Server(), 10*time.Second)
+		c, _, err := serverHandshake(b, "tok", pki.Server(), spin, 10*time.Second)
 		srv <- result{c, err}
 	}()
-	cc, err := clientHandshake(context.Background(), a, "tok", pki.Client(), "localhost")
+	cc, err := clientHandshake(context.Background(), a, "tok", pki.Client(), "localhost", spin)
 	s := <-srv
 	if err != nil || s.err != nil {
 		t.Fatalf("handshakes: client %v, server %v", err, s.err)
@@ -176,7 +176,7 @@ func tlsPair(t *testing.T) (client, server *tlsConn) {
 // waiting for a record polls: the record written when the server's read
 // first finds the socket empty is taken by a poll, not after parking.
 func TestTLSReadsPoll(t *testing.T) {
-	client, server := tlsPair(t)
+	client, server := tlsPair(t, defaultSpin)
 	r := server.raw.spin
 	if r == nil || r.rc == nil {
 		t.Fatal("a TLS connection over a socket reads it without polling")
@@ -225,28 +225,55 @@ func TestTLSReadsPoll(t *testing.T) {
 	}
 }
 
-// Spin 0 turns polling off for TLS connections opened afterwards, and a
-// TLS connection over a net.Pipe reads it plainly.
+// A negative Security.Spin turns polling off for the TLS connections of
+// a listener and a dialer, and a TLS connection over a net.Pipe reads it
+// plainly.
 func TestTLSSpinOffAndPipes(t *testing.T) {
-	old := spinMax()
-	SetSpin(0)
-	defer SetSpin(old)
-	_, server := tlsPair(t)
+	if got := (Security{Spin: -1}).ReadSpin(); got != 0 {
+		t.Errorf("Spin -1: ReadSpin %v, want 0", got)
+	}
+	if got := (Security{}).ReadSpin(); got != DefaultSpin {
+		t.Errorf("Spin 0: ReadSpin %v, want DefaultSpin", got)
+	}
+	_, server := tlsPair(t, 0)
 	if server.raw.spin.rc != nil {
 		t.Error("spin 0 still polls a TLS connection")
 	}
-	SetSpin(old)
+	pki := newTestPKI(t)
+	off := Security{Token: "tok", Server: pki.Server(), Client: pki.Client(), Spin: -1}
+	ln, err := off.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	dc, err := off.Dial(context.Background(), nil, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	ac := <-accepted
+	if ac == nil {
+		t.Fatal("no connection accepted")
+	}
+	defer ac.Close()
+	if dc.(*tlsConn).raw.spin.rc != nil || ac.(*tlsConn).raw.spin.rc != nil {
+		t.Error("Security.Spin -1: a dialled or accepted TLS connection still polls")
+	}
 
 	l := newPipeListener()
 	defer l.Close()
 	srv := acceptOne(l)
 	c := l.dial()
 	defer c.Close()
-	pki := newTestPKI(t)
 	done := make(chan error, 1)
 	go func() {
 		s := <-srv
-		sc, _, err := serverHandshake(s, "tok", pki.Server(), 10*time.Second)
+		sc, _, err := serverHandshake(s, "tok", pki.Server(), defaultSpin, 10*time.Second)
 		if err == nil {
 			if sc.(*tlsConn).raw.spin.rc != nil {
 				err = errors.New("the server polls a net.Pipe")
@@ -255,7 +282,7 @@ func TestTLSSpinOffAndPipes(t *testing.T) {
 		}
 		done <- err
 	}()
-	cc, err := clientHandshake(context.Background(), c, "tok", pki.Client(), "localhost")
+	cc, err := clientHandshake(context.Background(), c, "tok", pki.Client(), "localhost", defaultSpin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,11 @@ type batchConn struct {
 // compare).
 var tlsBatching = true
 
-func newBatchConn(nc net.Conn) *batchConn {
+// newBatchConn wraps nc; its reads poll for at most spin (0: not at all).
+func newBatchConn(nc net.Conn, spin time.Duration) *batchConn {
 	b := &batchConn{Conn: nc}
 	if tlsBatching {
-		b.spin = newSpinReader(nc, spinMax())
+		b.spin = newSpinReader(nc, spin)
 		b.r = bufio.NewReaderSize(b.spin, tlsReadBuffer)
 	}
 	return b

@@ -105,6 +105,63 @@ func TestPortsRefuseUnauthenticated(t *testing.T) {
 	}
 }
 
+// TestDialOptions: Dial takes the Unix socket beside a TCP address served
+// on this host unless NoUnix, and its client and the server poll their
+// reads as their Security says (a negative Spin: not at all).
+func TestDialOptions(t *testing.T) {
+	if !localOS {
+		t.Skip("no Unix shortcut on this OS")
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	h := &host{byID: map[string]*actors.Instance{}}
+	h.spawn(t, "a", spec(0))
+	noSpin := testSec
+	noSpin.Spin = -1
+	srv := NewServer(h, 0, noSpin)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul, err := ListenLocal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	go srv.Serve(ul)
+	defer srv.Close()
+	ctx := context.Background()
+	for _, c := range []struct {
+		opts []DialOption
+		sec  transport.Security
+		want string
+	}{{nil, testSec, "unix"}, {[]DialOption{NoUnix()}, noSpin, "tcp"}} {
+		cl, err := Dial(ctx, c.sec, "tcp", l.Addr().String(), 0, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cl.c.nc.RemoteAddr().Network(); got != c.want {
+			t.Errorf("Dial with %d options went over %s, want %s", len(c.opts), got, c.want)
+		}
+		if cl.c.spin != c.sec.ReadSpin() {
+			t.Errorf("client polls for %v, want %v", cl.c.spin, c.sec.ReadSpin())
+		}
+		if _, err := actors.Call(ctx, handle(cl, "a"), (*echo).Add, 1).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv.mu.Lock()
+		if len(srv.conns) == 0 {
+			t.Error("the server has no connection after a call")
+		}
+		for sc := range srv.conns {
+			if sc.c.spin != 0 {
+				t.Errorf("a connection of a server with Spin -1 polls for %v", sc.c.spin)
+			}
+		}
+		srv.mu.Unlock()
+		cl.Close()
+	}
+}
+
 // recordingProxy forwards connections from its listener to target and
 // records every byte in both directions.
 type recordingProxy struct {
@@ -158,8 +215,6 @@ func (p *recordingProxy) recorded() []byte {
 // call's argument and result do not either, while in plaintext they do
 // (the test can see them).
 func TestRecordedBytes(t *testing.T) {
-	SetUnix(false)
-	defer SetUnix(true)
 	pki, err := transporttest.New()
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +236,7 @@ func TestRecordedBytes(t *testing.T) {
 		go srv.Serve(l)
 		p := startRecordingProxy(t, l.Addr().String())
 		ctx := context.Background()
-		cl, err := Dial(ctx, sec, "tcp", p.l.Addr().String(), 0)
+		cl, err := Dial(ctx, sec, "tcp", p.l.Addr().String(), 0, NoUnix())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,8 +264,6 @@ func TestRecordedBytes(t *testing.T) {
 // sit in the socket, Err still notices a worker that went away, and a
 // probe of a live connection loses no input.
 func TestErrNoticesAnIdleTLSPeerThatLeft(t *testing.T) {
-	SetUnix(false)
-	defer SetUnix(true)
 	pki, err := transporttest.New()
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +278,7 @@ func TestErrNoticesAnIdleTLSPeerThatLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	go srv.Serve(l)
-	cl, err := Dial(ctx, sec, "tcp", l.Addr().String(), 0)
+	cl, err := Dial(ctx, sec, "tcp", l.Addr().String(), 0, NoUnix())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,16 +81,32 @@ const maxForwarded = 64 << 10
 // probeIdle is how long a connection may go unread before Err probes it.
 const probeIdle = 5 * time.Millisecond
 
+// A DialOption changes how Dial connects.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	noUnix bool
+}
+
+// NoUnix makes Dial use TCP even for an address served on this host
+// (UnixEnv=0): for measuring and troubleshooting.
+func NoUnix() DialOption { return func(o *dialOptions) { o.noUnix = true } }
+
 // Dial connects to a worker's call server and authenticates with sec (TLS
 // when sec.Client is set, then the token). network is "tcp" or "unix". For
 // a TCP address served on this host with ListenLocal, it connects through
-// the Unix socket beside it instead (unless SetUnix(false)), with the
-// token and without TLS.
-func Dial(ctx context.Context, sec transport.Security, network, addr string, maxFrame int) (*Client, error) {
-	if network == "tcp" && localEnabled() {
+// the Unix socket beside it instead (unless NoUnix), with the token and
+// without TLS. The client's reads poll for at most sec.ReadSpin().
+func Dial(ctx context.Context, sec transport.Security, network, addr string, maxFrame int, opts ...DialOption) (*Client, error) {
+	var o dialOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	spin := sec.ReadSpin()
+	if network == "tcp" && localOS && !o.noUnix {
 		nc, err := dialLocal(ctx, sec, addr)
 		if err == nil {
-			return NewClient(nc, maxFrame), nil
+			return newClient(nc, maxFrame, spin), nil
 		}
 		if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
 			return nil, fmt.Errorf("wire: dial %s (local socket): %w", addr, err)
@@ -100,13 +116,20 @@ func Dial(ctx context.Context, sec transport.Security, network, addr string, max
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s %s: %w", network, addr, err)
 	}
-	return NewClient(nc, maxFrame), nil
+	return newClient(nc, maxFrame, spin), nil
 }
 
 // NewClient runs the client side over an established connection, one
-// that is already authenticated (Dial's, or a pipe in tests).
+// that is already authenticated (a pipe in tests); its reads poll for at
+// most DefaultSpin.
 func NewClient(nc net.Conn, maxFrame int) *Client {
-	c := newConn(nc, maxFrame)
+	return newClient(nc, maxFrame, DefaultSpin)
+}
+
+// newClient is NewClient with reads polling for at most spin (0: not at
+// all).
+func newClient(nc net.Conn, maxFrame int, spin time.Duration) *Client {
+	c := newConn(nc, maxFrame, spin)
 	cl := &Client{c: c, fr: c.newFrameReader(), pending: map[uint64]clientCall{}, done: make(chan struct{}),
 		wakeBG: make(chan struct{}, 1), idleSince: time.Now(), probeAfter: probeIdle}
 	go cl.readInBackground()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"troupe/runtime/transport"
 )
@@ -32,6 +33,7 @@ import (
 type conn struct {
 	nc       net.Conn
 	maxFrame int
+	spin     time.Duration // the longest poll of a read (transport.Security.ReadSpin)
 
 	mu      sync.Mutex
 	drained *sync.Cond // signalled when a writer takes the buffer
@@ -53,11 +55,11 @@ const maxQueued = 16 << 20
 // maxSpare is the largest buffer kept for reuse after a write.
 const maxSpare = 1 << 20
 
-func newConn(nc net.Conn, maxFrame int) *conn {
+func newConn(nc net.Conn, maxFrame int, spin time.Duration) *conn {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
-	c := &conn{nc: nc, maxFrame: maxFrame, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	c := &conn{nc: nc, maxFrame: maxFrame, spin: spin, wake: make(chan struct{}, 1), closed: make(chan struct{})}
 	c.drained = sync.NewCond(&c.mu)
 	go c.writeLoop()
 	return c
@@ -197,7 +199,7 @@ type frameReader struct {
 var errInterrupted = errors.New("wire: read interrupted")
 
 func (c *conn) newFrameReader() *frameReader {
-	return &frameReader{c: c, br: bufio.NewReaderSize(transport.NewSpinReader(c.nc, transport.Spin()), 64<<10)}
+	return &frameReader{c: c, br: bufio.NewReaderSize(transport.NewSpinReader(c.nc, c.spin), 64<<10)}
 }
 
 // next reads one frame, and reports whether more input is already

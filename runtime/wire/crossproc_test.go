@@ -37,10 +37,11 @@ import (
 const peerEnv = "TROUPE_WIRE_BENCH_PEER"
 
 func TestMain(m *testing.M) {
-	// The test binary is an edge: it reads TROUPE_WIRE_SPIN as Init does,
-	// so the measurements with TROUPE_WIRE_SPIN=0 keep working.
+	// The test binary is an edge: it reads TROUPE_WIRE_SPIN into the
+	// Security of its connections as Init does, so the measurements with
+	// TROUPE_WIRE_SPIN=0 keep working.
 	if d, err := ParseSpin(os.Getenv(SpinEnv)); err == nil {
-		SetSpin(d)
+		testSec.Spin = d
 	}
 	if os.Getenv(peerEnv) == "1" {
 		runPeer()
@@ -149,7 +150,7 @@ func runPeer() {
 		panic(err)
 	}
 	sl, _ := net.Listen("tcp", "127.0.0.1:0")
-	go NewServer(h, 0, transport.Security{Token: testSec.Token, Server: pki.Server()}).Serve(sl)
+	go NewServer(h, 0, transport.Security{Token: testSec.Token, Server: pki.Server(), Spin: testSec.Spin}).Serve(sl)
 	fmt.Printf("%s %s %s %s %s\n", wl.Addr(), tl.Addr(), gl.Addr(), sl.Addr(), base64.StdEncoding.EncodeToString(pki.CA))
 	io.Copy(io.Discard, os.Stdin)
 }
@@ -291,7 +292,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 		}
 	}
 	b.Run("tcp-pingpong", withCPU(pingPong("tcp", peer.tcp, false)))
-	if localEnabled() {
+	if localOS {
 		b.Run("unix-pingpong", withCPU(pingPong("unix", "@troupe-bench-echo/"+peer.tcp, false)))
 		b.Run("unix-pingpong-polling", withCPU(pingPong("unix", "@troupe-bench-echo-poll/"+peer.tcp, true)))
 	}
@@ -354,13 +355,12 @@ func BenchmarkCrossProcess(b *testing.B) {
 	// troupe-sync-tls over TCP with TLS 1.3 (AES-GCM where the CPU has
 	// AES-NI) and the token.
 	b.Run("troupe-sync", withCPU(syncCalls(e[0])))
-	nc, err := testSec.Dial(ctx, nil, "tcp", peer.wire)
+	tcl, err := Dial(ctx, testSec, "tcp", peer.wire, 0, NoUnix())
 	if err != nil {
 		b.Fatal(err)
 	}
-	tcl := NewClient(nc, 0)
 	defer tcl.Close()
-	tlsCl, err := Dial(ctx, transport.Security{Token: testSec.Token, Client: peer.tls}, "tcp", peer.wireTLS, 0)
+	tlsCl, err := Dial(ctx, transport.Security{Token: testSec.Token, Client: peer.tls, Spin: testSec.Spin}, "tcp", peer.wireTLS, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

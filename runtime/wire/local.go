@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"sync/atomic"
 
 	"troupe/runtime/transport"
 )
@@ -25,22 +24,15 @@ import (
 
 // UnixEnv is the environment variable that disables the Unix shortcut when
 // set to "0" (callers then always use TCP), for measuring and
-// troubleshooting. runtime.Init reads it and calls SetUnix; this package
-// reads no environment.
+// troubleshooting. runtime.Init reads it into its Dial options (NoUnix);
+// this package reads no environment.
 const UnixEnv = "TROUPE_WIRE_UNIX"
-
-// noUnix is set by SetUnix(false). An atomic: connections read it while a
-// process configures itself at start.
-var noUnix atomic.Bool
-
-// SetUnix turns the Unix shortcut of connections dialled from now on on
-// (the default on Linux) or off.
-func SetUnix(on bool) { noUnix.Store(!on) }
 
 // localKind names the call ports' sockets in transport.LocalDir.
 const localKind = "wire"
 
-func localEnabled() bool { return runtime.GOOS == "linux" && !noUnix.Load() }
+// localOS says whether this OS has the Unix shortcut.
+const localOS = runtime.GOOS == "linux"
 
 // ListenLocal listens on the Unix socket beside the TCP listener l, for
 // callers on the same host; serve it with Serve beside l (Serve runs the

@@ -31,7 +31,7 @@ func pipeClient(t *testing.T) (*Client, *fakeServer) {
 	a, b := net.Pipe()
 	cl := NewClient(a, 0)
 	t.Cleanup(func() { cl.Close(); b.Close() })
-	return cl, &fakeServer{nc: b, fr: newConn(b, 0).newFrameReader()}
+	return cl, &fakeServer{nc: b, fr: newConn(b, 0, DefaultSpin).newFrameReader()}
 }
 
 // call reads the next call frame.
@@ -264,7 +264,7 @@ func TestFrameReaderResumesAfterInterruptions(t *testing.T) {
 			rest = rest[n:]
 		}
 	}()
-	fr := newConn(a, 0).newFrameReader()
+	fr := newConn(a, 0, DefaultSpin).newFrameReader()
 	interrupts := 0
 	for i := 0; i < len(want); {
 		interrupt := i%3 == 0 && interrupts < 200

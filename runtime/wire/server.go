@@ -47,8 +47,8 @@ type Server struct {
 }
 
 // NewServer returns a server for host's actors that authenticates every
-// connection with sec before it reads a frame. maxFrame ≤ 0 means
-// DefaultMaxFrame.
+// connection with sec before it reads a frame; reads poll for at most
+// sec.ReadSpin(). maxFrame ≤ 0 means DefaultMaxFrame.
 func NewServer(host Host, maxFrame int, sec transport.Security) *Server {
 	return &Server{host: host, maxFrame: maxFrame, sec: sec, conns: map[*serverConn]struct{}{}}
 }
@@ -171,7 +171,7 @@ func (in *incoming) resolved(data []byte, err error) {
 // ServeConn serves one connection until it fails or the server closes. The
 // connection must be authenticated already: Serve's are.
 func (s *Server) ServeConn(nc net.Conn) {
-	c := newConn(nc, s.maxFrame)
+	c := newConn(nc, s.maxFrame, s.sec.ReadSpin())
 	ctx, cancelAll := context.WithCancel(context.Background())
 	sc := &serverConn{s: s, c: c, ctx: ctx, fr: c.newFrameReader(), calls: map[uint64]*serverCall{}, ended: make(chan struct{})}
 	s.mu.Lock()

@@ -361,7 +361,7 @@ func TestServerAsksForResultsItDoesNotHave(t *testing.T) {
 	defer b.Close()
 	b.SetReadDeadline(time.Now().Add(time.Minute)) // a frame that never comes fails, not hangs
 	go srv.ServeConn(a)
-	fr := newConn(b, 0).newFrameReader()
+	fr := newConn(b, 0, DefaultSpin).newFrameReader()
 	send := func(frames ...*frame) {
 		var out []byte
 		for _, f := range frames {

@@ -22,14 +22,15 @@ type objects struct {
 }
 
 // startObjects serves the worker's store on host (port chosen by the
-// system), and to processes of this host on the Unix socket beside it.
-func startObjects(host string, sec transport.Security) (*objects, error) {
+// system), and to processes of this host on the Unix socket beside it;
+// opts configure its client.
+func startObjects(host string, sec transport.Security, opts ...objstore.ClientOption) (*objects, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("worker: object store listen: %w", err)
 	}
 	st := objstore.NewStore(l.Addr().String())
-	o := &objects{store: st, client: objstore.NewClient(st, sec), srv: objstore.NewServer(st, sec)}
+	o := &objects{store: st, client: objstore.NewClient(st, sec, opts...), srv: objstore.NewServer(st, sec)}
 	o.served.Go(func() { o.srv.Serve(l) })
 	if ul, err := objstore.ListenLocal(l); err == nil {
 		o.served.Go(func() { o.srv.Serve(ul) })

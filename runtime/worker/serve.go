@@ -8,18 +8,31 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"troupe/actors"
+	"troupe/runtime/objstore"
 	"troupe/runtime/transport"
 	"troupe/runtime/wire"
 )
+
+// Options are a worker's settings beyond what its node sends; the
+// process's edge (runtime.Init) reads them from the environment.
+type Options struct {
+	// Spin is the transport.Security.Spin of the worker's call and object
+	// ports and of its object fetches (transport.SpinEnv).
+	Spin time.Duration
+	// NoObjectsUnix makes the worker fetch objects over TCP from owners
+	// on this host too (objstore.LocalEnv set to "0").
+	NoObjectsUnix bool
+}
 
 // Serve runs this process as a worker: it serves calls on a wire.Server
 // listening on host (port chosen by the system) that authenticates callers
 // as the node's first message (security) says, reports the address to
 // the node over the control channel, and creates and ends actor instances
 // as the node says, until the node says exit or the channel closes.
-func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
+func Serve(ctx context.Context, rw io.ReadWriteCloser, host string, opt Options) error {
 	c := newCtrl(rw)
 	defer rw.Close()
 	// The node says first how the worker's ports authenticate.
@@ -34,7 +47,12 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string) error {
 	if err != nil {
 		return fmt.Errorf("worker: the node's security message: %w", err)
 	}
-	objs, err := startObjects(host, sec)
+	sec.Spin = opt.Spin
+	var fetch []objstore.ClientOption
+	if opt.NoObjectsUnix {
+		fetch = append(fetch, objstore.NoUnix())
+	}
+	objs, err := startObjects(host, sec, fetch...)
 	if err != nil {
 		return err
 	}
@@ -204,7 +222,7 @@ const HostEnvVar = "TROUPE_WORKER_HOST"
 // of EnvVar and HostEnvVar that the process's edge (runtime.Init) read:
 // the control channel is file descriptor 3, and the wire server listens
 // on host (default 127.0.0.1).
-func ServeProcess(ctx context.Context, env, host string) error {
+func ServeProcess(ctx context.Context, env, host string, opt Options) error {
 	if _, err := ParseEnv(env); err != nil {
 		return err
 	}
@@ -215,5 +233,5 @@ func ServeProcess(ctx context.Context, env, host string) error {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	return Serve(ctx, f, host)
+	return Serve(ctx, f, host, opt)
 }

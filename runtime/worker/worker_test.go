@@ -46,7 +46,7 @@ var testSec = transport.Security{Token: "worker-test-token"}
 
 func TestMain(m *testing.M) {
 	if v, ok := os.LookupEnv(EnvVar); ok {
-		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar)); err != nil {
+		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar), Options{}); err != nil {
 			os.Stderr.WriteString("worker: " + err.Error() + "\n")
 			os.Exit(2)
 		}
