@@ -6,12 +6,14 @@ IMAGE ?= troupe:dev
 
 .PHONY: build release test image test-docker test-prometheus compose-up compose-down testdata-llama
 
-# Compile everything, and the CLI into bin/troupe.
+# Compile everything, and the CLI into bin/troupe with its model tools
+# (troupe eval, plot, ...) beside it in bin/troupe-ml.
 build:
 	$(GO) build ./...
-	$(GO) build -o bin/troupe ./cmd/troupe
+	$(GO) build -o bin/ ./cmd/troupe ./cmd/troupe-ml
 
-# The CLI with its version and VCS revision stamped (troupe version).
+# The CLI with its version and VCS revision stamped (troupe version), and
+# its model tools beside it.
 release:
 	scripts/release.sh
 

@@ -7,12 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 )
-
-func init() {
-	register(command{name: "actors", summary: "list the cluster's actors (short for troupe list actors)", run: runActors})
-}
 
 func runActors(ctx context.Context, args []string) error {
 	fs := newFlagSet("actors", "[--address HOST:PORT] [--state STATE] [--all] [--json]",
@@ -23,7 +20,7 @@ func runActors(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", cluster.DefaultListLimit, "list at most this many actors")
 	all := fs.Bool("all", false, "list actors that died longer than --dead-retention ago too")
 	retention := fs.Duration("dead-retention", cluster.DefaultDeadRetention, "how long a dead actor stays in the listing")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	var filters []cluster.Filter

@@ -52,8 +52,8 @@ func (p *cliProc) Write(b []byte) (int, error) {
 
 func (p *cliProc) output() string { p.mu.Lock(); defer p.mu.Unlock(); return p.out.String() }
 
-// cli starts `troupe args...` as a child process; t.Cleanup kills it.
-func cli(t *testing.T, env []string, args ...string) *cliProc {
+// startCLI starts `troupe args...` as a child process; t.Cleanup kills it.
+func startCLI(t *testing.T, env []string, args ...string) *cliProc {
 	t.Helper()
 	b, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterCLIHelperProcess$")
@@ -89,7 +89,7 @@ func cli(t *testing.T, env []string, args ...string) *cliProc {
 // cliRun runs a CLI command to completion and returns its output.
 func cliRun(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
-	p := cli(t, env, args...)
+	p := startCLI(t, env, args...)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
@@ -130,7 +130,7 @@ func TestClusterCLIEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	headAddr, _ := freeAddr(t, "127.0.0.51")
-	head := cli(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers",
+	head := startCLI(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers",
 		"--simulate-gpus", "2", "--resources", "cpu=4,memory=2G,tpu=1", "--node-id", "head")
 	tokFile := filepath.Join(dir, "head", "token")
 	var tok []byte
@@ -150,7 +150,7 @@ func TestClusterCLIEndToEnd(t *testing.T) {
 	}
 	env := []string{"TROUPE_TOKEN=" + strings.TrimSpace(string(tok)), "TROUPE_ADDRESS=" + headAddr}
 	workerAddr, _ := freeAddr(t, "127.0.0.52")
-	worker := cli(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--fast-timers", "--node-id", "worker", "--resources", "cpu=2")
+	worker := startCLI(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--fast-timers", "--node-id", "worker", "--resources", "cpu=2")
 
 	var st *cluster.ClusterStatus
 	deadline = time.Now().Add(20 * time.Second)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -124,34 +122,4 @@ func fmtBytes(b int64) string {
 		return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + "M"
 	}
 	return strconv.FormatInt(b, 10) + "B"
-}
-
-// newFlagSet returns a flag set that prints its usage to stderr.
-func newFlagSet(name, usageLine, more string) *flag.FlagSet {
-	fs := flag.NewFlagSet("troupe "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: troupe %s %s\n\n", name, usageLine)
-		if more != "" {
-			fmt.Fprintln(fs.Output(), more)
-		}
-		fmt.Fprintln(fs.Output(), "Flags:")
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args; -h gives nil error after printing usage.
-func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
-		fs.Usage()
-		return false, errUsage
-	}
-	return false, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"troupe/cmd/internal/cli"
 	"troupe/gpu"
 	"troupe/runtime/cluster"
 	"troupe/runtime/dashboard"
@@ -16,10 +17,6 @@ import (
 	"troupe/runtime/security"
 	"troupe/runtime/transport"
 )
-
-func init() {
-	register(command{name: "dashboard", summary: "serve the web dashboard and /metrics for this machine's GPUs", run: runDashboard})
-}
 
 func runDashboard(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dashboard", flag.ContinueOnError)
@@ -36,7 +33,7 @@ func runDashboard(ctx context.Context, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	auth := transport.HTTPAuth{Token: *token}
 	if *basic != "" {

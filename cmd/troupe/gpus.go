@@ -12,18 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/gpu"
 )
-
-func init() {
-	register(command{
-		name:    "gpus",
-		summary: "show GPUs: utilization, memory, power, temperature, actors (top-like)",
-		run: func(ctx context.Context, args []string) error {
-			return runGPUs(ctx, args, defaultGPUsEnv())
-		},
-	})
-}
 
 // gpusEnv is what `troupe gpus` touches outside itself, injectable by tests.
 type gpusEnv struct {
@@ -64,12 +55,12 @@ func runGPUs(ctx context.Context, args []string, env gpusEnv) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(env.stderr, "troupe gpus: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if *interval <= 0 {
 		return fmt.Errorf("--interval %v: must be positive", *interval)

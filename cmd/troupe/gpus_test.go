@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/gpu"
 )
 
@@ -145,10 +146,10 @@ func TestGPUsBadInput(t *testing.T) {
 	if err := runGPUs(context.Background(), []string{"--once", "--simulate-gpus", "dgx-z9"}, env); !errors.Is(err, gpu.ErrProfile) {
 		t.Errorf("unknown profile err = %v", err)
 	}
-	if err := runGPUs(context.Background(), []string{"--bogus"}, env); err != errUsage {
+	if err := runGPUs(context.Background(), []string{"--bogus"}, env); err != cli.ErrUsage {
 		t.Errorf("bad flag err = %v", err)
 	}
-	if err := runGPUs(context.Background(), []string{"extra"}, env); err != errUsage {
+	if err := runGPUs(context.Background(), []string{"extra"}, env); err != cli.ErrUsage {
 		t.Errorf("extra arg err = %v", err)
 	}
 	if err := runGPUs(context.Background(), []string{"--interval", "0s"}, env); err == nil {

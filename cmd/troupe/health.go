@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "health", summary: "exit 0 if the local node is up and alive in a cluster with a leader (container health checks)", run: runHealth})
-}
 
 const healthHelp = `Checks one node, for container health checks and readiness probes:
 the node at --address answers (with the cluster token), the cluster it
@@ -31,7 +28,7 @@ func runHealth(ctx context.Context, args []string) error {
 	token := fs.String("token", "", "cluster token (default: TROUPE_TOKEN, or --data-dir's token file)")
 	dataDir := fs.String("data-dir", "", "read the token from this node data dir")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	tok, err := security.Token(*token, *dataDir)

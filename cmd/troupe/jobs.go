@@ -12,15 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "jobs", summary: "list the cluster's jobs (drivers) and their states", run: runJobs})
-	register(command{name: "logs", summary: "show (or --follow) the output of a submitted job", run: runLogs})
-	register(command{name: "stop-job", summary: "stop a job: its driver and its actors", run: runStopJob})
-}
 
 // clusterFlags are the connection flags of the job commands.
 type clusterFlags struct{ addr, token, dataDir *string }
@@ -49,7 +44,7 @@ func parseOneArg(fs *flag.FlagSet, args []string, what string) (arg string, help
 			if errors.Is(err, flag.ErrHelp) {
 				return "", true, nil
 			}
-			return "", false, errUsage
+			return "", false, cli.ErrUsage
 		}
 		if fs.NArg() == 0 {
 			break
@@ -60,7 +55,7 @@ func parseOneArg(fs *flag.FlagSet, args []string, what string) (arg string, help
 	if len(pos) != 1 {
 		fmt.Fprintf(fs.Output(), "want one %s, got %d arguments\n", what, len(pos))
 		fs.Usage()
-		return "", false, errUsage
+		return "", false, cli.ErrUsage
 	}
 	return pos[0], false, nil
 }
@@ -70,7 +65,7 @@ func runJobs(ctx context.Context, args []string) error {
 	cf := addClusterFlags(fs)
 	state := fs.String("state", "", "only jobs in this state (RUNNING, SUCCEEDED, FAILED, STOPPED)")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	c, err := cf.client()

@@ -250,7 +250,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	headAddr, _ := freeAddr(t, "127.0.0.61")
-	cli(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers", "--node-id", "head",
+	startCLI(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers", "--node-id", "head",
 		"--resources", "cpu=2,memory=1G")
 	tokFile := filepath.Join(dir, "head", "token")
 	var tok []byte
@@ -260,7 +260,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	})
 	env := []string{"TROUPE_TOKEN=" + strings.TrimSpace(string(tok)), "TROUPE_ADDRESS=" + headAddr}
 	workerAddr, _ := freeAddr(t, "127.0.0.62")
-	cli(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--data-dir", filepath.Join(dir, "worker"), "--fast-timers",
+	startCLI(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--data-dir", filepath.Join(dir, "worker"), "--fast-timers",
 		"--node-id", "worker", "--resources", "cpu=2,memory=1G,special=4")
 	waitJob(t, "head and worker alive", func() bool {
 		st, err := statusJSON(t, env)
@@ -268,7 +268,7 @@ func TestJobsEndToEnd(t *testing.T) {
 	})
 
 	// A driver that succeeds: its output streams back, the CLI exits 0.
-	p := cli(t, env, "submit", "--name", "good", "--env", jobDriverEnv+"=ok", exe, "--", driverRun)
+	p := startCLI(t, env, "submit", "--name", "good", "--env", jobDriverEnv+"=ok", exe, "--", driverRun)
 	<-p.done
 	out := p.output()
 	if p.err != nil || !strings.Contains(out, "SUCCEEDED") {
@@ -282,7 +282,7 @@ func TestJobsEndToEnd(t *testing.T) {
 
 	// A failing driver: the CLI exits with its code; the output (stdout
 	// and stderr) is kept and shown later from the other node.
-	p = cli(t, env, "submit", "--name", "bad", "--env", jobDriverEnv+"=fail", exe, driverRun)
+	p = startCLI(t, env, "submit", "--name", "bad", "--env", jobDriverEnv+"=fail", exe, driverRun)
 	<-p.done
 	if code := exitCodeOf(p.err); code != 7 || !strings.Contains(p.output(), "about to fail") {
 		t.Fatalf("submit of a failing driver: exit %d (%v), want 7\n%s", code, p.err, p.output())
@@ -429,7 +429,7 @@ func TestWorkingDirAndListEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	headAddr, _ := freeAddr(t, "127.0.0.63")
-	cli(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers", "--node-id", "head",
+	startCLI(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers", "--node-id", "head",
 		"--resources", "cpu=2,memory=1G")
 	tokFile := filepath.Join(dir, "head", "token")
 	var tok []byte
@@ -439,7 +439,7 @@ func TestWorkingDirAndListEndToEnd(t *testing.T) {
 	})
 	env := []string{"TROUPE_TOKEN=" + strings.TrimSpace(string(tok)), "TROUPE_ADDRESS=" + headAddr}
 	workerAddr, _ := freeAddr(t, "127.0.0.64")
-	workerProc := cli(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--data-dir", filepath.Join(dir, "worker"), "--fast-timers",
+	workerProc := startCLI(t, env, "start", "--join", headAddr, "--bind", workerAddr, "--data-dir", filepath.Join(dir, "worker"), "--fast-timers",
 		"--node-id", "worker", "--resources", "cpu=2,memory=1G,special=4", "--labels", "zone=b")
 	waitJob(t, "head and worker alive", func() bool {
 		nodes := listJSON[cluster.NodeView](t, env, "nodes", "--filter", "state=alive")

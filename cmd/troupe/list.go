@@ -12,13 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/scheduler"
 )
-
-func init() {
-	register(command{name: "list", summary: "list actors, placement groups, nodes, jobs or objects (--filter, --limit, --detail ID)", run: runList})
-}
 
 const listHelp = `Lists one kind of the cluster's entities, as 'ray list' does:
 
@@ -62,7 +59,7 @@ func runList(ctx context.Context, args []string) error {
 	kind = normalizeKind(kind)
 	if !validKind(kind) {
 		fmt.Fprintf(fs.Output(), "troupe list: unknown kind %q: want one of %s\n", kind, strings.Join(cluster.ListKinds, ", "))
-		return errUsage
+		return cli.ErrUsage
 	}
 	if *limit <= 0 || *limit > cluster.MaxListLimit {
 		return fmt.Errorf("--limit %d: want 1..%d", *limit, cluster.MaxListLimit)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/gpu"
 	"troupe/runtime/cluster"
 	"troupe/runtime/dashboard"
@@ -20,10 +21,6 @@ import (
 	"troupe/runtime/transport"
 	"troupe/scheduler"
 )
-
-func init() {
-	register(command{name: "start", summary: "start a cluster node (head, server or worker) in the foreground", run: runStart})
-}
 
 const startHelp = `Starts a node and runs until interrupted (SIGINT/SIGTERM drain it) or
 stopped with 'troupe stop'.
@@ -83,7 +80,7 @@ func runStart(ctx context.Context, args []string) error {
 	caHash := fs.String("ca-hash", os.Getenv(security.EnvCAHash), "pin the cluster CA when joining: sha256:HEX as printed by the head (default TROUPE_CA_HASH); without it the CA is trusted because the node proves it holds the token")
 	tlsSAN := fs.String("tls-san", "", "extra DNS names or IPs for this node's certificate, comma-separated")
 	httpAddr := fs.String("http", "", "serve the web dashboard (/) and Prometheus metrics (/metrics) on this HTTP address; default: "+defaultDashboard+" on the head, off elsewhere; \"off\" turns it off")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	var lv slog.Level

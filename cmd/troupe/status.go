@@ -11,13 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "status", summary: "show the cluster: nodes, raft leader, actors, placement groups", run: runStatus})
-}
 
 // fetchStatus connects with the common flags and returns the status.
 // It also returns the hash of the cluster CA it trusted ("" without TLS).
@@ -44,7 +41,7 @@ func runStatus(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", "", "read the token from this node data dir")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	tf := addTLSFlags(fs)
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	st, caHash, err := fetchStatus(ctx, *addr, *token, *dataDir, tf.clientTLS(*dataDir))

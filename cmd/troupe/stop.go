@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "stop", summary: "drain and stop the node at --address", run: runStop})
-}
 
 func runStop(ctx context.Context, args []string) error {
 	fs := newFlagSet("stop", "[--address HOST:PORT] [--token T]",
@@ -19,7 +16,7 @@ func runStop(ctx context.Context, args []string) error {
 	addr := fs.String("address", "", "gRPC address of the node to stop (default: TROUPE_ADDRESS or "+defaultClusterAddress+")")
 	token := fs.String("token", "", "cluster token (default: TROUPE_TOKEN, or --data-dir's token file)")
 	dataDir := fs.String("data-dir", "", "read the token from this node data dir")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	tok, err := security.Token(*token, *dataDir)

@@ -16,13 +16,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/cluster"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "submit", summary: "run a driver program on the cluster and stream its output", run: runSubmit})
-}
 
 const submitHelp = `Runs a driver program on the node at --address as a job, in one of two
 ways:
@@ -103,7 +100,7 @@ func runSubmit(ctx context.Context, args []string) error {
 		if err == flag.ErrHelp {
 			return nil
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	rest := fs.Args()
 	if len(rest) > 0 && rest[0] == "--" {
@@ -116,7 +113,7 @@ func runSubmit(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(fs.Output(), "troupe submit: no %s given\n", what)
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	prog, driverArgs := rest[0], rest[1:]
 	if len(driverArgs) > 0 && driverArgs[0] == "--" && *workDir == "" {

@@ -9,13 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"troupe/cmd/internal/cli"
 	"troupe/runtime/pki"
 	"troupe/runtime/security"
 )
-
-func init() {
-	register(command{name: "tls", summary: "make your own CA and node certificates (tls ca create, tls cert create, tls hash)", run: runTLS})
-}
 
 const tlsHelp = `Commands:
   troupe tls ca create [--days N] [--dir D]
@@ -34,7 +31,7 @@ Without them, the head makes the cluster CA itself (see troupe start -h).`
 func runTLS(ctx context.Context, args []string) error {
 	usage := func() error {
 		fmt.Fprintln(os.Stderr, "Usage: troupe tls ca create | cert create | hash\n\n"+tlsHelp)
-		return errUsage
+		return cli.ErrUsage
 	}
 	if len(args) == 0 {
 		return usage()
@@ -63,7 +60,7 @@ func runTLSCACreate(args []string) error {
 	days := fs.Int("days", pki.DefaultCADays, "validity in days")
 	name := fs.String("common-name", "troupe cluster CA", "the CA's common name")
 	dir := fs.String("dir", ".", "directory to write to")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	if *days <= 0 {
@@ -98,7 +95,7 @@ func runTLSCertCreate(args []string) error {
 	caFile := fs.String("ca", caCertName, "the CA certificate")
 	caKey := fs.String("ca-key", caKeyName, "the CA's key")
 	dir := fs.String("dir", ".", "directory to write to")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	if *name == "" || strings.ContainsAny(*name, "/\\ \t") {

@@ -20,7 +20,7 @@ func TestClusterCLITLS(t *testing.T) {
 	}
 	dir := t.TempDir()
 	headAddr, _ := freeAddr(t, "127.0.0.53")
-	head := cli(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers",
+	head := startCLI(t, nil, "start", "--head", "--data-dir", filepath.Join(dir, "head"), "--bind", headAddr, "--fast-timers",
 		"--resources", "cpu=2", "--node-id", "head", "--http", "off")
 	hashRE := regexp.MustCompile(`cluster CA hash: (sha256:[0-9a-f]{64})`)
 	var hash string
@@ -49,7 +49,7 @@ func TestClusterCLITLS(t *testing.T) {
 	}
 	// The right pin joins.
 	workerAddr, _ := freeAddr(t, "127.0.0.55")
-	worker := cli(t, append(env, "TROUPE_CA_HASH="+hash), "start", "--join", headAddr, "--bind", workerAddr, "--fast-timers",
+	worker := startCLI(t, append(env, "TROUPE_CA_HASH="+hash), "start", "--join", headAddr, "--bind", workerAddr, "--fast-timers",
 		"--node-id", "worker", "--resources", "cpu=1", "--data-dir", filepath.Join(dir, "worker"))
 	deadline = time.Now().Add(30 * time.Second)
 	for {
@@ -97,11 +97,11 @@ func TestClusterCLITLS(t *testing.T) {
 	}
 	h2Addr, _ := freeAddr(t, "127.0.0.56")
 	opEnv := []string{"TROUPE_TOKEN=op-token", "TROUPE_ADDRESS=" + h2Addr, "TROUPE_TLS_CA=" + ca}
-	h2 := cli(t, opEnv, "start", "--head", "--data-dir", filepath.Join(dir, "h2"), "--bind", h2Addr, "--fast-timers", "--node-id", "h2",
+	h2 := startCLI(t, opEnv, "start", "--head", "--data-dir", filepath.Join(dir, "h2"), "--bind", h2Addr, "--fast-timers", "--node-id", "h2",
 		"--resources", "cpu=1", "--http", "off",
 		"--tls-ca", ca, "--tls-cert", filepath.Join(certs, "troupe-h2.pem"), "--tls-key", filepath.Join(certs, "troupe-h2-key.pem"))
 	w2Addr, _ := freeAddr(t, "127.0.0.57")
-	cli(t, opEnv, "start", "--join", h2Addr, "--bind", w2Addr, "--fast-timers", "--node-id", "w2", "--resources", "cpu=1",
+	startCLI(t, opEnv, "start", "--join", h2Addr, "--bind", w2Addr, "--fast-timers", "--node-id", "w2", "--resources", "cpu=1",
 		"--tls-ca", ca, "--tls-cert", filepath.Join(certs, "troupe-w2.pem"), "--tls-key", filepath.Join(certs, "troupe-w2-key.pem"))
 	deadline = time.Now().Add(30 * time.Second)
 	for {
@@ -121,7 +121,7 @@ func TestClusterCLITLS(t *testing.T) {
 
 	// --insecure: plaintext on purpose; a TLS client is told so.
 	h3Addr, _ := freeAddr(t, "127.0.0.58")
-	h3 := cli(t, []string{"TROUPE_TOKEN=plain-token"}, "start", "--head", "--insecure", "--data-dir", filepath.Join(dir, "h3"), "--bind", h3Addr,
+	h3 := startCLI(t, []string{"TROUPE_TOKEN=plain-token"}, "start", "--head", "--insecure", "--data-dir", filepath.Join(dir, "h3"), "--bind", h3Addr,
 		"--fast-timers", "--node-id", "h3", "--resources", "cpu=1", "--http", "off")
 	plainEnv := []string{"TROUPE_TOKEN=plain-token", "TROUPE_ADDRESS=" + h3Addr}
 	deadline = time.Now().Add(30 * time.Second)

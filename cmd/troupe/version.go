@@ -8,13 +8,6 @@ import (
 	"strings"
 )
 
-func init() {
-	register(command{name: "version", summary: "print the troupe version, VCS revision and Go version", run: func(ctx context.Context, args []string) error {
-		fmt.Println(versionString(version, revision))
-		return nil
-	}})
-}
-
 // version and revision are stamped by release builds (scripts/release.sh,
 // deploy/build-image.sh):
 //
@@ -23,6 +16,11 @@ func init() {
 // Without them, the version is "devel" and the revision comes from what
 // go build records of the checkout (vcs.revision; go run records none).
 var version, revision string
+
+func runVersion(ctx context.Context, args []string) error {
+	fmt.Println(versionString(version, revision))
+	return nil
+}
 
 // versionString describes this binary: "troupe v0.4.0 (revision
 // 1a2b3c4d5e6f, 2026-11-25T10:00:00Z, modified; go1.26.8 linux/amd64)".

@@ -11,17 +11,8 @@ import (
 
 	"troupe/algorithms/agent"
 	"troupe/algorithms/envs"
+	"troupe/cmd/internal/cli"
 )
-
-func init() {
-	register(command{
-		name:    "eval",
-		summary: "evaluate trained policy checkpoints on an environment (success rate, mean reward)",
-		run: func(ctx context.Context, args []string) error {
-			return runEval(ctx, args, os.Stdout, os.Stderr)
-		},
-	})
-}
 
 // roleFlags collects repeated --role name=file flags.
 type roleFlags map[string]string
@@ -81,17 +72,17 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err == flag.ErrHelp {
 			return nil
 		}
-		return errUsage
+		return cli.ErrUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "troupe eval: unexpected arguments %q\n", fs.Args())
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if (*shared != "" && len(roles) > 0) || (*shared == "" && len(roles) == 0 && *model == "") {
 		fmt.Fprintln(stderr, "troupe eval: give either --policy FILE or one --role ROLE=FILE per role (or --model DIR alone)")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if *episodes < 1 {
 		return fmt.Errorf("--episodes %d: must be at least 1", *episodes)

@@ -8,12 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"troupe/cmd/internal/cli"
 	"troupe/internal/curves"
 )
-
-func init() {
-	register(command{name: "plot", summary: "draw the learning curves of training runs (overlaid to compare them)", run: runPlot})
-}
 
 const plotHelp = `Draws learning curves from the metrics.jsonl of each RUN_DIR (the --out
 directory of a training script, runs/<script> by default) with
@@ -38,7 +35,7 @@ func runPlot(ctx context.Context, args []string) error {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil
 			}
-			return errUsage
+			return cli.ErrUsage
 		}
 		if fs.NArg() == 0 {
 			break
@@ -49,7 +46,7 @@ func runPlot(ctx context.Context, args []string) error {
 	if len(dirs) == 0 {
 		fmt.Fprintln(fs.Output(), "troupe plot: no RUN_DIR given")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if *cols < 1 {
 		return fmt.Errorf("--cols %d: want at least 1", *cols)

@@ -1,26 +1,15 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
 	"troupe/algorithms/policy/tokenizer"
+	"troupe/cmd/internal/cli"
 )
-
-func init() {
-	register(command{
-		name:    "tokenize",
-		summary: "encode text to token ids (or decode ids) with a Hugging Face model's tokenizer",
-		run: func(ctx context.Context, args []string) error {
-			return runTokenize(args, os.Stdin, os.Stdout, os.Stderr)
-		},
-	})
-}
 
 const tokenizeHelp = `Encodes text with the tokenizer of a Hugging Face model directory
 (tokenizer.json, tokenizer_config.json) and prints the ids, comma-separated,
@@ -46,13 +35,13 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	noSpecial := fs.Bool("no-special", false, "do not add the post-processor's special tokens (BOS) when encoding")
 	skipSpecial := fs.Bool("skip-special", false, "drop special tokens when decoding --ids")
 	asJSON := fs.Bool("json", false, `print {"ids": [...], "tokens": [...]} (and "text")`)
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	if *model == "" || (*text == "") == (*idList == "") {
 		fmt.Fprintln(stderr, "troupe tokenize: give --model and one of --text or --ids")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	tok, err := tokenizer.Load(*model)
 	if err != nil {

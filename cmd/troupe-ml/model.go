@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,9 +15,9 @@ import (
 	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/hf"
 	"troupe/algorithms/policy/tokenizer"
+	"troupe/cmd/internal/cli"
 	"troupe/gpu/compute"
 	"troupe/gpu/compute/backends"
-	"troupe/gpu/compute/cpu"
 )
 
 // This file holds the commands for people who downloaded a Hugging Face
@@ -26,30 +25,6 @@ import (
 // They are also how anyone checks troupe against another implementation
 // (transformers' generate and log-softmax of the logits) on the same
 // directory.
-
-func init() {
-	register(command{
-		name:    "model",
-		summary: "describe a Hugging Face model directory (model inspect DIR)",
-		run: func(ctx context.Context, args []string) error {
-			return runModel(args, os.Stdout, os.Stderr)
-		},
-	})
-	register(command{
-		name:    "generate",
-		summary: "generate text with a Hugging Face model directory on this machine",
-		run: func(ctx context.Context, args []string) error {
-			return runGenerate(args, os.Stdout, os.Stderr)
-		},
-	})
-	register(command{
-		name:    "logprobs",
-		summary: "log-probabilities of a completion under a Hugging Face model directory",
-		run: func(ctx context.Context, args []string) error {
-			return runLogprobs(args, os.Stdout, os.Stderr)
-		},
-	})
-}
 
 const modelHelp = `Describes a Hugging Face model directory (config.json, safetensors,
 tokenizer): architecture, shape, parameters, stored dtype and size, the
@@ -98,7 +73,7 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		fmt.Fprintf(stderr, "Usage: troupe model inspect [--json] DIR\n\n%s", modelHelp)
-		return errUsage
+		return cli.ErrUsage
 	}
 	fs := newFlagSet("model inspect", "[--json] DIR", modelHelp)
 	fs.SetOutput(stderr)
@@ -112,13 +87,13 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 			dirs = append(dirs, a)
 		}
 	}
-	if help, err := parseFlags(fs, flags); help || err != nil {
+	if help, err := cli.ParseFlags(fs, flags); help || err != nil {
 		return err
 	}
 	if len(dirs) != 1 {
 		fmt.Fprintln(stderr, "troupe model inspect: give one model directory")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	info, err := inspectModel(dirs[0])
 	if err != nil {
@@ -264,11 +239,6 @@ func (f *lmFlags) load(stderr io.Writer) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := be.(compute.DecoderBackend); !ok && strings.ToLower(f.backend) != "cuda" {
-		// auto picked a GPU whose backend lacks this family's kernels.
-		fmt.Fprintf(stderr, "troupe: %s lacks the Llama family's kernels; using the CPU\n", be.Name())
-		be, note = cpu.New(), "cpu"
-	}
 	m, _, err := policy.LoadCheckpoint(f.model, be)
 	if err != nil {
 		return nil, err
@@ -393,7 +363,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling: the smallest set of tokens with this much probability")
 	seed := fs.Uint64("seed", 0, "sampling seed")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	if *maxNew < 1 || *temp < 0 || *topK < 0 || *topP <= 0 || *topP > 1 {
@@ -458,13 +428,13 @@ func runLogprobs(args []string, stdout, stderr io.Writer) error {
 	f.register(fs)
 	comp := fs.String("completion", "", "completion text (encoded without special tokens)")
 	compIDs := fs.String("completion-ids", "", "completion as comma-separated token ids")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
 	if (*comp == "") == (*compIDs == "") {
 		fmt.Fprintln(stderr, "troupe logprobs: give one of --completion or --completion-ids")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	l, err := f.load(stderr)
 	if err != nil {
