@@ -12,7 +12,10 @@ func rowAsm(kn *kernel, k int, a []float32, aps int, b []float32, bps int, c []f
 
 func packBNAsm(kn *kernel, d, src []float32, ld, kc int) bool { return false }
 
-const hasBF16 = false
+const (
+	hasBF16   = false
+	hasAVX512 = false // dotOK: the dot-product tiles are AVX-512 only
+)
 
 func cvtBF16Asm(dst []uint16, src []float32) int { return 0 }
 
