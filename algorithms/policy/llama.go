@@ -191,7 +191,7 @@ func (a *llamaArch) matmulParams() int {
 	return a.L*(a.C*QD+2*a.C*KD+QD*a.C+3*a.C*a.I) + a.V*a.C
 }
 
-// Llama is a decoder of the Llama family on a compute.DecoderBackend: Llama,
+// Llama is a decoder of the Llama family on a compute.Backend: Llama,
 // Qwen2, Qwen3, Mistral, SmolLM. Its weights live in one backend buffer
 // with a view per tensor; gradients and AdamW moments are allocated on the
 // first backward / step; backend errors are sticky and checked with Sync
@@ -199,7 +199,7 @@ func (a *llamaArch) matmulParams() int {
 type Llama struct {
 	arch  llamaArch
 	cfg   hf.Config // what the model was built from; Save writes it back
-	be    compute.DecoderBackend
+	be    compute.Backend
 	Optim Optim
 	// DecodeTransposed keeps a transposed copy of the matmul weights for
 	// generation on backends with compute.MatmulTransposer: a second copy of
@@ -305,11 +305,7 @@ func newLlamaEmptyAs(be compute.Backend, arch llamaArch, cfg hf.Config, bf16 boo
 	if err := arch.validate(); err != nil {
 		return nil, err
 	}
-	dbe, ok := be.(compute.DecoderBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: backend %s lacks the Llama family's kernels (compute.DecoderBackend: RMSNorm, RoPE, GQA attention, SwiGLU)", ErrConfig, be.Name())
-	}
-	m := &Llama{arch: arch, cfg: cfg, be: dbe, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
+	m := &Llama{arch: arch, cfg: cfg, be: be, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
 	if bf16 {
 		m.bf = &bf16Base{cur: -1}
 	}

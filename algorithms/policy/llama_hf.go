@@ -43,7 +43,6 @@ func archFromHF(cfg hf.Config) llamaArch {
 // initialisation (matrices and the embedding from N(0, initializer_range),
 // default 0.02; biases 0; norm gains 1) drawn from seed: a model trained
 // from scratch. Build cfg with hf.NewConfig(model type) and set its sizes.
-// The backend must implement compute.DecoderBackend.
 func NewLlama(be compute.Backend, cfg hf.Config, seed uint64) (*Llama, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w: %w", ErrConfig, err)

@@ -254,8 +254,6 @@ func TestLlamaBatchedLogProbsMatchSingle(t *testing.T) {
 	}
 }
 
-// plainDecoder hides the optional compute.MatmulTransposer extension.
-type plainDecoder struct{ compute.DecoderBackend }
 
 func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 	oldBudget := prefillBudget
@@ -263,7 +261,7 @@ func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 	for name, cfg := range tinyVariants(t) {
 		backends := []compute.Backend{cpu.New()}
 		if name == "qwen3-qknorm" { // the other backends once, on the variant with the most ops
-			backends = append(backends, cpu.NewReference(), plainDecoder{cpu.New()})
+			backends = append(backends, cpu.NewReference(), plainBackend{cpu.New()})
 		}
 		for _, be := range backends {
 			m := mustLlama(t, be, cfg, 21)
@@ -474,9 +472,6 @@ func TestLlamaBatchErrors(t *testing.T) {
 	}
 	if _, err := m.Generate([][]int32{{}}, GenerateOptions{MaxNewTokens: 1}); !errors.Is(err, ErrBatch) {
 		t.Errorf("empty prompt: %v", err)
-	}
-	if _, err := NewLlama(compute.Backend(plainBackend{cpu.New()}), cfg, 1); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "DecoderBackend") {
-		t.Errorf("backend without the decoder ops: %v", err)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 //
 //	y += s · (x·Aᵀ)·Bᵀ      A (r, in), B (out, r), s = alpha/r (alpha/√r with rsLoRA)
 //
-// computed with the backend's ordinary matmuls (so any compute.DecoderBackend
+// computed with the backend's ordinary matmuls (so any compute.Backend
 // runs it): u = s·x·Aᵀ (N, r), then y += u·Bᵀ. The backward is the same two
 // matmuls transposed. While a model holds an adapter its base is frozen:
 // no gradient buffers or AdamW moments exist for it, and Step updates the

@@ -6,26 +6,35 @@ import (
 )
 
 // This file defines the compute Backend: device buffers plus the forward and
-// backward kernels a GPT needs. gpu/compute/cpu implements it with Go kernels and
-// gpu/compute/cuda with CUDA kernels; algorithms/policy builds its model on it.
+// backward kernels of a decoder of the Llama family (Llama, Qwen2, Qwen3,
+// Mistral, SmolLM: RMSNorm, rotary position embeddings, grouped-query causal
+// attention, SwiGLU) and its optimizer. gpu/compute/cpu implements it with Go
+// kernels and gpu/compute/cuda with CUDA kernels; algorithms/policy builds its
+// model on it.
 //
 // # Conventions (shared by every implementation)
 //
-// Layouts follow llm.c (train_gpt2.c), all row-major float32:
+// All tensors are row-major float32:
 //
-//	B   batch size, T sequence length, C channels (model width),
-//	NH  attention heads, HS = C/NH head size, V vocabulary size,
-//	N   number of rows, usually B*T, OC output channels of a matmul.
+//	B   batch size, T sequence length, C channels (hidden size),
+//	N   number of rows, usually B*T, OC output channels of a matmul,
+//	NH  query heads, KVH key/value heads (KVH divides NH; query head h
+//	    reads key/value head h/(NH/KVH)), HD head size (any even number,
+//	    not necessarily C/NH), I the MLP's intermediate size,
+//	V   vocabulary size.
+//
+// Queries, keys and values live in separate buffers: q (B,T,NH,HD), k and v
+// (B,T,KVH,HD).
 //
 // Tensors are flat Buffers; an op states the shape it reads from each
 // argument. A Buffer may be longer than an op needs (only the prefix is used),
 // never shorter. Views (Backend.View) share memory with their parent, so all
 // parameters can live in one allocation and each tensor be a view of it.
 //
-// Backward ops ACCUMULATE (+=) into every gradient buffer, as in llm.c, so the
-// caller zeroes gradients once per step and tensors used twice (the residual
-// stream) just receive two contributions. Outputs of forward ops are
-// overwritten. Optional arguments are documented as "may be nil".
+// Backward ops ACCUMULATE (+=) into every gradient buffer, so the caller
+// zeroes gradients once per step and tensors used twice (the residual stream)
+// just receive two contributions. Outputs of forward ops are overwritten.
+// Optional arguments are documented as "may be nil".
 //
 // # Errors
 //
@@ -80,9 +89,9 @@ type AdamW struct {
 	GradScale float32
 }
 
-// Backend is a compute device: memory management plus the kernels of a GPT
-// forward and backward pass and its optimizer. Every op's doc comment gives
-// the shapes it reads and writes (see the conventions above).
+// Backend is a compute device: memory management plus the kernels of a
+// decoder's forward and backward pass and its optimizer. Every op's doc
+// comment gives the shapes it reads and writes (see the conventions above).
 type Backend interface {
 	// Name identifies the implementation, e.g. "cpu" or "cuda:0".
 	Name() string
@@ -114,25 +123,35 @@ type Backend interface {
 	// Err returns the first recorded error without waiting.
 	Err() error
 
-	// ---- embedding ----
+	// ---- embedding and normalisation ----
 
-	// EncoderForward: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:].
-	// out (B,T,C); inp (B,T) token ids in [0,V); wte (V,C); wpe (>=T,C).
-	// To embed a token at absolute position p, pass a View of wpe at p*C.
-	EncoderForward(out Buffer, inp IntBuffer, wte, wpe Buffer, B, T, C, V int)
-	// EncoderBackward: dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
-	// Shapes as EncoderForward. dwpe may be nil.
-	EncoderBackward(dwte, dwpe, dout Buffer, inp IntBuffer, B, T, C, V int)
+	// EmbedForward: out[n,:] = wte[inp[n],:] for n < N. out (N,C), inp (N)
+	// ids in [0,V), wte (V,C).
+	EmbedForward(out Buffer, inp IntBuffer, wte Buffer, N, C, V int)
+	// EmbedBackward: dwte[inp[n],:] += dout[n,:].
+	EmbedBackward(dwte, dout Buffer, inp IntBuffer, N, C, V int)
 
-	// ---- layernorm ----
+	// RMSNormForward normalises each of N rows of inp (N,C):
+	// rstd[n] = 1/sqrt(mean(x^2)+eps), out = x*rstd*weight (weight (C)).
+	// rstd (N) is saved for the backward. out may not alias inp.
+	// With N = rows*heads and C = HD it is Qwen3's per-head q/k norm.
+	RMSNormForward(out, rstd, inp, weight Buffer, N, C int, eps float32)
+	// RMSNormBackward accumulates dinp (N,C) and dweight (C) from dout,
+	// using inp, weight and rstd saved by the forward. dweight may be nil
+	// (a frozen norm).
+	RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, N, C int)
 
-	// LayerNormForward normalises each of N rows of inp (N,C) with eps 1e-5:
-	// out = (x-mean)*rstd*weight + bias. Saves mean (N) and rstd (N) for the
-	// backward. weight, bias (C).
-	LayerNormForward(out, mean, rstd, inp, weight, bias Buffer, N, C int)
-	// LayerNormBackward accumulates dinp (N,C), dweight (C), dbias (C) from
-	// dout (N,C), using inp, weight, mean, rstd saved by the forward.
-	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Buffer, N, C int)
+	// RopeForward rotates each head of x (N,H,HD) in place by its row's
+	// position pos[n] (int32, >= 0), HF's rotate_half convention: for
+	// i < HD/2, with c = cos[p,i], s = sin[p,i] (tables (maxPos,HD/2), the
+	// caller folds rope_theta and rope_scaling into them):
+	//   x'[i]      = x[i]*c      - x[i+HD/2]*s
+	//   x'[i+HD/2] = x[i+HD/2]*c + x[i]*s
+	RopeForward(x Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int)
+	// RopeBackward turns dout (N,H,HD) into the gradient before the rotation,
+	// in place: the inverse rotation (s -> -s). The gradient is replaced,
+	// not accumulated, because the rotation is linear and done in place.
+	RopeBackward(dx Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int)
 
 	// ---- matmul ----
 
@@ -147,34 +166,32 @@ type Backend interface {
 
 	// ---- attention ----
 
-	// AttentionForward is causal multi-head self-attention.
-	// qkv (B,T,3C) holds per token [q | k | v], each split into NH heads of
-	// HS = C/NH channels. att (B,NH,T,T) receives the softmax probabilities
-	// att[b,h,t,s] = softmax_s<=t(q_t·k_s/sqrt(HS)) (zero for s>t), kept for
-	// the backward. out (B,T,C) gets sum_s att[b,h,t,s]*v_s per head.
-	AttentionForward(out, att, qkv Buffer, B, T, C, NH int)
-	// AttentionBackward accumulates dqkv (B,T,3C) from dout (B,T,C), using
-	// qkv and att saved by the forward. Scratch space is internal.
-	AttentionBackward(dqkv, dout, qkv, att Buffer, B, T, C, NH int)
-	// AttentionDecode is one incremental decoding step with a KV cache, for
-	// generation. qkv (B,3C) holds the new token's q|k|v at absolute position
-	// pos (the same position for every batch row). cache (B,maxT,2C) holds
-	// per position [k | v]; the op first writes the new k, v at pos, then sets
-	// out (B,C) to causal attention of q over cache positions 0..pos.
-	// Requires 0 <= pos < maxT.
-	AttentionDecode(out, cache, qkv Buffer, B, maxT, pos, C, NH int)
+	// GQAttentionForward is causal attention with grouped query heads.
+	// q (B,T,NH,HD), k, v (B,T,KVH,HD); att (B,NH,T,T) receives the softmax
+	// probabilities att[b,h,t,s] = softmax_{s<=t}(q_t·k_s*scale) (zero for
+	// s>t), kept for the backward; out (B,T,NH,HD) = sum_s att*v_s.
+	// scale is usually 1/sqrt(HD).
+	GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
+	// GQAttentionBackward accumulates dq, dk, dv (shapes of q, k, v) from
+	// dout (B,T,NH,HD), using q, k, v and att saved by the forward.
+	GQAttentionBackward(dq, dk, dv, dout, q, k, v, att Buffer, B, T, NH, KVH, HD int, scale float32)
+	// GQAttentionDecode is one incremental step with a KV cache, one new
+	// token per row at its own position pos[b] (rows of different lengths).
+	// q (B,NH,HD), k, v (B,KVH,HD) are the new token's (RoPE already
+	// applied); cache (B,maxT,2,KVH,HD) holds per position k then v. The op
+	// first writes k, v at pos[b], then sets out (B,NH,HD) to attention of
+	// q over cache positions 0..pos[b]. Requires 0 <= pos[b] < maxT.
+	GQAttentionDecode(out, cache, q, k, v Buffer, pos IntBuffer, B, maxT, NH, KVH, HD int, scale float32)
 
 	// ---- pointwise ----
 
-	// GeluForward: out[i] = gelu(inp[i]), tanh approximation
-	// 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))), for i < N.
-	GeluForward(out, inp Buffer, N int)
-	// GeluBackward: dinp[i] += gelu'(inp[i]) * dout[i], for i < N.
-	GeluBackward(dinp, inp, dout Buffer, N int)
+	// SwiGLUForward: out[i] = silu(gate[i]) * up[i] for i < N, with
+	// silu(x) = x/(1+exp(-x)).
+	SwiGLUForward(out, gate, up Buffer, N int)
+	// SwiGLUBackward accumulates dgate[i] and dup[i] from dout[i].
+	SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int)
 	// ResidualForward: out[i] = a[i] + b[i], for i < N. out may alias a or b.
 	ResidualForward(out, a, b Buffer, N int)
-	// ResidualBackward: da[i] += dout[i]; db[i] += dout[i], for i < N.
-	ResidualBackward(da, db, dout Buffer, N int)
 	// Scale: x[i] *= s, for i < N.
 	Scale(x Buffer, s float32, N int)
 

@@ -27,7 +27,7 @@ type BF16Matmuler interface {
 	// sums): dweight[o,c] += sum_n dout[n,o]*inp[n,c], dbias[o] += sum_n
 	// dout[n,o]. dweight (OC,C) and dbias (OC) may each be nil.
 	MatmulBackwardWeightBF16(dweight, dbias, dout, inp Buffer, N, C, OC int)
-	// GQAttentionForwardBF16 is DecoderBackend.GQAttentionForward with the
+	// GQAttentionForwardBF16 is Backend.GQAttentionForward with the
 	// two products (q·kᵀ and att·v) on BF16-rounded operands and float32
 	// sums, as PyTorch's autocast runs attention's matmuls; the softmax and
 	// att stay float32.

@@ -16,8 +16,7 @@ type Meter interface {
 // Free) to c's memory. now is the clock (time.Now if nil; tests inject
 // one). Bind a backend this way to the GPU its actor was placed on so that
 // a simulated GPU's utilization follows the actor's work (see gpu/busy).
-// The result implements MatmulTransposer, DecoderBackend and BF16Matmuler
-// when b does.
+// The result implements MatmulTransposer and BF16Matmuler when b does.
 //
 // Like every Backend it is not safe for concurrent use. The cost is two
 // clock reads per op, negligible next to a kernel.
@@ -26,31 +25,17 @@ func Metered(b Backend, c Meter, now func() time.Time) Backend {
 		now = time.Now
 	}
 	m := &metered{b: b, c: c, now: now, sizes: map[any]int64{}}
-	var core Backend = m
 	t, isT := b.(MatmulTransposer)
-	d, isD := b.(DecoderBackend)
-	switch {
-	case isT && isD:
-		core = &meteredTD{&meteredT{metered: m, t: t}, &meteredDec{m: m, d: d}}
-	case isT:
-		core = &meteredT{metered: m, t: t}
-	case isD:
-		core = &meteredD{m, &meteredDec{m: m, d: d}}
-	}
 	f, isF := b.(BF16Matmuler)
-	if !isF {
-		return core
+	switch {
+	case isT && isF:
+		return &meteredTB{&meteredT{metered: m, t: t}, &meteredBF{m: m, f: f}}
+	case isT:
+		return &meteredT{metered: m, t: t}
+	case isF:
+		return &meteredB{m, &meteredBF{m: m, f: f}}
 	}
-	mf := &meteredBF{m: m, f: f}
-	switch x := core.(type) {
-	case *meteredTD:
-		return &meteredTDB{x, mf}
-	case *meteredT:
-		return &meteredTB{x, mf}
-	case *meteredD:
-		return &meteredDB{x, mf}
-	}
-	return &meteredB{m, mf}
+	return m
 }
 
 type metered struct {
@@ -125,26 +110,6 @@ func (m *metered) Sync() error {
 
 func (m *metered) Err() error { return m.b.Err() }
 
-func (m *metered) EncoderForward(out Buffer, inp IntBuffer, wte, wpe Buffer, B, T, C, V int) {
-	defer m.done(m.now())
-	m.b.EncoderForward(out, inp, wte, wpe, B, T, C, V)
-}
-
-func (m *metered) EncoderBackward(dwte, dwpe, dout Buffer, inp IntBuffer, B, T, C, V int) {
-	defer m.done(m.now())
-	m.b.EncoderBackward(dwte, dwpe, dout, inp, B, T, C, V)
-}
-
-func (m *metered) LayerNormForward(out, mean, rstd, inp, weight, bias Buffer, N, C int) {
-	defer m.done(m.now())
-	m.b.LayerNormForward(out, mean, rstd, inp, weight, bias, N, C)
-}
-
-func (m *metered) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Buffer, N, C int) {
-	defer m.done(m.now())
-	m.b.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)
-}
-
 func (m *metered) MatmulForward(out, inp, weight, bias Buffer, N, C, OC int) {
 	defer m.done(m.now())
 	m.b.MatmulForward(out, inp, weight, bias, N, C, OC)
@@ -155,39 +120,9 @@ func (m *metered) MatmulBackward(dinp, dweight, dbias, dout, inp, weight Buffer,
 	m.b.MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC)
 }
 
-func (m *metered) AttentionForward(out, att, qkv Buffer, B, T, C, NH int) {
-	defer m.done(m.now())
-	m.b.AttentionForward(out, att, qkv, B, T, C, NH)
-}
-
-func (m *metered) AttentionBackward(dqkv, dout, qkv, att Buffer, B, T, C, NH int) {
-	defer m.done(m.now())
-	m.b.AttentionBackward(dqkv, dout, qkv, att, B, T, C, NH)
-}
-
-func (m *metered) AttentionDecode(out, cache, qkv Buffer, B, maxT, pos, C, NH int) {
-	defer m.done(m.now())
-	m.b.AttentionDecode(out, cache, qkv, B, maxT, pos, C, NH)
-}
-
-func (m *metered) GeluForward(out, inp Buffer, N int) {
-	defer m.done(m.now())
-	m.b.GeluForward(out, inp, N)
-}
-
-func (m *metered) GeluBackward(dinp, inp, dout Buffer, N int) {
-	defer m.done(m.now())
-	m.b.GeluBackward(dinp, inp, dout, N)
-}
-
 func (m *metered) ResidualForward(out, a, b Buffer, N int) {
 	defer m.done(m.now())
 	m.b.ResidualForward(out, a, b, N)
-}
-
-func (m *metered) ResidualBackward(da, db, dout Buffer, N int) {
-	defer m.done(m.now())
-	m.b.ResidualBackward(da, db, dout, N)
 }
 
 func (m *metered) Scale(x Buffer, s float32, N int) {
@@ -225,6 +160,61 @@ func (m *metered) SumSquares(x Buffer, N int) float64 {
 	return m.b.SumSquares(x, N)
 }
 
+func (m *metered) EmbedForward(out Buffer, inp IntBuffer, wte Buffer, N, C, V int) {
+	defer m.done(m.now())
+	m.b.EmbedForward(out, inp, wte, N, C, V)
+}
+
+func (m *metered) EmbedBackward(dwte, dout Buffer, inp IntBuffer, N, C, V int) {
+	defer m.done(m.now())
+	m.b.EmbedBackward(dwte, dout, inp, N, C, V)
+}
+
+func (m *metered) RMSNormForward(out, rstd, inp, weight Buffer, N, C int, eps float32) {
+	defer m.done(m.now())
+	m.b.RMSNormForward(out, rstd, inp, weight, N, C, eps)
+}
+
+func (m *metered) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, N, C int) {
+	defer m.done(m.now())
+	m.b.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C)
+}
+
+func (m *metered) RopeForward(x Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
+	defer m.done(m.now())
+	m.b.RopeForward(x, pos, cos, sin, N, H, HD, maxPos)
+}
+
+func (m *metered) RopeBackward(dx Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
+	defer m.done(m.now())
+	m.b.RopeBackward(dx, pos, cos, sin, N, H, HD, maxPos)
+}
+
+func (m *metered) GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer m.done(m.now())
+	m.b.GQAttentionForward(out, att, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (m *metered) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer m.done(m.now())
+	m.b.GQAttentionBackward(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, HD, scale)
+}
+
+func (m *metered) GQAttentionDecode(out, cache, q, k, v Buffer, pos IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
+	defer m.done(m.now())
+	m.b.GQAttentionDecode(out, cache, q, k, v, pos, B, maxT, NH, KVH, HD, scale)
+}
+
+func (m *metered) SwiGLUForward(out, gate, up Buffer, N int) {
+	defer m.done(m.now())
+	m.b.SwiGLUForward(out, gate, up, N)
+}
+
+func (m *metered) SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int) {
+	defer m.done(m.now())
+	m.b.SwiGLUBackward(dgate, dup, dout, gate, up, N)
+}
+
 // meteredT is metered over a backend with the transposed-weight matmul.
 type meteredT struct {
 	*metered
@@ -241,21 +231,8 @@ func (m *meteredT) MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int) 
 	m.t.MatmulForwardT(out, inp, weightT, bias, N, C, OC)
 }
 
-// meteredD is metered over a backend with the decoder ops; meteredTD has
-// the transposed-weight matmul too.
-type (
-	meteredD struct {
-		*metered
-		*meteredDec
-	}
-	meteredTD struct {
-		*meteredT
-		*meteredDec
-	}
-)
-
-// meteredBF times the BF16Matmuler ops; meteredB, meteredTB, meteredDB
-// and meteredTDB add them to the combinations above.
+// meteredBF times the BF16Matmuler ops; meteredB and meteredTB add them to
+// metered and meteredT.
 type (
 	meteredBF struct {
 		m *metered
@@ -267,14 +244,6 @@ type (
 	}
 	meteredTB struct {
 		*meteredT
-		*meteredBF
-	}
-	meteredDB struct {
-		*meteredD
-		*meteredBF
-	}
-	meteredTDB struct {
-		*meteredTD
 		*meteredBF
 	}
 )
@@ -302,65 +271,4 @@ func (o *meteredBF) GQAttentionForwardBF16(out, att, q, k, v Buffer, B, T, NH, K
 func (o *meteredBF) RoundBF16(dst []uint16, src Buffer) {
 	defer o.m.done(o.m.now())
 	o.f.RoundBF16(dst, src)
-}
-
-// meteredDec times the ops DecoderBackend adds to Backend.
-type meteredDec struct {
-	m *metered
-	d DecoderBackend
-}
-
-func (o *meteredDec) EmbedForward(out Buffer, inp IntBuffer, wte Buffer, N, C, V int) {
-	defer o.m.done(o.m.now())
-	o.d.EmbedForward(out, inp, wte, N, C, V)
-}
-
-func (o *meteredDec) EmbedBackward(dwte, dout Buffer, inp IntBuffer, N, C, V int) {
-	defer o.m.done(o.m.now())
-	o.d.EmbedBackward(dwte, dout, inp, N, C, V)
-}
-
-func (o *meteredDec) RMSNormForward(out, rstd, inp, weight Buffer, N, C int, eps float32) {
-	defer o.m.done(o.m.now())
-	o.d.RMSNormForward(out, rstd, inp, weight, N, C, eps)
-}
-
-func (o *meteredDec) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, N, C int) {
-	defer o.m.done(o.m.now())
-	o.d.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C)
-}
-
-func (o *meteredDec) RopeForward(x Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
-	defer o.m.done(o.m.now())
-	o.d.RopeForward(x, pos, cos, sin, N, H, HD, maxPos)
-}
-
-func (o *meteredDec) RopeBackward(dx Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int) {
-	defer o.m.done(o.m.now())
-	o.d.RopeBackward(dx, pos, cos, sin, N, H, HD, maxPos)
-}
-
-func (o *meteredDec) GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
-	defer o.m.done(o.m.now())
-	o.d.GQAttentionForward(out, att, q, k, v, B, T, NH, KVH, HD, scale)
-}
-
-func (o *meteredDec) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att Buffer, B, T, NH, KVH, HD int, scale float32) {
-	defer o.m.done(o.m.now())
-	o.d.GQAttentionBackward(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, HD, scale)
-}
-
-func (o *meteredDec) GQAttentionDecode(out, cache, q, k, v Buffer, pos IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
-	defer o.m.done(o.m.now())
-	o.d.GQAttentionDecode(out, cache, q, k, v, pos, B, maxT, NH, KVH, HD, scale)
-}
-
-func (o *meteredDec) SwiGLUForward(out, gate, up Buffer, N int) {
-	defer o.m.done(o.m.now())
-	o.d.SwiGLUForward(out, gate, up, N)
-}
-
-func (o *meteredDec) SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int) {
-	defer o.m.done(o.m.now())
-	o.d.SwiGLUBackward(dgate, dup, dout, gate, up, N)
 }

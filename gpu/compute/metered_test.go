@@ -13,20 +13,11 @@ import (
 // Metered keeps exactly the optional extensions of the backend it wraps,
 // and times each of their ops.
 func TestMeteredKeepsExtensions(t *testing.T) {
-	type onlyDecoder struct{ compute.DecoderBackend }
 	type onlyT struct {
 		compute.Backend
 		compute.MatmulTransposer
 	}
 	type plain struct{ compute.Backend }
-	type tAndD struct {
-		compute.DecoderBackend
-		compute.MatmulTransposer
-	}
-	type decoderBF struct {
-		compute.DecoderBackend
-		compute.BF16Matmuler
-	}
 	type tBF struct {
 		compute.Backend
 		compute.MatmulTransposer
@@ -37,25 +28,19 @@ func TestMeteredKeepsExtensions(t *testing.T) {
 		compute.BF16Matmuler
 	}
 	for _, tc := range []struct {
-		name                string
-		be                  compute.Backend
-		wantT, wantD, wantF bool
+		name         string
+		be           compute.Backend
+		wantT, wantF bool
 	}{
-		{"cpu", cpu.New(), true, true, true},
-		{"transposer+decoder", tAndD{cpu.New(), cpu.New()}, true, true, false},
-		{"decoder", onlyDecoder{cpu.New()}, false, true, false},
-		{"transposer", onlyT{cpu.New(), cpu.New()}, true, false, false},
-		{"plain", plain{cpu.New()}, false, false, false},
-		{"decoder+bf16", decoderBF{cpu.New(), cpu.New()}, false, true, true},
-		{"transposer+bf16", tBF{cpu.New(), cpu.New(), cpu.New()}, true, false, true},
-		{"bf16", plainBF{cpu.New(), cpu.New()}, false, false, true},
+		{"cpu", cpu.New(), true, true},
+		{"transposer", onlyT{cpu.New(), cpu.New()}, true, false},
+		{"plain", plain{cpu.New()}, false, false},
+		{"transposer+bf16", tBF{cpu.New(), cpu.New(), cpu.New()}, true, true},
+		{"bf16", plainBF{cpu.New(), cpu.New()}, false, true},
 	} {
 		m := compute.Metered(tc.be, busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0}), nil)
 		if _, ok := m.(compute.MatmulTransposer); ok != tc.wantT {
 			t.Errorf("%s: MatmulTransposer %v, want %v", tc.name, ok, tc.wantT)
-		}
-		if _, ok := m.(compute.DecoderBackend); ok != tc.wantD {
-			t.Errorf("%s: DecoderBackend %v, want %v", tc.name, ok, tc.wantD)
 		}
 		if _, ok := m.(compute.BF16Matmuler); ok != tc.wantF {
 			t.Errorf("%s: BF16Matmuler %v, want %v", tc.name, ok, tc.wantF)
@@ -143,7 +128,7 @@ func TestMeteredDecoderOps(t *testing.T) {
 	const step = 10 * time.Millisecond
 	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
 	c := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
-	be := compute.Metered(cpu.New(), c, clock.now).(compute.DecoderBackend)
+	be := compute.Metered(cpu.New(), c, clock.now)
 	const B, T, NH, KVH, HD, C, V, I = 2, 3, 4, 2, 4, 8, 5, 6
 	N := B * T
 	buf := func(n int) compute.Buffer {

@@ -11,8 +11,8 @@ import (
 
 func TestBindActor(t *testing.T) {
 	metered := backends.BindActor(cpu.New(), "n", []int{1}, "a")
-	if _, ok := metered.(compute.DecoderBackend); !ok {
-		t.Error("BindActor lost DecoderBackend")
+	if _, ok := metered.(compute.MatmulTransposer); !ok {
+		t.Error("BindActor lost MatmulTransposer")
 	}
 	if _, ok := metered.(compute.BF16Matmuler); !ok {
 		t.Error("BindActor lost BF16Matmuler")

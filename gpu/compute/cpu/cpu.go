@@ -1,14 +1,14 @@
-// Package cpu is the Go compute backend: it implements compute.Backend and
-// compute.DecoderBackend (the Llama/Qwen ops) on host memory, with every matmul
+// Package cpu is the Go compute backend: it implements compute.Backend (the
+// Llama/Qwen decoder's ops) on host memory, with every matmul
 // going through the gemm micro-kernel (package gpu/compute/cpu/gemm) and the other
 // kernels fused and parallel over cores.
 //
 // New returns the fast backend, NewWithConfig one with its thread count and
-// matmul micro-kernel chosen (Config). NewReference returns the same Backend run on
-// the plain reference kernels (ref.go: llm.c transcribed; ref_decoder.go:
-// the decoder ops; float64 accumulation, single-threaded); the tests hold
-// the fast kernels to it, and
-// other backends (gpu/compute/cuda) can be checked against it op by op.
+// matmul micro-kernel chosen (Config). NewReference returns the same Backend
+// run on the plain reference kernels (ref.go: matmuls, loss heads,
+// optimizer; ref_decoder.go: the decoder ops; float64 accumulation,
+// single-threaded); the tests hold the fast kernels to it, and other
+// backends (gpu/compute/cuda) can be checked against it op by op.
 package cpu
 
 import (
@@ -358,77 +358,6 @@ func (b *Backend) Copy(dst, src compute.Buffer, n int) {
 	}
 }
 
-// EncoderForward implements compute.Backend.
-func (b *Backend) EncoderForward(out compute.Buffer, inp compute.IntBuffer, wte, wpe compute.Buffer, B, T, C, V int) {
-	const op = "EncoderForward"
-	if !b.dims(op, B, T, C, V) {
-		return
-	}
-	o, in := b.f(op, "out", out, B*T*C), b.ints(op, "inp", inp, B*T, V)
-	we, pe := b.f(op, "wte", wte, V*C), b.f(op, "wpe", wpe, T*C)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refEncoderForward(o, in, we, pe, B, T, C)
-		return
-	}
-	b.encoderForward(o, in, we, pe, B, T, C)
-}
-
-// EncoderBackward implements compute.Backend.
-func (b *Backend) EncoderBackward(dwte, dwpe, dout compute.Buffer, inp compute.IntBuffer, B, T, C, V int) {
-	const op = "EncoderBackward"
-	if !b.dims(op, B, T, C, V) {
-		return
-	}
-	dwe, dpe := b.f(op, "dwte", dwte, V*C), b.opt(op, "dwpe", dwpe, T*C)
-	do, in := b.f(op, "dout", dout, B*T*C), b.ints(op, "inp", inp, B*T, V)
-	if b.err != nil {
-		return
-	}
-	// The scatter-add into dwte is memory-bound and conflicts across rows;
-	// the reference loop is already the fast version at these sizes.
-	refEncoderBackward(dwe, dpe, do, in, B, T, C)
-}
-
-// LayerNormForward implements compute.Backend.
-func (b *Backend) LayerNormForward(out, mean, rstd, inp, weight, bias compute.Buffer, N, C int) {
-	const op = "LayerNormForward"
-	if !b.dims(op, N, C) {
-		return
-	}
-	o, m, r := b.f(op, "out", out, N*C), b.f(op, "mean", mean, N), b.f(op, "rstd", rstd, N)
-	in, w, bi := b.f(op, "inp", inp, N*C), b.f(op, "weight", weight, C), b.f(op, "bias", bias, C)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refLayerNormForward(o, m, r, in, w, bi, N, C)
-		return
-	}
-	b.layerNormForward(o, m, r, in, w, bi, N, C)
-}
-
-// LayerNormBackward implements compute.Backend.
-func (b *Backend) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd compute.Buffer, N, C int) {
-	const op = "LayerNormBackward"
-	if !b.dims(op, N, C) {
-		return
-	}
-	di, dw, db := b.f(op, "dinp", dinp, N*C), b.f(op, "dweight", dweight, C), b.f(op, "dbias", dbias, C)
-	do, in, w := b.f(op, "dout", dout, N*C), b.f(op, "inp", inp, N*C), b.f(op, "weight", weight, C)
-	m, r := b.f(op, "mean", mean, N), b.f(op, "rstd", rstd, N)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refLayerNormBackward(di, dw, db, do, in, w, m, r, N, C)
-		return
-	}
-	b.layerNormBackward(di, dw, db, do, in, w, m, r, N, C)
-}
-
 // MatmulForward implements compute.Backend.
 func (b *Backend) MatmulForward(out, inp, weight, bias compute.Buffer, N, C, OC int) {
 	const op = "MatmulForward"
@@ -474,123 +403,9 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight compute
 	b.matmulBackward(di, dw, db, do, in, w, N, C, OC, [3]bool{fresh, freshW, freshB})
 }
 
-func (b *Backend) attnDims(op string, B, T, C, NH int) bool {
-	if !b.dims(op, B, T, C, NH) || !b.dims(op, B, NH, T, T) {
-		return false
-	}
-	if C%NH != 0 {
-		b.fail(compute.ShapeError(op, "C=%d not divisible by NH=%d", C, NH))
-		return false
-	}
-	return true
-}
-
-// AttentionForward implements compute.Backend.
-func (b *Backend) AttentionForward(out, att, qkv compute.Buffer, B, T, C, NH int) {
-	const op = "AttentionForward"
-	if !b.attnDims(op, B, T, C, NH) {
-		return
-	}
-	o, a, q := b.f(op, "out", out, B*T*C), b.f(op, "att", att, B*NH*T*T), b.f(op, "qkv", qkv, B*T*3*C)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refAttentionForward(o, a, q, B, T, C, NH)
-		return
-	}
-	b.attentionForward(o, a, q, B, T, C, NH)
-}
-
-// AttentionBackward implements compute.Backend.
-func (b *Backend) AttentionBackward(dqkv, dout, qkv, att compute.Buffer, B, T, C, NH int) {
-	const op = "AttentionBackward"
-	if !b.attnDims(op, B, T, C, NH) {
-		return
-	}
-	dq, fresh := b.fz(op, "dqkv", dqkv, B*T*3*C)
-	if dq == nil && b.err == nil {
-		b.fail(fmt.Errorf("%s: dqkv: %w", op, compute.ErrBuffer))
-	}
-	do := b.f(op, "dout", dout, B*T*C)
-	q, a := b.f(op, "qkv", qkv, B*T*3*C), b.f(op, "att", att, B*NH*T*T)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refAttentionBackward(dq, do, q, a, B, T, C, NH)
-		return
-	}
-	b.attentionBackward(dq, do, q, a, B, T, C, NH, fresh)
-}
-
-// AttentionDecode implements compute.Backend.
-func (b *Backend) AttentionDecode(out, cache, qkv compute.Buffer, B, maxT, pos, C, NH int) {
-	const op = "AttentionDecode"
-	if !b.attnDims(op, B, maxT, C, NH) {
-		return
-	}
-	if pos < 0 || pos >= maxT {
-		b.fail(compute.ShapeError(op, "pos=%d outside [0,%d)", pos, maxT))
-		return
-	}
-	o, c, q := b.f(op, "out", out, B*C), b.f(op, "cache", cache, B*maxT*2*C), b.f(op, "qkv", qkv, B*3*C)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refAttentionDecode(o, c, q, B, maxT, pos, C, NH)
-		return
-	}
-	b.attentionDecode(o, c, q, B, maxT, pos, C, NH)
-}
-
-// GeluForward implements compute.Backend.
-func (b *Backend) GeluForward(out, inp compute.Buffer, N int) {
-	const op = "GeluForward"
-	if !b.dims(op, N) {
-		return
-	}
-	o, in := b.f(op, "out", out, N), b.f(op, "inp", inp, N)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refGeluForward(o, in, N)
-		return
-	}
-	b.geluForward(o, in, N)
-}
-
-// GeluBackward implements compute.Backend.
-func (b *Backend) GeluBackward(dinp, inp, dout compute.Buffer, N int) {
-	const op = "GeluBackward"
-	if !b.dims(op, N) {
-		return
-	}
-	di, fresh := b.fz(op, "dinp", dinp, N)
-	if di == nil && b.err == nil {
-		b.fail(fmt.Errorf("%s: dinp: %w", op, compute.ErrBuffer))
-	}
-	in, do := b.f(op, "inp", inp, N), b.f(op, "dout", dout, N)
-	if b.err != nil {
-		return
-	}
-	if b.ref {
-		refGeluBackward(di, in, do, N)
-		return
-	}
-	b.geluBackward(di, in, do, N, fresh)
-}
-
 // ResidualForward implements compute.Backend.
 func (b *Backend) ResidualForward(out, x, y compute.Buffer, N int) {
 	b.elementwise3("ResidualForward", [3]string{"out", "a", "b"}, [3]compute.Buffer{out, x, y}, N, refResidualForward, b.residualForward)
-}
-
-// ResidualBackward implements compute.Backend.
-func (b *Backend) ResidualBackward(da, db, dout compute.Buffer, N int) {
-	b.elementwise3("ResidualBackward", [3]string{"da", "db", "dout"}, [3]compute.Buffer{da, db, dout}, N, refResidualBackward, b.residualBackward)
 }
 
 // elementwise3 runs an op over three length-N buffers: it checks them, then

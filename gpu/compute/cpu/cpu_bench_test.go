@@ -9,26 +9,20 @@ import (
 	"troupe/gpu/compute"
 )
 
-// Per-op benchmarks at the 4.8M config's shapes (B=8, T=128, C=256, NH=8).
+// Per-op benchmarks of the matmuls at a small model's shapes (B=8, T=128,
+// C=256, an MLP of 4C); decoder_bench_test.go has the decoder's other ops.
 func BenchmarkOps(b *testing.B) {
-	const B, T, C, NH, V = 8, 128, 256, 8, 64
+	const B, T, C = 8, 128, 256
 	N := B * T
 	be := New()
 	r := rand.New(rand.NewPCG(1, 1))
 	buf := func(n int) compute.Buffer { x, _ := be.Alloc(n); be.Upload(x, randf(r, n, 1)); return x }
 	x4, y4, d4 := buf(N*4*C), buf(N*4*C), buf(N*4*C)
-	qkv, att, out, dq := buf(N*3*C), buf(B*NH*T*T), buf(N*C), buf(N*3*C)
-	ln, mean, rstd, w, bi, dln, b4 := buf(N*C), buf(N), buf(N), buf(C), buf(C), buf(N*C), buf(4*C)
+	ln, dln, b4 := buf(N*C), buf(N*C), buf(4*C)
 	ops := []struct {
 		name string
 		fn   func()
 	}{
-		{"GeluForward", func() { be.GeluForward(y4, x4, N*4*C) }},
-		{"GeluBackward", func() { be.GeluBackward(d4, x4, y4, N*4*C) }},
-		{"AttentionForward", func() { be.AttentionForward(out, att, qkv, B, T, C, NH) }},
-		{"AttentionBackward", func() { be.AttentionBackward(dq, out, qkv, att, B, T, C, NH) }},
-		{"LayerNormForward", func() { be.LayerNormForward(ln, mean, rstd, out, w, bi, N, C) }},
-		{"LayerNormBackward", func() { be.LayerNormBackward(dln, w, bi, ln, out, w, mean, rstd, N, C) }},
 		{"MatmulForwardFC", func() { be.MatmulForward(x4, ln, y4, b4, N, C, 4*C) }},
 		{"MatmulBackwardFC", func() { be.MatmulBackward(dln, d4, b4, x4, ln, y4, N, C, 4*C) }},
 	}

@@ -6,10 +6,11 @@ import (
 	"troupe/gpu/compute"
 )
 
-// The Llama/Qwen decoder ops (compute.DecoderBackend): argument checks here,
-// reference kernels in ref_decoder.go, fast kernels in fast_decoder.go.
+// The Llama/Qwen decoder ops (RMSNorm, RoPE, grouped-query attention,
+// SwiGLU, the embedding): argument checks here, reference kernels in
+// ref_decoder.go, fast kernels in fast_decoder.go.
 
-var _ compute.DecoderBackend = (*Backend)(nil)
+var _ compute.Backend = (*Backend)(nil)
 
 // positions resolves a position buffer of need elements, each in [0,limit).
 // A position out of range is a shape error (the cache or the rotary tables
@@ -51,7 +52,7 @@ func (b *Backend) grad(op, name string, x compute.Buffer, need int) (d []float32
 	return d, fresh
 }
 
-// EmbedForward implements compute.DecoderBackend.
+// EmbedForward implements compute.Backend.
 func (b *Backend) EmbedForward(out compute.Buffer, inp compute.IntBuffer, wte compute.Buffer, N, C, V int) {
 	const op = "EmbedForward"
 	if !b.dims(op, N, C, V) || !b.dims(op, V, C) {
@@ -68,7 +69,7 @@ func (b *Backend) EmbedForward(out compute.Buffer, inp compute.IntBuffer, wte co
 	b.embedForward(o, in, we, N, C)
 }
 
-// EmbedBackward implements compute.DecoderBackend.
+// EmbedBackward implements compute.Backend.
 func (b *Backend) EmbedBackward(dwte, dout compute.Buffer, inp compute.IntBuffer, N, C, V int) {
 	const op = "EmbedBackward"
 	if !b.dims(op, N, C, V) || !b.dims(op, V, C) {
@@ -87,7 +88,7 @@ func (b *Backend) EmbedBackward(dwte, dout compute.Buffer, inp compute.IntBuffer
 	b.embedBackward(dwe, do, in, N, C)
 }
 
-// RMSNormForward implements compute.DecoderBackend.
+// RMSNormForward implements compute.Backend.
 func (b *Backend) RMSNormForward(out, rstd, inp, weight compute.Buffer, N, C int, eps float32) {
 	const op = "RMSNormForward"
 	if !b.dims(op, N, C) {
@@ -109,7 +110,7 @@ func (b *Backend) RMSNormForward(out, rstd, inp, weight compute.Buffer, N, C int
 	b.rmsNormForward(o, r, in, w, N, C, eps)
 }
 
-// RMSNormBackward implements compute.DecoderBackend.
+// RMSNormBackward implements compute.Backend.
 func (b *Backend) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd compute.Buffer, N, C int) {
 	const op = "RMSNormBackward"
 	if !b.dims(op, N, C) {
@@ -143,7 +144,7 @@ func (b *Backend) ropeArgs(op string, x compute.Buffer, pos compute.IntBuffer, c
 	return
 }
 
-// RopeForward implements compute.DecoderBackend.
+// RopeForward implements compute.Backend.
 func (b *Backend) RopeForward(x compute.Buffer, pos compute.IntBuffer, cos, sin compute.Buffer, N, H, HD, maxPos int) {
 	xd, p, c, s := b.ropeArgs("RopeForward", x, pos, cos, sin, N, H, HD, maxPos)
 	if b.err != nil {
@@ -156,7 +157,7 @@ func (b *Backend) RopeForward(x compute.Buffer, pos compute.IntBuffer, cos, sin 
 	b.rope(xd, p, c, s, N, H, HD, 1)
 }
 
-// RopeBackward implements compute.DecoderBackend.
+// RopeBackward implements compute.Backend.
 func (b *Backend) RopeBackward(dx compute.Buffer, pos compute.IntBuffer, cos, sin compute.Buffer, N, H, HD, maxPos int) {
 	xd, p, c, s := b.ropeArgs("RopeBackward", dx, pos, cos, sin, N, H, HD, maxPos)
 	if b.err != nil {
@@ -186,7 +187,7 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 	return true
 }
 
-// GQAttentionForward implements compute.DecoderBackend.
+// GQAttentionForward implements compute.Backend.
 func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	o, a, qd, kd, vd, ok := b.gqaForwardArgs("GQAttentionForward", out, att, q, k, v, B, T, NH, KVH, HD, scale)
 	if !ok {
@@ -236,7 +237,7 @@ func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T,
 	parallelFor(B*NH*pairs, 1, j)
 }
 
-// GQAttentionBackward implements compute.DecoderBackend.
+// GQAttentionBackward implements compute.Backend.
 func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionBackward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -259,7 +260,7 @@ func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buf
 	b.gqAttentionBackward(dqd, dkd, dvd, do, qd, kd, vd, a, B, T, NH, KVH, HD, scale, fresh)
 }
 
-// GQAttentionDecode implements compute.DecoderBackend.
+// GQAttentionDecode implements compute.Backend.
 func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos compute.IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionDecode"
 	if !b.gqaDims(op, B, maxT, NH, KVH, HD, scale) {
@@ -278,12 +279,12 @@ func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos comp
 	b.gqAttentionDecode(o, c, qd, kd, vd, p, B, maxT, NH, KVH, HD, scale)
 }
 
-// SwiGLUForward implements compute.DecoderBackend.
+// SwiGLUForward implements compute.Backend.
 func (b *Backend) SwiGLUForward(out, gate, up compute.Buffer, N int) {
 	b.elementwise3("SwiGLUForward", [3]string{"out", "gate", "up"}, [3]compute.Buffer{out, gate, up}, N, refSwiGLUForward, b.swiGLUForward)
 }
 
-// SwiGLUBackward implements compute.DecoderBackend.
+// SwiGLUBackward implements compute.Backend.
 func (b *Backend) SwiGLUBackward(dgate, dup, dout, gate, up compute.Buffer, N int) {
 	const op = "SwiGLUBackward"
 	if !b.dims(op, N) {

@@ -204,7 +204,8 @@ func fdCheckTol(t *testing.T, name string, r *rand.Rand, x, g0, grad []float32, 
 // The reference backward ops against central differences of
 // L = Σ w·forward. The reference works in float64 and rounds only its
 // float32 outputs, so the differences match to ~1e-4; the tolerance is
-// 1e-3 of the gradient's scale (the GPT ops' test allows 2e-2).
+// 1e-3 of the gradient's scale (TestBackwardFiniteDifferences, of the
+// other ops, allows 2e-2).
 func TestDecoderBackwardFiniteDifferences(t *testing.T) {
 	const eps, tol = 3e-3, 1e-3
 	for si, s := range []decShape{{1, 3, 2, 1, 4, 6, 5, 7}, {2, 5, 6, 2, 6, 10, 7, 5}, {1, 9, 3, 3, 2, 3, 4, 3}} {

@@ -71,33 +71,6 @@ func expf(x float32) float32 {
 	return y * math.Float32frombits(uint32(n+127)<<23)
 }
 
-// tanhf is a float32 tanh as a rational function x·P(x²)/Q(x²) (the
-// minimax approximation Eigen uses for float tanh), max absolute error
-// 4e-7 in float32 arithmetic; no exp and no branches, so it is several
-// times cheaper than going through expf.
-func tanhf(x float32) float32 {
-	const clampAt = 7.90531110763549805
-	if x >= clampAt {
-		return 1 // exactly, so GELU's backward 1-t² is 0, not noise
-	}
-	if x <= -clampAt {
-		return -1
-	}
-	x2 := x * x
-	p := float32(-2.76076847742355e-16)
-	p = p*x2 + 2.00018790482477e-13
-	p = p*x2 - 8.60467152213735e-11
-	p = p*x2 + 5.12229709037114e-08
-	p = p*x2 + 1.48572235717979e-05
-	p = p*x2 + 6.37261928875436e-04
-	p = p*x2 + 4.89352455891786e-03
-	q := float32(1.19825839466702e-06)
-	q = q*x2 + 1.18534705686654e-04
-	q = q*x2 + 2.26843463243900e-03
-	q = q*x2 + 4.89352518554385e-03
-	return x * p / q
-}
-
 // Each parallel kernel is a top-level function reading its arguments from
 // the Backend's job (a closure would be heap-allocated on every call).
 
@@ -107,115 +80,10 @@ func (b *Backend) newJob(fn func(j *job, chunk, lo, hi int)) *job {
 	return &b.job
 }
 
-func (b *Backend) encoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
-	j := b.newJob(kEncoderForward)
-	j.f[0], j.f[1], j.f[2], j.ints = out, wte, wpe, inp
-	j.n[0], j.n[1] = T, C
-	parallelFor(B*T, grainRows*4, j)
-}
-
-func kEncoderForward(j *job, _, lo, hi int) {
-	out, wte, wpe, inp := j.f[0], j.f[1], j.f[2], j.ints
-	T, C := j.n[0], j.n[1]
-	for r := lo; r < hi; r++ {
-		t := r % T
-		o := out[r*C : r*C+C]
-		w := wte[int(inp[r])*C:][:C]
-		p := wpe[t*C:][:C]
-		for i := range o {
-			o[i] = w[i] + p[i]
-		}
-	}
-}
-
-func (b *Backend) layerNormForward(out, mean, rstd, inp, weight, bias []float32, N, C int) {
-	j := b.newJob(kLayerNormForward)
-	j.f = [6][]float32{out, mean, rstd, inp, weight[:C], bias[:C]}
-	j.n[0] = C
-	parallelFor(N, grainRows, j)
-}
-
-func kLayerNormForward(j *job, _, lo, hi int) {
-	out, mean, rstd, inp, weight, bias := j.f[0], j.f[1], j.f[2], j.f[3], j.f[4], j.f[5]
-	C := j.n[0]
-	for n := lo; n < hi; n++ {
-		x := inp[n*C : n*C+C]
-		m := sum8(x) / float32(C)
-		vr := sumSqDev8(x, m) / float32(C)
-		s := float32(1 / math.Sqrt(float64(vr)+1e-5))
-		o := out[n*C : n*C+C]
-		for i, v := range x {
-			o[i] = (v-m)*s*weight[i] + bias[i]
-		}
-		mean[n], rstd[n] = m, s
-	}
-}
-
-func (b *Backend) layerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd []float32, N, C int) {
-	sc := b.scratchFor(2 * C)
-	for _, s := range sc {
-		clear(s)
-	}
-	j := b.newJob(kLayerNormBackward)
-	j.f = [6][]float32{dinp, dout, inp, weight[:C], mean, rstd}
-	j.n[0], j.sc = C, sc
-	parallelFor(N, grainRows, j)
-	for _, s := range sc {
-		for i := 0; i < C; i++ {
-			dweight[i] += s[i]
-			dbias[i] += s[C+i]
-		}
-	}
-}
-
-func kLayerNormBackward(j *job, chunk, lo, hi int) {
-	dinp, dout, inp, weight, mean, rstd := j.f[0], j.f[1], j.f[2], j.f[3], j.f[4], j.f[5]
-	C := j.n[0]
-	dw, db := j.sc[chunk][:C], j.sc[chunk][C:2*C]
-	weight = weight[:C]
-	for n := lo; n < hi; n++ {
-		x, d, di := inp[n*C:n*C+C], dout[n*C:n*C+C], dinp[n*C:n*C+C]
-		m, s := mean[n], rstd[n]
-		dm, dnm := lnBackwardDots(x, d, weight, m, s)
-		dm /= float32(C)
-		dnm /= float32(C)
-		// equal lengths spelled out so the loop runs without bounds checks
-		d, di, dw, db, w := d[:len(x)], di[:len(x)], dw[:len(x)], db[:len(x)], weight[:len(x)]
-		for i, xv := range x {
-			norm := (xv - m) * s
-			dv := d[i]
-			db[i] += dv
-			dw[i] += norm * dv
-			di[i] += (w[i]*dv - dm - norm*dnm) * s
-		}
-	}
-}
-
-// Row reductions with eight independent float32 sums: one running sum is
-// a chain of dependent adds (latency-bound, ~4 cycles each); eight keep the
-// adders busy. The sums differ from a left-to-right loop only in rounding.
-
-func sum8(x []float32) float32 {
-	var a [8]float32
-	i := 0
-	for ; i+8 <= len(x); i += 8 {
-		v := (*[8]float32)(x[i:])
-		a[0] += v[0]
-		a[1] += v[1]
-		a[2] += v[2]
-		a[3] += v[3]
-		a[4] += v[4]
-		a[5] += v[5]
-		a[6] += v[6]
-		a[7] += v[7]
-	}
-	for ; i < len(x); i++ {
-		a[0] += x[i]
-	}
-	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-}
-
-// sumSqDev8 is sum (x-m)².
+// sumSqDev8 is sum (x-m)² over a row (RMSNorm's with m = 0) in eight
+// independent float32 sums: one running sum is a chain of dependent adds
+// (latency-bound, ~4 cycles each); eight keep the adders busy. The sum
+// differs from a left-to-right loop only in rounding.
 func sumSqDev8(x []float32, m float32) float32 {
 	var a [8]float32
 	i := 0
@@ -237,32 +105,6 @@ func sumSqDev8(x []float32, m float32) float32 {
 		a[0] += d * d
 	}
 	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-}
-
-// lnBackwardDots returns sum w·d and sum w·d·(x-m)·s over a row.
-func lnBackwardDots(x, d, w []float32, m, s float32) (dm, dnm float32) {
-	var a, c [4]float32
-	i := 0
-	n := len(x)
-	d, w = d[:n], w[:n]
-	for ; i+4 <= n; i += 4 {
-		xv, dv, wv := (*[4]float32)(x[i:]), (*[4]float32)(d[i:]), (*[4]float32)(w[i:])
-		dn0, dn1, dn2, dn3 := wv[0]*dv[0], wv[1]*dv[1], wv[2]*dv[2], wv[3]*dv[3]
-		a[0] += dn0
-		a[1] += dn1
-		a[2] += dn2
-		a[3] += dn3
-		c[0] += dn0 * ((xv[0] - m) * s)
-		c[1] += dn1 * ((xv[1] - m) * s)
-		c[2] += dn2 * ((xv[2] - m) * s)
-		c[3] += dn3 * ((xv[3] - m) * s)
-	}
-	for ; i < n; i++ {
-		dn := w[i] * d[i]
-		a[0] += dn
-		c[0] += dn * ((x[i] - m) * s)
-	}
-	return (a[0] + a[1]) + (a[2] + a[3]), (c[0] + c[1]) + (c[2] + c[3])
 }
 
 func (b *Backend) matmulForward(out, inp, weight, bias []float32, N, C, OC int) {
@@ -311,181 +153,8 @@ func softmaxRowsCausal(a []float32, T int) {
 	}
 }
 
-func (b *Backend) attentionForward(out, att, qkv []float32, B, T, C, NH int) {
-	j := b.newJob(kAttentionForward)
-	j.f[0], j.f[1], j.f[2] = out, att, qkv
-	j.n[0], j.n[1], j.n[2] = T, C, NH
-	parallelFor(B*NH, 1, j)
-}
-
-func kAttentionForward(j *job, _, lo, hi int) {
-	out, att, qkv := j.f[0], j.f[1], j.f[2]
-	T, C, NH := j.n[0], j.n[1], j.n[2]
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
-	C3 := 3 * C
-	for bh := lo; bh < hi; bh++ {
-		bb, h := bh/NH, bh%NH
-		base := bb * T * C3
-		q := qkv[base+h*hs:]
-		k := qkv[base+C+h*hs:]
-		v := qkv[base+2*C+h*hs:]
-		a := att[bh*T*T : (bh+1)*T*T]
-		o := out[bb*T*C+h*hs:]
-		// Causal blocks: rows r0..r1 only need key columns 0..r1, which
-		// skips ~40% of the products at T=128; the softmax zeroes the
-		// masked entries each block leaves.
-		for r0 := 0; r0 < T; r0 += attBlock {
-			r1 := min(r0+attBlock, T)
-			j.g.Sgemm(false, true, r1-r0, r1, hs, scale, q[r0*C3:], C3, k, C3, 0, a[r0*T:], T)
-		}
-		softmaxRowsCausal(a, T)
-		for r0 := 0; r0 < T; r0 += attBlock {
-			r1 := min(r0+attBlock, T)
-			j.g.Sgemm(false, false, r1-r0, hs, r1, 1, a[r0*T:], T, v, C3, 0, o[r0*C:], C)
-		}
-	}
-}
-
 // attBlock is the row-block size of the causal attention products.
 const attBlock = 32
-
-// attentionBackward accumulates into dqkv; with fresh (a pending Zero)
-// each head clears its own columns first, on the core that then writes them.
-func (b *Backend) attentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int, fresh bool) {
-	sc := b.scratchFor(T * T)
-	j := b.newJob(kAttentionBackward)
-	j.f[0], j.f[1], j.f[2], j.f[3] = dqkv, dout, qkv, att
-	j.n[0], j.n[1], j.n[2] = T, C, NH
-	j.sc, j.flag = sc, fresh
-	parallelFor(B*NH, 1, j)
-}
-
-func kAttentionBackward(j *job, chunk, lo, hi int) {
-	dqkv, dout, qkv, att := j.f[0], j.f[1], j.f[2], j.f[3]
-	T, C, NH := j.n[0], j.n[1], j.n[2]
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
-	C3 := 3 * C
-	d := j.sc[chunk]
-	for bh := lo; bh < hi; bh++ {
-		bb, h := bh/NH, bh%NH
-		base := bb * T * C3
-		q, k, v := qkv[base+h*hs:], qkv[base+C+h*hs:], qkv[base+2*C+h*hs:]
-		dq, dk, dv := dqkv[base+h*hs:], dqkv[base+C+h*hs:], dqkv[base+2*C+h*hs:]
-		do := dout[bb*T*C+h*hs:]
-		a := att[bh*T*T : (bh+1)*T*T]
-		if j.flag {
-			for t := 0; t < T; t++ {
-				clear(dq[t*C3 : t*C3+hs])
-				clear(dk[t*C3 : t*C3+hs])
-				clear(dv[t*C3 : t*C3+hs])
-			}
-		}
-		// causal row blocks as in the forward: block r0..r1 touches key
-		// positions 0..r1 only
-		for r0 := 0; r0 < T; r0 += attBlock {
-			r1 := min(r0+attBlock, T)
-			// datt = dout · Vᵀ ; dV += attᵀ · dout
-			j.g.Sgemm(false, true, r1-r0, r1, hs, 1, do[r0*C:], C, v, C3, 0, d[r0*T:], T)
-			j.g.Sgemm(true, false, r1, hs, r1-r0, 1, a[r0*T:], T, do[r0*C:], C, 1, dv, C3)
-			// softmax backward in place: dpre = att ⊙ (datt − rowdot) · scale
-			for t := r0; t < r1; t++ {
-				ar, dr := a[t*T:t*T+t+1], d[t*T:t*T+T]
-				var dot float32
-				for s, x := range ar {
-					dot += x * dr[s]
-				}
-				for s, x := range ar {
-					dr[s] = x * (dr[s] - dot) * scale
-				}
-				clear(dr[t+1:])
-			}
-			// dQ += dpre · K ; dK += dpreᵀ · Q
-			j.g.Sgemm(false, false, r1-r0, hs, r1, 1, d[r0*T:], T, k, C3, 1, dq[r0*C3:], C3)
-			j.g.Sgemm(true, false, r1, hs, r1-r0, 1, d[r0*T:], T, q[r0*C3:], C3, 1, dk, C3)
-		}
-	}
-}
-
-func (b *Backend) attentionDecode(out, cache, qkv []float32, B, maxT, pos, C, NH int) {
-	C2 := 2 * C
-	for bb := 0; bb < B; bb++ {
-		copy(cache[(bb*maxT+pos)*C2:][:C2], qkv[bb*3*C+C:][:C2])
-	}
-	sc := b.scratchFor(pos + 1)
-	j := b.newJob(kAttentionDecode)
-	j.f[0], j.f[1], j.f[2] = out, cache, qkv
-	j.n[0], j.n[1], j.n[2], j.n[3] = maxT, pos, C, NH
-	j.sc = sc
-	parallelFor(B*NH, 4, j)
-}
-
-func kAttentionDecode(j *job, chunk, lo, hi int) {
-	out, cache, qkv := j.f[0], j.f[1], j.f[2]
-	maxT, pos, C, NH := j.n[0], j.n[1], j.n[2], j.n[3]
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
-	C2 := 2 * C
-	w := j.sc[chunk][:pos+1]
-	for bh := lo; bh < hi; bh++ {
-		bb, h := bh/NH, bh%NH
-		q := qkv[bb*3*C+h*hs:][:hs]
-		rows := cache[bb*maxT*C2:]
-		// scores (1×pos+1) = q·Kᵀ, K rows strided by 2C in the cache
-		j.g.Sgemm(false, true, 1, pos+1, hs, scale, q, hs, rows[h*hs:], C2, 0, w, pos+1)
-		maxv := w[0]
-		for _, x := range w[1:] {
-			maxv = max(maxv, x)
-		}
-		inv := 1 / expShift(w, maxv)
-		for s := range w {
-			w[s] *= inv
-		}
-		// out (1×hs) = weights · V
-		j.g.Sgemm(false, false, 1, hs, pos+1, 1, w, pos+1, rows[C+h*hs:], C2, 0, out[bb*C+h*hs:], hs)
-	}
-}
-
-func (b *Backend) geluForward(out, inp []float32, N int) {
-	j := b.newJob(kGeluForward)
-	j.f[0], j.f[1] = out, inp
-	parallelFor(N, grainElems/4, j)
-}
-
-func kGeluForward(j *job, _, lo, hi int) {
-	o, in := j.f[0][lo:hi], j.f[1][lo:hi]
-	v := geluFwdVec(o, in)
-	o, in = o[v:], in[v:]
-	for i, x := range in {
-		u := float32(geluScale) * (x + 0.044715*x*x*x)
-		o[i] = 0.5 * x * (1 + tanhf(u))
-	}
-}
-
-// geluBackward accumulates into dinp, or overwrites it with set.
-func (b *Backend) geluBackward(dinp, inp, dout []float32, N int, set bool) {
-	j := b.newJob(kGeluBackward)
-	j.f[0], j.f[1], j.f[2] = dinp, inp, dout
-	j.flag = set
-	parallelFor(N, grainElems/4, j)
-}
-
-func kGeluBackward(j *job, _, lo, hi int) {
-	di, in, do := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
-	v := geluBwdVec(di, in, do, j.flag)
-	di, in, do = di[v:], in[v:], do[v:]
-	for i, x := range in {
-		u := float32(geluScale) * (x + 0.044715*x*x*x)
-		th := tanhf(u)
-		g := 0.5*(1+th) + 0.5*x*(1-th*th)*float32(geluScale)*(1+3*0.044715*x*x)
-		if j.flag {
-			di[i] = g * do[i]
-		} else {
-			di[i] += g * do[i]
-		}
-	}
-}
 
 // zero clears x on every core: each clears the part it will most likely
 // write next (the row halves the other kernels use), so the lines stay in
@@ -508,20 +177,6 @@ func kResidualForward(j *job, _, lo, hi int) {
 	o, a, c := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
 	for i := range o {
 		o[i] = a[i] + c[i]
-	}
-}
-
-func (b *Backend) residualBackward(da, db, dout []float32, N int) {
-	j := b.newJob(kResidualBackward)
-	j.f[0], j.f[1], j.f[2] = da, db, dout
-	parallelFor(N, grainElems, j)
-}
-
-func kResidualBackward(j *job, _, lo, hi int) {
-	x, y, d := j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi]
-	for i, v := range d {
-		x[i] += v
-		y[i] += v
 	}
 }
 

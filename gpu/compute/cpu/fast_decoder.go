@@ -6,7 +6,7 @@ import (
 	"troupe/gpu/compute/cpu/gemm"
 )
 
-// Fast kernels of the decoder ops (compute.DecoderBackend), beside their
+// Fast kernels of the decoder ops (RMSNorm, RoPE, GQA, SwiGLU), beside their
 // references in ref_decoder.go. Pointwise and row ops are float32 loops
 // parallel over rows; attention runs its q·kᵀ and att·v products through
 // gemm in causal row blocks once T pays for gemm's packing (gemmMinT), and

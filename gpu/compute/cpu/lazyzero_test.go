@@ -38,7 +38,7 @@ func lazyZeroRun(t *testing.T, be *Backend, s shape) [][]float32 {
 		outs = append(outs, out)
 	}
 	// A big buffer of garbage with two overlapping views, as the model's
-	// backward scratch (dA and its dqkv view).
+	// backward scratch.
 	big := e.buf(randf(r, max(N*OC, BT3)+5, 3))
 	whole := view(big, 0, max(N*OC, BT3))
 	front := view(big, 0, N*C)
@@ -59,25 +59,30 @@ func lazyZeroRun(t *testing.T, be *Backend, s shape) [][]float32 {
 	dl(front)
 	dl(grads)
 
-	// GELU backward into a zeroed buffer; the input is read after its own
+	// SwiGLU backward into zeroed buffers; an input is read after its own
 	// Zero (applied, not consumed)
-	x := e.buf(randf(r, N*OC, 1))
-	g := e.buf(randf(r, N*OC, 5))
+	x, up := e.buf(randf(r, N*OC, 1)), e.buf(randf(r, N*OC, 1))
+	g, gu := e.buf(randf(r, N*OC, 5)), e.buf(randf(r, N*OC, 5))
 	be.Zero(g)
-	be.GeluBackward(g, x, dout, N*OC)
+	be.Zero(gu)
+	be.SwiGLUBackward(g, gu, dout, x, up, N*OC)
 	dl(g)
+	dl(gu)
 	be.Zero(x)
-	be.GeluBackward(g, x, dout, N*OC)
+	be.SwiGLUBackward(g, gu, dout, x, up, N*OC)
 	dl(g)
+	dl(gu)
 
-	// attention backward into a zeroed dqkv view of garbage
-	qkv := e.buf(randf(r, BT3, 1))
-	att := e.buf(make([]float32, s.B*s.NH*s.T*s.T))
-	atty := e.buf(make([]float32, N*C))
-	be.AttentionForward(atty, att, qkv, s.B, s.T, s.C, s.NH)
-	dq := view(big, 0, BT3)
-	be.Zero(dq)
-	be.AttentionBackward(dq, e.buf(randf(r, N*C, 1)), qkv, att, s.B, s.T, s.C, s.NH)
+	// attention backward into zeroed dq, dk, dv views of garbage (one head
+	// of C channels)
+	NC := N * C
+	q, k, v := e.buf(randf(r, NC, 1)), e.buf(randf(r, NC, 1)), e.buf(randf(r, NC, 1))
+	att := e.buf(make([]float32, s.B*s.T*s.T))
+	atty := e.buf(make([]float32, NC))
+	be.GQAttentionForward(atty, att, q, k, v, s.B, s.T, 1, 1, C, 0.5)
+	dq, dk, dv := view(big, 0, NC), view(big, NC, NC), view(big, 2*NC, NC)
+	be.Zero(view(big, 0, BT3))
+	be.GQAttentionBackward(dq, dk, dv, e.buf(randf(r, NC, 1)), q, k, v, att, s.B, s.T, 1, 1, C, 0.5)
 	dl(big)
 
 	// a pending Zero seen through Data and through another view

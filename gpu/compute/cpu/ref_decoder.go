@@ -2,9 +2,9 @@ package cpu
 
 import "math"
 
-// Reference kernels of the Llama/Qwen decoder ops (compute.DecoderBackend):
-// single-threaded, float64 accumulation, written to match the formulas in
-// gpu/decoder.go line by line. The fast kernels (fast_decoder.go) are tested
+// Reference kernels of the Llama/Qwen decoder ops: single-threaded, float64
+// accumulation, written to match the formulas of compute.Backend's doc
+// comments line by line. The fast kernels (fast_decoder.go) are tested
 // against these.
 
 func refEmbedForward(out []float32, inp []int32, wte []float32, N, C int) {

@@ -31,7 +31,7 @@ type device interface {
 // CUDA thread).
 type launchConfig struct {
 	elemBlock int // pointwise / optimizer kernels (multiple of 32)
-	rowBlock  int // one block per row: layernorm, loss heads (multiple of 32)
+	rowBlock  int // one block per row: RMSNorm, loss heads (multiple of 32)
 	maxGrid   int // cap on blocks of grid-stride kernels
 	// stageHalves is the size of the staging buffer of UploadFromBF16 and
 	// UploadFromF16, in 16-bit values: longer uploads go in chunks.
@@ -40,7 +40,7 @@ type launchConfig struct {
 
 var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}
 
-// Fixed by the kernel sources (matmul.cu, attention.cu).
+// Fixed by the kernel sources (matmul.cu; gqa.cu: GQA_WARPS, GQA_MAX_HD).
 const (
 	matmulTile   = 64
 	matmulThread = 16

@@ -5,16 +5,14 @@ import (
 	"troupe/gpu/compute"
 )
 
-// The Llama/Qwen decoder ops (compute.DecoderBackend): kernels/decoder.cu
-// (embedding, RMSNorm, RoPE, SwiGLU) and kernels/gqa.cu (grouped-query
-// attention). Shapes are checked here, as in ops.go; token ids and
-// positions live on the device and are range-checked by the kernels, which
-// raise a flag word that Sync reports (compute.ErrToken for ids, compute.ErrShape
-// for positions, as gpu/compute/cpu does).
+// The Llama/Qwen decoder ops: kernels/decoder.cu (embedding, RMSNorm,
+// RoPE, SwiGLU) and kernels/gqa.cu (grouped-query attention). Shapes are
+// checked here, as in ops.go; token ids and positions live on the device
+// and are range-checked by the kernels, which raise a flag word that Sync
+// reports (compute.ErrToken for ids, compute.ErrShape for positions, as
+// gpu/compute/cpu does).
 
-var _ compute.DecoderBackend = (*Backend)(nil)
-
-// EmbedForward implements compute.DecoderBackend (kernel embed_forward).
+// EmbedForward implements compute.Backend (kernel embed_forward).
 func (b *Backend) EmbedForward(out compute.Buffer, inp compute.IntBuffer, wte compute.Buffer, N, C, V int) {
 	const op = "EmbedForward"
 	if !b.dims(op, N, C) || !b.dims(op, V, C) {
@@ -26,7 +24,7 @@ func (b *Backend) EmbedForward(out compute.Buffer, inp compute.IntBuffer, wte co
 		ptr(o), ptr(in), ptr(we), N, C, V, ptr(b.errFlag))
 }
 
-// EmbedBackward implements compute.DecoderBackend (kernel embed_backward,
+// EmbedBackward implements compute.Backend (kernel embed_backward,
 // atomics).
 func (b *Backend) EmbedBackward(dwte, dout compute.Buffer, inp compute.IntBuffer, N, C, V int) {
 	const op = "EmbedBackward"
@@ -39,7 +37,7 @@ func (b *Backend) EmbedBackward(dwte, dout compute.Buffer, inp compute.IntBuffer
 		ptr(dwe), ptr(do), ptr(in), N, C, V, ptr(b.errFlag))
 }
 
-// RMSNormForward implements compute.DecoderBackend (kernel rmsnorm_forward).
+// RMSNormForward implements compute.Backend (kernel rmsnorm_forward).
 func (b *Backend) RMSNormForward(out, rstd, inp, weight compute.Buffer, N, C int, eps float32) {
 	const op = "RMSNormForward"
 	if !b.dims(op, N, C) {
@@ -55,7 +53,7 @@ func (b *Backend) RMSNormForward(out, rstd, inp, weight compute.Buffer, N, C int
 		ptr(o), ptr(r), ptr(in), ptr(w), N, C, eps)
 }
 
-// RMSNormBackward implements compute.DecoderBackend (kernel rmsnorm_backward;
+// RMSNormBackward implements compute.Backend (kernel rmsnorm_backward;
 // dweight may be nil).
 func (b *Backend) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd compute.Buffer, N, C int) {
 	const op = "RMSNormBackward"
@@ -88,14 +86,14 @@ func (b *Backend) ropeArgs(op string, x compute.Buffer, pos compute.IntBuffer, c
 	return []any{ptr(xd), ptr(p), ptr(c), ptr(s), N, H, HD, maxPos, ptr(b.errFlag)}
 }
 
-// RopeForward implements compute.DecoderBackend (kernel rope_forward).
+// RopeForward implements compute.Backend (kernel rope_forward).
 func (b *Backend) RopeForward(x compute.Buffer, pos compute.IntBuffer, cos, sin compute.Buffer, N, H, HD, maxPos int) {
 	if a := b.ropeArgs("RopeForward", x, pos, cos, sin, N, H, HD, maxPos); a != nil {
 		b.launch("rope_forward", b.elemGrid(N*H*HD/2), b.elemBlock(), a...)
 	}
 }
 
-// RopeBackward implements compute.DecoderBackend (kernel rope_backward).
+// RopeBackward implements compute.Backend (kernel rope_backward).
 func (b *Backend) RopeBackward(dx compute.Buffer, pos compute.IntBuffer, cos, sin compute.Buffer, N, H, HD, maxPos int) {
 	if a := b.ropeArgs("RopeBackward", dx, pos, cos, sin, N, H, HD, maxPos); a != nil {
 		b.launch("rope_backward", b.elemGrid(N*H*HD/2), b.elemBlock(), a...)
@@ -127,7 +125,7 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 	return true
 }
 
-// GQAttentionForward implements compute.DecoderBackend (kernel gqa_forward).
+// GQAttentionForward implements compute.Backend (kernel gqa_forward).
 func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionForward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -138,7 +136,7 @@ func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH,
 	b.launch("gqa_forward", attGrid(T, B, NH), attBlock, ptr(o), ptr(a), ptr(qd), ptr(kd), ptr(vd), B, T, NH, KVH, HD, scale)
 }
 
-// GQAttentionBackward implements compute.DecoderBackend (kernels
+// GQAttentionBackward implements compute.Backend (kernels
 // gqa_backward_query then gqa_backward_kv, with a (B,NH,T,T) scratch for
 // the softmax backward).
 func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
@@ -156,7 +154,7 @@ func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buf
 		ptr(dkd), ptr(dvd), ptr(s), ptr(do), ptr(qd), ptr(a), B, T, NH, KVH, HD, scale)
 }
 
-// GQAttentionDecode implements compute.DecoderBackend (kernel gqa_decode).
+// GQAttentionDecode implements compute.Backend (kernel gqa_decode).
 // Positions are checked against maxT by the kernel.
 func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos compute.IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionDecode"
@@ -171,7 +169,7 @@ func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos comp
 		ptr(o), ptr(c), ptr(s), ptr(qd), ptr(kd), ptr(vd), ptr(p), B, maxT, NH, KVH, HD, scale, ptr(b.errFlag))
 }
 
-// SwiGLUForward implements compute.DecoderBackend (kernel swiglu_forward).
+// SwiGLUForward implements compute.Backend (kernel swiglu_forward).
 func (b *Backend) SwiGLUForward(out, gate, up compute.Buffer, N int) {
 	const op = "SwiGLUForward"
 	if !b.dims(op, N) {
@@ -181,7 +179,7 @@ func (b *Backend) SwiGLUForward(out, gate, up compute.Buffer, N int) {
 	b.launch("swiglu_forward", b.elemGrid(N), b.elemBlock(), ptr(o), ptr(g), ptr(u), N)
 }
 
-// SwiGLUBackward implements compute.DecoderBackend (kernel swiglu_backward).
+// SwiGLUBackward implements compute.Backend (kernel swiglu_backward).
 func (b *Backend) SwiGLUBackward(dgate, dup, dout, gate, up compute.Buffer, N int) {
 	const op = "SwiGLUBackward"
 	if !b.dims(op, N) {

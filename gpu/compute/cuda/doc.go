@@ -1,8 +1,8 @@
-// Package cuda is troupe's CUDA compute backend: compute.Backend and
-// compute.DecoderBackend (the Llama/Qwen family's ops) implemented with CUDA C++
-// kernels (kernels/*.cu) compiled to PTX by NVRTC, committed under ptx/ and
-// embedded, and run through the CUDA driver API, which is loaded at run time
-// with dlopen (github.com/ebitengine/purego, no cgo).
+// Package cuda is troupe's CUDA compute backend: compute.Backend (the
+// Llama/Qwen family's ops) implemented with CUDA C++ kernels (kernels/*.cu)
+// compiled to PTX by NVRTC, committed under ptx/ and embedded, and run
+// through the CUDA driver API, which is loaded at run time with dlopen
+// (github.com/ebitengine/purego, no cgo).
 //
 // Use ForPlacement (an actor on the GPU it was placed on) or Select (a
 // process on device 0) to get a backend: the mode the user asked for (read

@@ -6,61 +6,6 @@ import (
 	"troupe/gpu/compute"
 )
 
-// ---- embedding ----
-
-// EncoderForward implements compute.Backend (kernel encoder_forward).
-func (b *Backend) EncoderForward(out compute.Buffer, inp compute.IntBuffer, wte, wpe compute.Buffer, B, T, C, V int) {
-	const op = "EncoderForward"
-	if !b.dims(op, B, T, C) || !b.dims(op, V, C) {
-		return
-	}
-	o, in := b.f(op, "out", out, B*T*C), b.ints(op, "inp", inp, B*T)
-	we, pe := b.f(op, "wte", wte, V*C), b.f(op, "wpe", wpe, T*C)
-	n := B * T * C
-	b.launch("encoder_forward", [3]uint32{uint32(ceilDiv(n, b.cfg.elemBlock)), 1, 1}, b.elemBlock(),
-		ptr(o), ptr(in), ptr(we), ptr(pe), B, T, C, V, ptr(b.errFlag))
-}
-
-// EncoderBackward implements compute.Backend (kernel encoder_backward, atomics).
-func (b *Backend) EncoderBackward(dwte, dwpe, dout compute.Buffer, inp compute.IntBuffer, B, T, C, V int) {
-	const op = "EncoderBackward"
-	if !b.dims(op, B, T, C) || !b.dims(op, V, C) {
-		return
-	}
-	dwe, dpe := b.f(op, "dwte", dwte, V*C), b.opt(op, "dwpe", dwpe, T*C)
-	do, in := b.f(op, "dout", dout, B*T*C), b.ints(op, "inp", inp, B*T)
-	n := B * T * C
-	b.launch("encoder_backward", [3]uint32{uint32(ceilDiv(n, b.cfg.elemBlock)), 1, 1}, b.elemBlock(),
-		ptr(dwe), ptr(dpe), ptr(do), ptr(in), B, T, C, V, ptr(b.errFlag))
-}
-
-// ---- layernorm ----
-
-// LayerNormForward implements compute.Backend (kernel layernorm_forward).
-func (b *Backend) LayerNormForward(out, mean, rstd, inp, weight, bias compute.Buffer, N, C int) {
-	const op = "LayerNormForward"
-	if !b.dims(op, N, C) {
-		return
-	}
-	o, m, r := b.f(op, "out", out, N*C), b.f(op, "mean", mean, N), b.f(op, "rstd", rstd, N)
-	in, w, bi := b.f(op, "inp", inp, N*C), b.f(op, "weight", weight, C), b.f(op, "bias", bias, C)
-	b.launch("layernorm_forward", [3]uint32{uint32(N), 1, 1}, b.rowBlock(),
-		ptr(o), ptr(m), ptr(r), ptr(in), ptr(w), ptr(bi), N, C)
-}
-
-// LayerNormBackward implements compute.Backend (kernel layernorm_backward).
-func (b *Backend) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd compute.Buffer, N, C int) {
-	const op = "LayerNormBackward"
-	if !b.dims(op, N, C) {
-		return
-	}
-	di, dw, db := b.f(op, "dinp", dinp, N*C), b.f(op, "dweight", dweight, C), b.f(op, "dbias", dbias, C)
-	do, in, w := b.f(op, "dout", dout, N*C), b.f(op, "inp", inp, N*C), b.f(op, "weight", weight, C)
-	m, r := b.f(op, "mean", mean, N), b.f(op, "rstd", rstd, N)
-	b.launch("layernorm_backward", [3]uint32{uint32(N), 1, 1}, b.rowBlock(),
-		ptr(di), ptr(dw), ptr(db), ptr(do), ptr(in), ptr(w), ptr(m), ptr(r), N, C)
-}
-
 // ---- matmul ----
 
 func matmulGrid(rows, cols int) [3]uint32 {
@@ -119,94 +64,15 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight compute
 
 // ---- attention ----
 
-func (b *Backend) attnDims(op string, B, T, C, NH int) bool {
-	if !b.dims(op, B, T, C, NH) || !b.dims(op, B, NH, T, T) || !b.dims(op, B, T, 3*C) {
-		return false
-	}
-	if C%NH != 0 {
-		b.fail(compute.ShapeError(op, "C=%d not divisible by NH=%d", C, NH))
-		return false
-	}
-	if B*NH > 65535 {
-		b.fail(compute.ShapeError(op, "B*NH=%d exceeds the attention grid's 65535", B*NH))
-		return false
-	}
-	if C/NH > attMaxHS {
-		b.fail(compute.ShapeError(op, "head size %d exceeds the kernels' %d", C/NH, attMaxHS))
-		return false
-	}
-	return true
-}
-
+// attGrid and attBlock are the launch shape of gqa.cu's kernels: a block of
+// attWarps warps per attWarps query rows of one (batch row, head).
 func attGrid(T, B, NH int) [3]uint32 {
 	return [3]uint32{uint32(ceilDiv(T, attWarps)), uint32(B * NH), 1}
 }
 
 var attBlock = [3]uint32{32 * attWarps, 1, 1}
 
-// AttentionForward implements compute.Backend (kernel attention_forward).
-func (b *Backend) AttentionForward(out, att, qkv compute.Buffer, B, T, C, NH int) {
-	const op = "AttentionForward"
-	if !b.attnDims(op, B, T, C, NH) {
-		return
-	}
-	o, a, q := b.f(op, "out", out, B*T*C), b.f(op, "att", att, B*NH*T*T), b.f(op, "qkv", qkv, B*T*3*C)
-	b.launch("attention_forward", attGrid(T, B, NH), attBlock, ptr(o), ptr(a), ptr(q), B, T, C, NH)
-}
-
-// AttentionBackward implements compute.Backend (kernels attention_backward_query
-// then attention_backward_kv, with a (B,NH,T,T) scratch for the softmax
-// backward).
-func (b *Backend) AttentionBackward(dqkv, dout, qkv, att compute.Buffer, B, T, C, NH int) {
-	const op = "AttentionBackward"
-	if !b.attnDims(op, B, T, C, NH) {
-		return
-	}
-	dq, do := b.f(op, "dqkv", dqkv, B*T*3*C), b.f(op, "dout", dout, B*T*C)
-	q, a := b.f(op, "qkv", qkv, B*T*3*C), b.f(op, "att", att, B*NH*T*T)
-	s := b.ensureScratch(B * NH * T * T)
-	g := attGrid(T, B, NH)
-	b.launch("attention_backward_query", g, attBlock, ptr(dq), ptr(s), ptr(do), ptr(q), ptr(a), B, T, C, NH)
-	b.launch("attention_backward_kv", g, attBlock, ptr(dq), ptr(s), ptr(do), ptr(q), ptr(a), B, T, C, NH)
-}
-
-// AttentionDecode implements compute.Backend (kernel attention_decode).
-func (b *Backend) AttentionDecode(out, cache, qkv compute.Buffer, B, maxT, pos, C, NH int) {
-	const op = "AttentionDecode"
-	if !b.attnDims(op, B, maxT, C, NH) {
-		return
-	}
-	if pos < 0 || pos >= maxT {
-		b.fail(compute.ShapeError(op, "pos=%d outside [0,%d)", pos, maxT))
-		return
-	}
-	o, c, q := b.f(op, "out", out, B*C), b.f(op, "cache", cache, B*maxT*2*C), b.f(op, "qkv", qkv, B*3*C)
-	s := b.ensureScratch(B * NH * maxT)
-	b.launch("attention_decode", [3]uint32{uint32(ceilDiv(B*NH, attWarps)), 1, 1}, attBlock,
-		ptr(o), ptr(c), ptr(s), ptr(q), B, maxT, pos, C, NH)
-}
-
 // ---- pointwise ----
-
-// GeluForward implements compute.Backend (kernel gelu_forward).
-func (b *Backend) GeluForward(out, inp compute.Buffer, N int) {
-	const op = "GeluForward"
-	if !b.dims(op, N) {
-		return
-	}
-	o, in := b.f(op, "out", out, N), b.f(op, "inp", inp, N)
-	b.launch("gelu_forward", b.elemGrid(N), b.elemBlock(), ptr(o), ptr(in), N)
-}
-
-// GeluBackward implements compute.Backend (kernel gelu_backward).
-func (b *Backend) GeluBackward(dinp, inp, dout compute.Buffer, N int) {
-	const op = "GeluBackward"
-	if !b.dims(op, N) {
-		return
-	}
-	di, in, do := b.f(op, "dinp", dinp, N), b.f(op, "inp", inp, N), b.f(op, "dout", dout, N)
-	b.launch("gelu_backward", b.elemGrid(N), b.elemBlock(), ptr(di), ptr(in), ptr(do), N)
-}
 
 // ResidualForward implements compute.Backend (kernel residual_forward).
 func (b *Backend) ResidualForward(out, x, y compute.Buffer, N int) {
@@ -216,16 +82,6 @@ func (b *Backend) ResidualForward(out, x, y compute.Buffer, N int) {
 	}
 	o, xs, ys := b.f(op, "out", out, N), b.f(op, "a", x, N), b.f(op, "b", y, N)
 	b.launch("residual_forward", b.elemGrid(N), b.elemBlock(), ptr(o), ptr(xs), ptr(ys), N)
-}
-
-// ResidualBackward implements compute.Backend (kernel residual_backward).
-func (b *Backend) ResidualBackward(da, db, dout compute.Buffer, N int) {
-	const op = "ResidualBackward"
-	if !b.dims(op, N) {
-		return
-	}
-	x, y, d := b.f(op, "da", da, N), b.f(op, "db", db, N), b.f(op, "dout", dout, N)
-	b.launch("residual_backward", b.elemGrid(N), b.elemBlock(), ptr(x), ptr(y), ptr(d), N)
 }
 
 // Scale implements compute.Backend (kernel scale_inplace).

@@ -130,43 +130,6 @@ func (p *pair) check(name string, b buf, tol float64) {
 
 const tol = 2e-5 // float32 vs float64 accumulation over <= a few hundred terms
 
-func TestOpEncoder(t *testing.T) {
-	p := newPair(t, 1)
-	B, T, C, V := 2, 5, 24, 11
-	inp := p.tokens(B*T, V)
-	wte, wpe := p.rand(V*C, 1), p.rand(T*C, 1)
-	out := p.zeros(B * T * C)
-	p.e.EncoderForward(out.e, inp.e, wte.e, wpe.e, B, T, C, V)
-	p.r.EncoderForward(out.r, inp.r, wte.r, wpe.r, B, T, C, V)
-	p.check("encoder_forward", out, tol)
-	dout := p.rand(B*T*C, 1)
-	dwte, dwpe := p.rand(V*C, 1), p.rand(T*C, 1)
-	p.e.EncoderBackward(dwte.e, dwpe.e, dout.e, inp.e, B, T, C, V)
-	p.r.EncoderBackward(dwte.r, dwpe.r, dout.r, inp.r, B, T, C, V)
-	p.check("encoder_backward.dwte", dwte, tol)
-	p.check("encoder_backward.dwpe", dwpe, tol)
-}
-
-func TestOpLayerNorm(t *testing.T) {
-	p := newPair(t, 2)
-	N, C := 9, 77 // C not a multiple of the block
-	inp := p.rand(N*C, 2)
-	w, bi := p.rand(C, 1), p.rand(C, 1)
-	out, mean, rstd := p.zeros(N*C), p.zeros(N), p.zeros(N)
-	p.e.LayerNormForward(out.e, mean.e, rstd.e, inp.e, w.e, bi.e, N, C)
-	p.r.LayerNormForward(out.r, mean.r, rstd.r, inp.r, w.r, bi.r, N, C)
-	p.check("layernorm_forward.out", out, tol)
-	p.check("layernorm_forward.mean", mean, tol)
-	p.check("layernorm_forward.rstd", rstd, tol)
-	dout := p.rand(N*C, 1)
-	dinp, dw, db := p.rand(N*C, 1), p.rand(C, 1), p.rand(C, 1)
-	p.e.LayerNormBackward(dinp.e, dw.e, db.e, dout.e, inp.e, w.e, mean.e, rstd.e, N, C)
-	p.r.LayerNormBackward(dinp.r, dw.r, db.r, dout.r, inp.r, w.r, mean.r, rstd.r, N, C)
-	p.check("layernorm_backward.dinp", dinp, tol)
-	p.check("layernorm_backward.dweight", dw, tol)
-	p.check("layernorm_backward.dbias", db, tol)
-}
-
 func TestOpMatmul(t *testing.T) {
 	p := newPair(t, 3)
 	N, C, OC := 70, 37, 67 // odd sizes crossing the 64-wide tiles
@@ -187,63 +150,10 @@ func TestOpMatmul(t *testing.T) {
 	p.check("matmul_backward_bias", db, tol)
 }
 
-func TestOpAttention(t *testing.T) {
-	p := newPair(t, 4)
-	B, T, C, NH := 2, 7, 24, 3 // HS 8; T not a multiple of the 4 rows per block
-	qkv := p.rand(B*T*3*C, 1)
-	out, att := p.rand(B*T*C, 1), p.rand(B*NH*T*T, 1)
-	p.e.AttentionForward(out.e, att.e, qkv.e, B, T, C, NH)
-	p.r.AttentionForward(out.r, att.r, qkv.r, B, T, C, NH)
-	p.check("attention_forward.out", out, tol)
-	p.check("attention_forward.att", att, tol)
-	dout, dqkv := p.rand(B*T*C, 1), p.rand(B*T*3*C, 1)
-	p.e.AttentionBackward(dqkv.e, dout.e, qkv.e, att.e, B, T, C, NH)
-	p.r.AttentionBackward(dqkv.r, dout.r, qkv.r, att.r, B, T, C, NH)
-	p.check("attention_backward.dqkv", dqkv, tol)
-}
-
-func TestOpAttentionLongRows(t *testing.T) {
-	// T > 32 so lanes loop over key positions; HS 40 > 32 so lanes loop
-	// over channels.
-	p := newPair(t, 5)
-	B, T, C, NH := 1, 37, 80, 2
-	qkv := p.rand(B*T*3*C, 1)
-	out, att := p.zeros(B*T*C), p.zeros(B*NH*T*T)
-	p.e.AttentionForward(out.e, att.e, qkv.e, B, T, C, NH)
-	p.r.AttentionForward(out.r, att.r, qkv.r, B, T, C, NH)
-	p.check("attention_forward.out", out, tol)
-	dout, dqkv := p.rand(B*T*C, 1), p.zeros(B*T*3*C)
-	p.e.AttentionBackward(dqkv.e, dout.e, qkv.e, att.e, B, T, C, NH)
-	p.r.AttentionBackward(dqkv.r, dout.r, qkv.r, att.r, B, T, C, NH)
-	p.check("attention_backward.dqkv", dqkv, tol)
-}
-
-func TestOpAttentionDecode(t *testing.T) {
-	p := newPair(t, 6)
-	B, maxT, C, NH := 3, 40, 24, 2
-	cache := p.rand(B*maxT*2*C, 1)
-	out := p.zeros(B * C)
-	for _, pos := range []int{0, 1, 33} {
-		qkv := p.rand(B*3*C, 1)
-		p.e.AttentionDecode(out.e, cache.e, qkv.e, B, maxT, pos, C, NH)
-		p.r.AttentionDecode(out.r, cache.r, qkv.r, B, maxT, pos, C, NH)
-		p.check("attention_decode.out", out, tol)
-		p.check("attention_decode.cache", cache, tol)
-	}
-}
-
 func TestOpPointwise(t *testing.T) {
 	p := newPair(t, 7)
 	N := 1000 // > grid*block on the emulator: exercises the grid-stride loop
-	inp := p.rand(N, 2)
 	out := p.zeros(N)
-	p.e.GeluForward(out.e, inp.e, N)
-	p.r.GeluForward(out.r, inp.r, N)
-	p.check("gelu_forward", out, tol)
-	dout, dinp := p.rand(N, 1), p.rand(N, 1)
-	p.e.GeluBackward(dinp.e, inp.e, dout.e, N)
-	p.r.GeluBackward(dinp.r, inp.r, dout.r, N)
-	p.check("gelu_backward", dinp, tol)
 	a, b := p.rand(N, 1), p.rand(N, 1)
 	p.e.ResidualForward(out.e, a.e, b.e, N)
 	p.r.ResidualForward(out.r, a.r, b.r, N)
@@ -251,10 +161,6 @@ func TestOpPointwise(t *testing.T) {
 	p.e.ResidualForward(a.e, a.e, b.e, N) // out aliases a
 	p.r.ResidualForward(a.r, a.r, b.r, N)
 	p.check("residual_forward(aliased)", a, tol)
-	p.e.ResidualBackward(a.e, b.e, dout.e, N)
-	p.r.ResidualBackward(a.r, b.r, dout.r, N)
-	p.check("residual_backward.da", a, tol)
-	p.check("residual_backward.db", b, tol)
 	p.e.Scale(out.e, -0.37, N-3)
 	p.r.Scale(out.r, -0.37, N-3)
 	p.check("scale", out, tol)
@@ -427,18 +333,17 @@ func TestOpHalfUpload(t *testing.T) {
 
 func TestOpTokenOutOfRange(t *testing.T) {
 	e := newTestBackend(t)
-	B, T, C, V := 1, 3, 8, 5
-	out, _ := e.Alloc(B * T * C)
+	N, C, V := 3, 8, 5
+	out, _ := e.Alloc(N * C)
 	wte, _ := e.Alloc(V * C)
-	wpe, _ := e.Alloc(T * C)
-	inp, _ := e.AllocInt(B * T)
+	inp, _ := e.AllocInt(N)
 	e.UploadInt(inp, []int32{0, 7, 1})
-	e.EncoderForward(out, inp, wte, wpe, B, T, C, V)
+	e.EmbedForward(out, inp, wte, N, C, V)
 	if err := e.Sync(); !errors.Is(err, compute.ErrToken) {
 		t.Fatalf("Sync after a bad token = %v, want ErrToken", err)
 	}
 	// Sticky: later ops are skipped and report the same error.
-	e.Scale(out, 2, B*T*C)
+	e.Scale(out, 2, N*C)
 	if err := e.Sync(); !errors.Is(err, compute.ErrToken) {
 		t.Fatalf("error not sticky: %v", err)
 	}
