@@ -66,7 +66,7 @@ func TestMeteredBackendDrivesSimulatedGPU(t *testing.T) {
 	// clock) and allocates 1 Mi floats; another node's counter is ignored.
 	opClock := &stepClock{t: simClock.now(), step: 10 * time.Millisecond}
 	be := compute.Metered(cpu.New(), meter.Counter(busy.Key{Node: "n1", GPU: 2, Actor: "planner"}), opClock.now)
-	if _, ok := be.(compute.MatmulTransposer); !ok {
+	if _, ok := compute.As[compute.MatmulTransposer](be); !ok {
 		t.Error("metered cpu backend lost MatmulTransposer")
 	}
 	x, err := be.Alloc(1 << 20)

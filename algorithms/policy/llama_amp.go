@@ -64,7 +64,7 @@ func (m *Llama) SetComputeDType(dt hf.DType) error {
 		if m.amp != nil {
 			return nil
 		}
-		mm, ok := m.be.(compute.BF16Matmuler)
+		mm, ok := compute.As[compute.BF16Matmuler](m.be)
 		if !ok {
 			return fmt.Errorf("%w: compute dtype BF16: backend %T has no BF16 matmuls", ErrConfig, m.be)
 		}

@@ -24,7 +24,7 @@ import (
 // The weights live in host memory: on a GPU backend every layer is also an
 // upload per pass.
 //
-// A backend with the compute.BF16Matmuler extension (gpu/compute/cpu) skips all that:
+// A backend with the compute.BF16Matmuler capability (gpu/compute/cpu) skips all that:
 // the projections and the head read the BF16 matrices in place, forward
 // (MatmulForwardBF16) and backward (MatmulBackwardInputBF16, the input
 // gradient; the base is frozen), and there is no float32 scratch. A decode
@@ -197,7 +197,7 @@ func (m *Llama) allocBF16() error {
 		}
 	}
 	if bf16Kernels {
-		bf.mm, _ = m.be.(compute.BF16Matmuler)
+		bf.mm, _ = compute.As[compute.BF16Matmuler](m.be)
 	}
 	if bf.mm != nil {
 		return nil // no scratch: nothing is widened

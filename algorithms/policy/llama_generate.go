@@ -141,6 +141,7 @@ func (m *Llama) freeDecode(d *ldecode) {
 // backend with compute.MatmulTransposer (a matrix-vector product then reads a
 // weight in place), rebuilt when the weights change.
 type ltransposed struct {
+	mm     compute.MatmulTransposer // the backend's
 	ver    int
 	all    compute.Buffer
 	layers []struct{ q, k, v, o, gate, up, down compute.Buffer }
@@ -155,9 +156,9 @@ func (m *Llama) freeTransposed() {
 }
 
 // ensureTransposed returns up-to-date transposed weights, or nil when the
-// backend lacks the extension or DecodeTransposed is off.
+// backend lacks the capability or DecodeTransposed is off.
 func (m *Llama) ensureTransposed() (*ltransposed, error) {
-	tb, ok := m.be.(compute.MatmulTransposer)
+	tb, ok := compute.As[compute.MatmulTransposer](m.be)
 	if !ok || !m.DecodeTransposed || m.bf != nil || m.amp != nil { // BF16: the matmuls read BF16 matrices
 		m.freeTransposed()
 		return nil, nil
@@ -169,7 +170,7 @@ func (m *Llama) ensureTransposed() (*ltransposed, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy: allocate transposed weights: %w", err)
 		}
-		tw := &ltransposed{ver: -1, all: all}
+		tw := &ltransposed{mm: tb, ver: -1, all: all}
 		off := 0
 		v := func(n int) compute.Buffer {
 			x, e := m.be.View(all, off, n)
@@ -223,11 +224,7 @@ func (m *Llama) decodeStep(d *ldecode, tw *ltransposed) error {
 	for l := range m.pv.layers {
 		m.decodeLayer(d, tw, l)
 	}
-	var th compute.Buffer
-	if tw != nil {
-		th = tw.head
-	}
-	return m.decodeHead(d, th)
+	return m.decodeHead(d, tw)
 }
 
 // decodeLayer runs block l on one position a row: d.x (B,C) at positions
@@ -243,7 +240,7 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 		if m.bf != nil || m.amp != nil {
 			m.baseForward(l, k, out, inp, w, bias, B, C, OC)
 		} else if tw != nil {
-			be.(compute.MatmulTransposer).MatmulForwardT(out, inp, wT, bias, B, C, OC)
+			tw.mm.MatmulForwardT(out, inp, wT, bias, B, C, OC)
 		} else {
 			be.MatmulForward(out, inp, w, bias, B, C, OC)
 		}
@@ -289,13 +286,13 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 	be.ResidualForward(d.x, d.x, d.tmp, B*C)
 }
 
-// decodeHead runs the final norm and the head on d.x and downloads the
-// logits.
-func (m *Llama) decodeHead(d *ldecode, headT compute.Buffer) error {
+// decodeHead runs the final norm and the head (tw's transposed copy when
+// tw is not nil) on d.x and downloads the logits.
+func (m *Llama) decodeHead(d *ldecode, tw *ltransposed) error {
 	be, ar, B := m.be, &m.arch, d.B
 	be.RMSNormForward(d.ln, d.r, d.x, m.pv.all[kNorm], B, ar.C, ar.eps)
-	if headT != nil {
-		be.(compute.MatmulTransposer).MatmulForwardT(d.logits, d.ln, headT, nil, B, ar.C, ar.V)
+	if tw != nil {
+		tw.mm.MatmulForwardT(d.logits, d.ln, tw.head, nil, B, ar.C, ar.V)
 	} else {
 		m.headMatmul(d.logits, d.ln, B)
 	}
@@ -428,11 +425,7 @@ func (m *Llama) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if err := m.prefill(d, tw, prompts); err != nil {
 		return nil, err
 	}
-	var headT compute.Buffer
-	if tw != nil {
-		headT = tw.head
-	}
-	if err := m.decodeHead(d, headT); err != nil {
+	if err := m.decodeHead(d, tw); err != nil {
 		return nil, err
 	}
 	s := newSampler(opt, B)

@@ -241,11 +241,38 @@ func ShapeError(op, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s", op, ErrShape, fmt.Sprintf(format, args...))
 }
 
-// MatmulTransposer is an optional Backend extension for decoding a few rows
+// Optional capabilities extend Backend where only some implementations
+// can: MatmulTransposer and BF16Matmuler (gpu/compute/cpu has both,
+// gpu/compute/cuda neither). Find one with As, not with a type assertion:
+// a wrapper such as Metered has a capability exactly when the backend it
+// wraps has it, and hands it out through As instead of being one type per
+// combination of capabilities.
+
+// As returns b's implementation of the optional capability C (an interface
+// such as MatmulTransposer or BF16Matmuler) and whether b has it: b itself
+// when it implements C, else what a wrapper made by this package provides
+// for the backend it wraps.
+func As[C any](b Backend) (C, bool) {
+	if c, ok := b.(C); ok {
+		return c, true
+	}
+	var c C
+	w, ok := b.(capabler)
+	return c, ok && w.capability(&c)
+}
+
+// capabler is a wrapper that provides the capabilities of what it wraps.
+type capabler interface {
+	// capability sets *target (a pointer to a capability interface) and
+	// reports whether the wrapped backend has that capability.
+	capability(target any) bool
+}
+
+// MatmulTransposer is an optional Backend capability for decoding a few rows
 // at a time (generation with a KV cache). A matmul whose weight is stored
 // transposed, weightT (C,OC), lets a GEMM read the weight in place for small
-// N instead of repacking the whole weight for every token. Callers test for
-// it with a type assertion and fall back to MatmulForward.
+// N instead of repacking the whole weight for every token. Callers find it
+// with As and fall back to MatmulForward.
 type MatmulTransposer interface {
 	// Transpose writes dst (cols,rows) = src (rows,cols)ᵀ.
 	Transpose(dst, src Buffer, rows, cols int)

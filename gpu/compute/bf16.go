@@ -1,14 +1,14 @@
 package compute
 
-// BF16Matmuler is an optional Backend extension for matmuls in BF16: for a
+// BF16Matmuler is an optional Backend capability for matmuls in BF16: for a
 // frozen base kept in BF16, the matmuls read the weight as BF16 bits in host
 // memory (PyTorch's [OC, C] layout, a Linear's weight) instead of a float32
 // copy widened before every use, which halves the bytes a decode step reads;
 // for mixed-precision training (float32 master weights, BF16 copies made
 // after each update, as PyTorch's autocast computes), the weight gradient
-// and the rounding of the master weights come too. Callers test for it with
-// a type assertion and fall back to widening into a float32 buffer and
-// MatmulForward / MatmulBackward.
+// and the rounding of the master weights come too. Callers find it with As
+// and fall back to widening into a float32 buffer and MatmulForward /
+// MatmulBackward.
 //
 // Sums are float32. An implementation may round the float32 activations to
 // BF16 before multiplying (as PyTorch's BF16 matmul does, and gpu/compute/cpu on

@@ -16,7 +16,8 @@ type Meter interface {
 // Free) to c's memory. now is the clock (time.Now if nil; tests inject
 // one). Bind a backend this way to the GPU its actor was placed on so that
 // a simulated GPU's utilization follows the actor's work (see gpu/busy).
-// The result implements MatmulTransposer and BF16Matmuler when b does.
+// As finds on the result the optional capabilities of b, their ops metered
+// too.
 //
 // Like every Backend it is not safe for concurrent use. The cost is two
 // clock reads per op, negligible next to a kernel.
@@ -25,15 +26,12 @@ func Metered(b Backend, c Meter, now func() time.Time) Backend {
 		now = time.Now
 	}
 	m := &metered{b: b, c: c, now: now, sizes: map[any]int64{}}
-	t, isT := b.(MatmulTransposer)
-	f, isF := b.(BF16Matmuler)
-	switch {
-	case isT && isF:
-		return &meteredTB{&meteredT{metered: m, t: t}, &meteredBF{m: m, f: f}}
-	case isT:
-		return &meteredT{metered: m, t: t}
-	case isF:
-		return &meteredB{m, &meteredBF{m: m, f: f}}
+	// Made once: As hands out the same wrapper every time.
+	if t, ok := As[MatmulTransposer](b); ok {
+		m.t = &meteredT{m: m, t: t}
+	}
+	if f, ok := As[BF16Matmuler](b); ok {
+		m.f = &meteredBF{m: m, f: f}
 	}
 	return m
 }
@@ -43,6 +41,26 @@ type metered struct {
 	c     Meter
 	now   func() time.Time
 	sizes map[any]int64 // bytes of each live allocation
+	t     *meteredT     // b's MatmulTransposer, metered; nil without
+	f     *meteredBF    // b's BF16Matmuler, metered; nil without
+}
+
+// capability implements capabler: the wrapped backend's capabilities,
+// metered.
+func (m *metered) capability(target any) bool {
+	switch p := target.(type) {
+	case *MatmulTransposer:
+		if m.t != nil {
+			*p = m.t
+		}
+		return m.t != nil
+	case *BF16Matmuler:
+		if m.f != nil {
+			*p = m.f
+		}
+		return m.f != nil
+	}
+	return false
 }
 
 // done adds the time since start to the counter.
@@ -215,38 +233,27 @@ func (m *metered) SwiGLUBackward(dgate, dup, dout, gate, up Buffer, N int) {
 	m.b.SwiGLUBackward(dgate, dup, dout, gate, up, N)
 }
 
-// meteredT is metered over a backend with the transposed-weight matmul.
+// meteredT times the MatmulTransposer ops.
 type meteredT struct {
-	*metered
+	m *metered
 	t MatmulTransposer
 }
 
-func (m *meteredT) Transpose(dst, src Buffer, rows, cols int) {
-	defer m.done(m.now())
-	m.t.Transpose(dst, src, rows, cols)
+func (o *meteredT) Transpose(dst, src Buffer, rows, cols int) {
+	defer o.m.done(o.m.now())
+	o.t.Transpose(dst, src, rows, cols)
 }
 
-func (m *meteredT) MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int) {
-	defer m.done(m.now())
-	m.t.MatmulForwardT(out, inp, weightT, bias, N, C, OC)
+func (o *meteredT) MatmulForwardT(out, inp, weightT, bias Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.t.MatmulForwardT(out, inp, weightT, bias, N, C, OC)
 }
 
-// meteredBF times the BF16Matmuler ops; meteredB and meteredTB add them to
-// metered and meteredT.
-type (
-	meteredBF struct {
-		m *metered
-		f BF16Matmuler
-	}
-	meteredB struct {
-		*metered
-		*meteredBF
-	}
-	meteredTB struct {
-		*meteredT
-		*meteredBF
-	}
-)
+// meteredBF times the BF16Matmuler ops.
+type meteredBF struct {
+	m *metered
+	f BF16Matmuler
+}
 
 func (o *meteredBF) MatmulForwardBF16(out, inp Buffer, weight []uint16, bias Buffer, N, C, OC int) {
 	defer o.m.done(o.m.now())

@@ -10,9 +10,10 @@ import (
 	"troupe/gpu/compute/cpu"
 )
 
-// Metered keeps exactly the optional extensions of the backend it wraps,
-// and times each of their ops.
-func TestMeteredKeepsExtensions(t *testing.T) {
+// Metered has exactly the optional capabilities of the backend it wraps,
+// found with As, also when metered twice; a type assertion finds none of
+// them, so no caller can hold a capability the wrapped backend lacks.
+func TestMeteredKeepsCapabilities(t *testing.T) {
 	type onlyT struct {
 		compute.Backend
 		compute.MatmulTransposer
@@ -38,13 +39,65 @@ func TestMeteredKeepsExtensions(t *testing.T) {
 		{"transposer+bf16", tBF{cpu.New(), cpu.New(), cpu.New()}, true, true},
 		{"bf16", plainBF{cpu.New(), cpu.New()}, false, true},
 	} {
-		m := compute.Metered(tc.be, busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0}), nil)
-		if _, ok := m.(compute.MatmulTransposer); ok != tc.wantT {
-			t.Errorf("%s: MatmulTransposer %v, want %v", tc.name, ok, tc.wantT)
+		if _, ok := compute.As[compute.MatmulTransposer](tc.be); ok != tc.wantT {
+			t.Fatalf("%s unmetered: MatmulTransposer %v, want %v", tc.name, ok, tc.wantT)
 		}
-		if _, ok := m.(compute.BF16Matmuler); ok != tc.wantF {
-			t.Errorf("%s: BF16Matmuler %v, want %v", tc.name, ok, tc.wantF)
+		counter := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
+		once := compute.Metered(tc.be, counter, nil)
+		for _, m := range []compute.Backend{once, compute.Metered(once, counter, nil)} {
+			if _, ok := compute.As[compute.MatmulTransposer](m); ok != tc.wantT {
+				t.Errorf("%s: MatmulTransposer %v, want %v", tc.name, ok, tc.wantT)
+			}
+			if _, ok := compute.As[compute.BF16Matmuler](m); ok != tc.wantF {
+				t.Errorf("%s: BF16Matmuler %v, want %v", tc.name, ok, tc.wantF)
+			}
+			if _, ok := m.(compute.MatmulTransposer); ok {
+				t.Errorf("%s: the metered backend itself is a MatmulTransposer", tc.name)
+			}
+			if _, ok := m.(compute.BF16Matmuler); ok {
+				t.Errorf("%s: the metered backend itself is a BF16Matmuler", tc.name)
+			}
+			if b, ok := compute.As[compute.Backend](m); !ok || b != m {
+				t.Errorf("%s: As[Backend] = %v, %v; want the backend itself", tc.name, b, ok)
+			}
 		}
+	}
+}
+
+// The transposed-weight matmul is timed and reaches the wrapped backend.
+func TestMeteredTransposerOps(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
+	c := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
+	be := compute.Metered(cpu.New(), c, clock.now)
+	tr, ok := compute.As[compute.MatmulTransposer](be)
+	if !ok {
+		t.Fatal("no MatmulTransposer on a metered cpu backend")
+	}
+	buf := func(x ...float32) compute.Buffer {
+		b, err := be.Alloc(len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.Upload(b, x)
+		return b
+	}
+	// weight [[1,2,3],[0.5,-1,2]] (OC 2, C 3), one input row [1,1,1]
+	w, wT, inp, out := buf(1, 2, 3, 0.5, -1, 2), buf(0, 0, 0, 0, 0, 0), buf(1, 1, 1), buf(0, 0)
+	before := c.Busy()
+	tr.Transpose(wT, w, 2, 3)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("Transpose metered %v, want %v", d, step)
+	}
+	before = c.Busy()
+	tr.MatmulForwardT(out, inp, wT, nil, 1, 3, 2)
+	if d := c.Busy() - before; d != step {
+		t.Errorf("MatmulForwardT metered %v, want %v", d, step)
+	}
+	got := make([]float32, 2)
+	be.Download(got, out)
+	if err := be.Sync(); err != nil || got[0] != 6 || got[1] != 1.5 {
+		t.Fatalf("MatmulForwardT gave %v (%v), want [6 1.5]", got, err)
 	}
 }
 
@@ -54,7 +107,10 @@ func TestMeteredBF16Ops(t *testing.T) {
 	clock := &stepClock{t: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), step: step}
 	c := busy.NewMeter().Counter(busy.Key{Node: "n", GPU: 0})
 	be := compute.Metered(cpu.New(), c, clock.now)
-	f := be.(compute.BF16Matmuler)
+	f, ok := compute.As[compute.BF16Matmuler](be)
+	if !ok {
+		t.Fatal("no BF16Matmuler on a metered cpu backend")
+	}
 	const N, C, OC = 2, 3, 2
 	buf := func(x ...float32) compute.Buffer {
 		b, err := be.Alloc(len(x))

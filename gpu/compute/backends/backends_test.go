@@ -63,8 +63,8 @@ func TestForPlacementCPU(t *testing.T) {
 		if bare == c.metered || note != c.note {
 			t.Errorf("ForPlacement(%+v, %q) = %T %q; want metered=%v %q", c.p, c.mode, be, note, c.metered, c.note)
 		}
-		if _, ok := be.(compute.MatmulTransposer); !ok {
-			t.Errorf("ForPlacement(%+v, %q): %T lost the MatmulTransposer extension", c.p, c.mode, be)
+		if _, ok := compute.As[compute.MatmulTransposer](be); !ok {
+			t.Errorf("ForPlacement(%+v, %q): %T lost the MatmulTransposer capability", c.p, c.mode, be)
 		}
 	}
 	if _, _, err := ForPlacement(Placement{}, "tpu"); !errors.Is(err, ErrBackendName) {

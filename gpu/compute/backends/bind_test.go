@@ -11,10 +11,10 @@ import (
 
 func TestBindActor(t *testing.T) {
 	metered := backends.BindActor(cpu.New(), "n", []int{1}, "a")
-	if _, ok := metered.(compute.MatmulTransposer); !ok {
+	if _, ok := compute.As[compute.MatmulTransposer](metered); !ok {
 		t.Error("BindActor lost MatmulTransposer")
 	}
-	if _, ok := metered.(compute.BF16Matmuler); !ok {
+	if _, ok := compute.As[compute.BF16Matmuler](metered); !ok {
 		t.Error("BindActor lost BF16Matmuler")
 	}
 
