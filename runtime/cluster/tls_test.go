@@ -202,3 +202,21 @@ func TestTLSRestartKeepsIdentity(t *testing.T) {
 		t.Errorf("restarted head's CA %s, want %s", h2.CAHash(), hash)
 	}
 }
+
+// TestTLSSettingErrors: the security package's refusals are the node's
+// too (ErrConfig, ErrJoin), with their text.
+func TestTLSSettingErrors(t *testing.T) {
+	c := testConfig(t, "head", RoleHead, "tok")
+	c.TLS = security.TLS{Insecure: true, CAFile: "ca.pem"}
+	if _, err := Start(context.Background(), c); !errors.Is(err, ErrConfig) || !errors.Is(err, security.ErrConfig) {
+		t.Errorf("--insecure with --tls-ca: %v, want ErrConfig", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	w := testConfig(t, "w1", RoleWorker, "tok")
+	w.Join, w.JoinTimeout = []string{dead}, 300*time.Millisecond
+	if _, err := Start(context.Background(), w); !errors.Is(err, ErrJoin) || !errors.Is(err, security.ErrUnreachable) {
+		t.Errorf("no node to get a certificate from: %v, want ErrJoin", err)
+	}
+}
