@@ -93,11 +93,11 @@ type ATGRPO struct {
 }
 
 func newATGRPO(o Options) (Algorithm, error) {
-	method, err := rl.ParseFilterMethod(o.Filter)
+	method, err := rl.ParseFilterMethod(o.ATGRPO.Filter)
 	if err != nil {
 		return nil, err
 	}
-	a := &ATGRPO{Filter: rl.GroupFilter{Method: method, Ratio: o.FilterRatio}, DrMAS: o.DrMAS, name: "atgrpo"}
+	a := &ATGRPO{Filter: rl.GroupFilter{Method: method, Ratio: o.ATGRPO.FilterRatio}, DrMAS: o.DrMAS, name: "atgrpo"}
 	if err := a.Filter.Validate(); err != nil {
 		return nil, err
 	}
@@ -184,31 +184,31 @@ type JoyAgents struct {
 }
 
 func newJoyAgents(o Options) (Algorithm, error) {
-	method, err := rl.ParseFilterMethod(o.Filter)
+	method, err := rl.ParseFilterMethod(o.ATGRPO.Filter)
 	if err != nil {
 		return nil, err
 	}
-	if (rl.GroupFilter{Method: method, Ratio: o.FilterRatio}).Active() {
+	if (rl.GroupFilter{Method: method, Ratio: o.ATGRPO.FilterRatio}).Active() {
 		return nil, fmt.Errorf("%w: the group filter is AT-GRPO's (PettingLLMs); JoyAgents-R1 selects groups by top-K", ErrAlgorithm)
 	}
 	jc := joyagents.DefaultConfig()
-	jc.UseMemory, jc.DrMAS = o.JoyMemory, o.DrMAS
+	jc.UseMemory, jc.DrMAS = o.Joy.Memory, o.DrMAS
 	switch {
-	case o.JoyTopK > 0:
-		jc.TopK = o.JoyTopK
-	case o.JoyTopK < 0:
+	case o.Joy.TopK > 0:
+		jc.TopK = o.Joy.TopK
+	case o.Joy.TopK < 0:
 		jc.TopK = 0 // all groups
 	}
-	jc.Memory.NoHint, jc.Memory.NoReuse, jc.Memory.PerStep = o.JoyNoHint, o.JoyNoReuse, o.JoyMemoryPerStep
-	switch o.JoyThreshold {
+	jc.Memory.NoHint, jc.Memory.NoReuse, jc.Memory.PerStep = o.Joy.NoHint, o.Joy.NoReuse, o.Joy.MemoryPerStep
+	switch o.Joy.Threshold {
 	case "", "pooled":
 		jc.Memory.Threshold = joyagents.ThresholdPooled
 	case "group-z":
 		jc.Memory.Threshold = joyagents.ThresholdGroupZ
 	default:
-		return nil, fmt.Errorf("%w: unknown memory threshold %q (pooled, group-z)", ErrAlgorithm, o.JoyThreshold)
+		return nil, fmt.Errorf("%w: unknown memory threshold %q (pooled, group-z)", ErrAlgorithm, o.Joy.Threshold)
 	}
-	return &JoyAgents{Config: jc, EvalNoMemory: o.JoyEvalNoMemory}, nil
+	return &JoyAgents{Config: jc, EvalNoMemory: o.Joy.EvalNoMemory}, nil
 }
 
 // Name implements Algorithm.

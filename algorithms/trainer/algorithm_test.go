@@ -42,8 +42,7 @@ func TestOwnAlgorithm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Shutdown(context.Background())
-	o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 3}, PerRole: true,
-		Layers: 1, Width: 16, Heads: 2, Steps: 2, K: 2, Envs: 2, Seed: 5, EvalEpisodes: 2}
+	o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 3}, PerRole: true, Steps: 2, K: 2, Envs: 2, Seed: 5, Model: ModelOptions{Layers: 1, Width: 16, Heads: 2}, Eval: EvalOptions{Episodes: 2}}
 	inner, err := NewAlgorithm(Options{Algo: "atgrpo"})
 	if err != nil {
 		t.Fatal(err)
@@ -72,14 +71,14 @@ func TestOwnAlgorithm(t *testing.T) {
 func TestAlgorithmOptionsRefused(t *testing.T) {
 	for name, o := range map[string]Options{
 		"unknown":          {Algo: "ppo"},
-		"joy with filter":  {Algo: "joyagents", Filter: "mean", FilterRatio: 0.5},
-		"memory threshold": {Algo: "joyagents", JoyThreshold: "median"},
+		"joy with filter":  {Algo: "joyagents", ATGRPO: ATGRPOOptions{Filter: "mean", FilterRatio: 0.5}},
+		"memory threshold": {Algo: "joyagents", Joy: JoyOptions{Threshold: "median"}},
 	} {
 		if _, err := NewAlgorithm(o); !errors.Is(err, ErrAlgorithm) {
 			t.Errorf("%s: %v, want ErrAlgorithm", name, err)
 		}
 	}
-	if _, err := NewAlgorithm(Options{Algo: "atgrpo", Filter: "loudest"}); err == nil {
+	if _, err := NewAlgorithm(Options{Algo: "atgrpo", ATGRPO: ATGRPOOptions{Filter: "loudest"}}); err == nil {
 		t.Error("an unknown group filter was accepted")
 	}
 	for _, name := range Algorithms() {

@@ -59,8 +59,7 @@ func TestOwnEnvironment(t *testing.T) {
 	}
 	defer rt.Shutdown(context.Background())
 	for _, algo := range Algorithms() {
-		o := Options{Env: "echo", Algo: algo, Layers: 1, Width: 16, Heads: 2, Steps: 1, K: 2, Envs: 2, Seed: 2,
-			WarmEpisodes: 200, WarmEpochs: 30, EvalEpisodes: 20, EnvActors: 1}
+		o := Options{Env: "echo", Algo: algo, Steps: 1, K: 2, Envs: 2, Seed: 2, EnvActors: 1, Model: ModelOptions{Layers: 1, Width: 16, Heads: 2}, Warm: WarmOptions{Episodes: 200, Epochs: 30}, Eval: EvalOptions{Episodes: 20}}
 		res, err := Run(ctx, rt, o)
 		if err != nil {
 			t.Fatalf("%s: %v", algo, err)

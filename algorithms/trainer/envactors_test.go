@@ -19,8 +19,7 @@ func TestEnvActorsSameRun(t *testing.T) {
 	}
 	defer rt.Shutdown(context.Background())
 	for _, algo := range []string{"atgrpo", "joyagents"} {
-		o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 3}, Algo: algo, PerRole: true,
-			Layers: 1, Width: 16, Heads: 2, Steps: 2, K: 6, Envs: 2, Seed: 3, JoyMemory: true, EvalEpisodes: 4, EvalEvery: 1}
+		o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 3}, Algo: algo, PerRole: true, Steps: 2, K: 6, Envs: 2, Seed: 3, Model: ModelOptions{Layers: 1, Width: 16, Heads: 2}, Joy: JoyOptions{Memory: true}, Eval: EvalOptions{Episodes: 4, Every: 1}}
 		want, err := Run(ctx, rt, o)
 		if err != nil {
 			t.Fatal(algo, err)

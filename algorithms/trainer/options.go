@@ -24,26 +24,71 @@ const HeldOutSeed = ValidationSeed
 // validation range.
 const TestSeed = 3_000_000
 
-// Options configure one run.
+// Options configure one run. Zero fields take the defaults of the main
+// job (Plan-Path with AT-GRPO; see Defaults).
 type Options struct {
-	Name      string // run label (plots, logs)
-	Env       string // environment or preset
+	Name string // run label (plots, logs)
+
+	// The task.
+	Env       string // environment or preset (envs.New)
 	EnvConfig envs.Config
+	Single    bool // single-agent baseline (EnvConfig.Single)
+	MaxTurns  int  // 0: the environment's budget
+	// EnvActors > 0 hosts the training environments in that many
+	// environment host actors (envs.Pool) instead of stepping them in the
+	// driver; the run is the same.
+	EnvActors int
+
+	// The team: one policy per role, or one shared by every role.
+	PerRole bool
+	Model   ModelOptions
+
+	// The algorithm.
+	//
 	// Algo names a built-in algorithm: "atgrpo" (default), "grpo" or
 	// "joyagents" (Algorithms lists them). Algorithm, if set, is used
 	// instead: a user's own.
 	Algo      string
 	Algorithm Algorithm `json:"-"`
-	PerRole   bool
-	Single    bool // single-agent baseline (EnvConfig.Single)
+	Steps     int       // RL steps (0: warm start and evaluation only)
+	K         int       // AT-GRPO branches / JoyAgents G
+	Envs      int       // environments per step
+	Seed      int64
+	// SampleTemp is the training sampling temperature (0: 1).
+	SampleTemp float32
+	// DrMAS normalises advantages per (environment instance, agent), as
+	// Dr. MAS does, instead of per group.
+	DrMAS  bool
+	PPO    PPOOptions
+	ATGRPO ATGRPOOptions
+	Joy    JoyOptions
 
-	Layers, Heads, Width int
-	// KVHeads is the from-scratch policies' key/value heads (0: Heads).
-	KVHeads int
-	// ModelDir, if set, is a pretrained Hugging Face model directory every
+	Warm WarmOptions
+	Eval EvalOptions
+
+	// Output.
+	OutDir    string
+	CkptEvery int // steps between checkpoints (0: end only)
+	// ActorPrefix is put before the policy actors' names (the role names),
+	// for runs side by side in one job (the results program).
+	ActorPrefix string
+	Progress    io.Writer `json:"-"` // progress bar (nil: none)
+	Log         io.Writer `json:"-"` // one-line messages (nil: none)
+}
+
+// ModelOptions are the policies' model and where they compute.
+type ModelOptions struct {
+	// Layers, Heads, Width and KVHeads (0: Heads) shape a from-scratch
+	// model of the Llama family.
+	Layers, Heads, Width, KVHeads int
+	// Dir, if set, is a pretrained Hugging Face model directory every
 	// policy starts from (with its tokenizer and chat template) instead of
 	// a from-scratch model.
-	ModelDir string
+	Dir string
+	// Init, if set, is a checkpoint path prefix: policy <name> starts from
+	// the directory Init+<name> (e.g. "runs/x/warm-") and the warm start
+	// is skipped.
+	Init string
 	// LoRARank > 0 trains LoRA adapters of that rank (alpha 2·rank, every
 	// projection of a block) on a frozen base of the Llama family, one
 	// per policy; SharedBase puts every role's adapter in one actor on
@@ -51,19 +96,22 @@ type Options struct {
 	LoRARank   int
 	SharedBase bool
 	BaseBF16   bool
-	// ComputeBF16 runs the Llama family's matmuls in BF16 (mixed precision).
+	// ComputeBF16 runs the matmuls in BF16 (mixed precision).
 	ComputeBF16 bool
+	// Backend is the policies' compute backend: "auto" (follow the
+	// placement), "cpu" or "cuda" (agent.Config.Backend).
+	Backend string
+	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
+	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
+	GPUsPerPolicy float64
+}
 
-	Steps    int // RL steps (0: warm start and evaluation only)
-	K        int // AT-GRPO branches / JoyAgents G
-	Envs     int // environments per step
-	LR       float32
-	Epochs   int // PPO epochs: passes over each step's batch
-	Seed     int64
-	MaxTurns int // 0: the environment's budget
-
-	// MiniBatch is the PPO mini-batch in samples, one optimiser step each
-	// (0: agent.DefaultMiniBatch, 16, verl's ppo_mini_batch_size in
+// PPOOptions are the policy update's settings, as verl names them.
+type PPOOptions struct {
+	LR     float32
+	Epochs int // passes over each step's batch
+	// MiniBatch is the mini-batch in samples, one optimiser step each (0:
+	// agent.DefaultMiniBatch, 16, verl's ppo_mini_batch_size in
 	// PettingLLMs; -1: the whole batch in one step).
 	MiniBatch int
 	// Shuffle permutes each batch before splitting it (verl: off).
@@ -72,72 +120,61 @@ type Options struct {
 	// (default, as PettingLLMs), "seq-mean-token-mean" or
 	// "seq-mean-token-sum-norm" (Dr. GRPO).
 	Aggregation string
+}
+
+// ATGRPOOptions are AT-GRPO's own settings.
+type ATGRPOOptions struct {
 	// Filter and FilterRatio are PettingLLMs' group filter (rl.GroupFilter:
 	// "", "mean", "std", "dapo", "uid").
 	Filter      string
 	FilterRatio float64
-	// DrMAS normalises advantages per (environment instance, agent), as
-	// Dr. MAS does, instead of per group.
-	DrMAS bool
+}
 
-	JoyTopK   int  // JoyAgents top-K groups (0: joyagents.DefaultTopK; -1: all)
-	JoyMemory bool // JoyAgents memory
-	// JoyNoHint and JoyNoReuse turn off the two ways an agent reads its
-	// memory: retrieved answers in the prompt, and reuse of a
-	// near-duplicate's answer without sampling.
-	JoyNoHint, JoyNoReuse bool
-	// JoyThreshold is the memory's insert/remove rule: "pooled" (default)
-	// or "group-z" (the paper's μ ± 1.96σ inside each group).
-	JoyThreshold string
-	// JoyEvalNoMemory evaluates JoyAgents policies without their memory.
-	JoyEvalNoMemory bool
-	// JoyMemoryPerStep evolves the memory once per step, in the update,
+// JoyOptions are JoyAgents-R1's own settings.
+type JoyOptions struct {
+	TopK   int  // top-K groups (0: joyagents.DefaultTopK; -1: all)
+	Memory bool // the agents' memory
+	// NoHint and NoReuse turn off the two ways an agent reads its memory:
+	// retrieved answers in the prompt, and reuse of a near-duplicate's
+	// answer without sampling.
+	NoHint, NoReuse bool
+	// Threshold is the memory's insert/remove rule: "pooled" (default) or
+	// "group-z" (the paper's μ ± 1.96σ inside each group).
+	Threshold string
+	// EvalNoMemory evaluates the policies without their memory.
+	EvalNoMemory bool
+	// MemoryPerStep evolves the memory once per step, in the update,
 	// instead of after every node position during sampling.
-	JoyMemoryPerStep bool
+	MemoryPerStep bool
+}
 
-	// EnvActors > 0 hosts the training environments in that many
-	// environment host actors (envs.Pool) instead of stepping them in the
-	// driver; the run is the same.
-	EnvActors int
+// WarmOptions are the warm start: supervised fine-tuning on the
+// environment's expert transcripts.
+type WarmOptions struct {
+	Episodes int     // expert episodes (0: no warm start)
+	Epochs   int     // passes
+	Noise    float64 // share of transcript actions replaced by random ones (executed, not learned)
+	LR       float32
+	// Hints is the share of examples shown with a memory hint (HintPrefix
+	// + an answer: the expert's with probability 3/4, another example's
+	// otherwise), so that a policy reads hints as the memory gives them
+	// (JoyAgents-R1 with memory; 0: none).
+	Hints float64
+}
 
-	// Init, if set, is a checkpoint path prefix: policy <name> starts from
-	// the directory Init+<name> (e.g. "runs/x/warm-") and the warm start
-	// is skipped.
-	Init         string
-	WarmEpisodes int     // expert episodes for SFT (0: no warm start)
-	WarmEpochs   int     // SFT passes
-	WarmNoise    float64 // planner-side noise in transcripts (visits off-path states)
-	WarmLR       float32
-	// WarmHints is the share of warm-start examples shown with a memory
-	// hint (HintPrefix + an answer: the expert's with probability 3/4,
-	// another example's otherwise), so that a policy reads hints as the
-	// memory gives them (JoyAgents-R1 with memory; 0: none).
-	WarmHints float64
-
-	SampleTemp   float32 // training sampling temperature (0: 1)
-	EvalEpisodes int     // validation episodes of every evaluation (100)
-	EvalSeed     int64   // first validation seed (0: ValidationSeed)
-	EvalTemp     float32 // sampling temperature of evaluation (0: 1, on-policy)
-	EvalEvery    int     // steps between mid-training evaluations (0: start and end only)
+// EvalOptions are the evaluations: the validation range (tune on it)
+// before, during and after RL, and the test range (report on it) before
+// and after.
+type EvalOptions struct {
+	Episodes int     // validation episodes of every evaluation (100)
+	Seed     int64   // first validation seed (0: ValidationSeed)
+	Temp     float32 // sampling temperature (0: 1, on-policy)
+	Every    int     // steps between mid-training evaluations (0: start and end only)
 	// TestEpisodes > 0 evaluates the warm start and the final policies on
-	// the test range (TestSeed.., or TestSeedStart), greedy and sampled.
-	TestEpisodes  int
-	TestSeedStart int64
-	CkptEvery     int // steps between checkpoints (0: end only)
-
-	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
-	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
-	GPUsPerPolicy float64
-	// Backend is the policies' compute backend: "auto" (follow the
-	// placement), "cpu" or "cuda" (agent.Config.Backend).
-	Backend string
-	// ActorPrefix is put before the policy actors' names (the role names),
-	// for runs side by side in one job (the results program).
-	ActorPrefix string
-
-	OutDir   string
-	Progress io.Writer `json:"-"` // progress bar (nil: none)
-	Log      io.Writer `json:"-"` // one-line messages (nil: none)
+	// the test range (from TestSeed, 0: the package's TestSeed), greedy
+	// and sampled.
+	TestEpisodes int
+	TestSeed     int64
 }
 
 // Defaults fills zero fields with the planpath AT-GRPO defaults.
@@ -151,14 +188,14 @@ func (o *Options) Defaults() {
 			o.Algo = o.Algorithm.Name()
 		}
 	}
-	if o.Layers == 0 {
-		o.Layers = 2
+	if o.Model.Layers == 0 {
+		o.Model.Layers = 2
 	}
-	if o.Heads == 0 {
-		o.Heads = 4
+	if o.Model.Heads == 0 {
+		o.Model.Heads = 4
 	}
-	if o.Width == 0 {
-		o.Width = 64
+	if o.Model.Width == 0 {
+		o.Model.Width = 64
 	}
 	if o.K == 0 {
 		o.K = 4
@@ -166,29 +203,29 @@ func (o *Options) Defaults() {
 	if o.Envs == 0 {
 		o.Envs = 8
 	}
-	if o.LR == 0 {
-		o.LR = 3e-4
+	if o.PPO.LR == 0 {
+		o.PPO.LR = 3e-4
 	}
-	if o.Epochs == 0 {
-		o.Epochs = 1
+	if o.PPO.Epochs == 0 {
+		o.PPO.Epochs = 1
 	}
-	if o.WarmEpochs == 0 {
-		o.WarmEpochs = 3
+	if o.Warm.Epochs == 0 {
+		o.Warm.Epochs = 3
 	}
-	if o.WarmLR == 0 {
-		o.WarmLR = 2e-3
+	if o.Warm.LR == 0 {
+		o.Warm.LR = 2e-3
 	}
-	if o.EvalEpisodes == 0 {
-		o.EvalEpisodes = 100
+	if o.Eval.Episodes == 0 {
+		o.Eval.Episodes = 100
 	}
-	if o.EvalSeed == 0 {
-		o.EvalSeed = ValidationSeed
+	if o.Eval.Seed == 0 {
+		o.Eval.Seed = ValidationSeed
 	}
-	if o.TestSeedStart == 0 {
-		o.TestSeedStart = TestSeed
+	if o.Eval.TestSeed == 0 {
+		o.Eval.TestSeed = TestSeed
 	}
-	if o.Aggregation == "" {
-		o.Aggregation = grpo.TokenMean.String()
+	if o.PPO.Aggregation == "" {
+		o.PPO.Aggregation = grpo.TokenMean.String()
 	}
 	if o.Name == "" {
 		o.Name = o.Env + "-" + o.Algo

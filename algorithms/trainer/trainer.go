@@ -83,7 +83,7 @@ func New(ctx context.Context, rt actors.Runtime, o Options) (*Trainer, error) {
 	if t.ctxLen, t.maxNew, err = Context(o.Env, t.ecfg); err != nil {
 		return nil, err
 	}
-	agg, err := grpo.ParseAggregation(o.Aggregation)
+	agg, err := grpo.ParseAggregation(o.PPO.Aggregation)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +113,8 @@ func New(ctx context.Context, rt actors.Runtime, o Options) (*Trainer, error) {
 		t.metrics, t.enc = f, json.NewEncoder(f)
 	}
 	t.sampledPols = t.team.EvalPolicies(1)
-	if o.EvalTemp > 0 {
-		t.sampledPols = t.team.EvalPolicies(o.EvalTemp)
+	if o.Eval.Temp > 0 {
+		t.sampledPols = t.team.EvalPolicies(o.Eval.Temp)
 	}
 	t.greedyPols = t.team.GreedyPolicies()
 	return t, nil
@@ -129,46 +129,46 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	loss.Aggregation = agg
 	loss.ConstNorm = float64(t.maxNew)
 	optim := policy.DefaultOptim()
-	optim.LR = o.LR
+	optim.LR = o.PPO.LR
 	optim.WeightDecay = 0
 	pc := agent.Config{
-		Model:        policy.Config{Layers: o.Layers, Heads: o.Heads, Width: o.Width, Context: t.ctxLen, Vocab: tok.Vocab()},
+		Model:        policy.Config{Layers: o.Model.Layers, Heads: o.Model.Heads, Width: o.Model.Width, Context: t.ctxLen, Vocab: tok.Vocab()},
 		Seed:         uint64(o.Seed) + 1,
 		Optim:        optim,
 		Loss:         loss,
-		Epochs:       o.Epochs,
-		MiniBatch:    o.MiniBatch,
-		Shuffle:      o.Shuffle,
+		Epochs:       o.PPO.Epochs,
+		MiniBatch:    o.PPO.MiniBatch,
+		Shuffle:      o.PPO.Shuffle,
 		MaxNewTokens: t.maxNew,
 		Temperature:  o.SampleTemp,
-		Backend:      o.Backend,
-		KVHeads:      o.KVHeads,
-		ModelDir:     o.ModelDir,
-		BaseBF16:     o.BaseBF16,
-		ComputeBF16:  o.ComputeBF16,
+		Backend:      o.Model.Backend,
+		KVHeads:      o.Model.KVHeads,
+		ModelDir:     o.Model.Dir,
+		BaseBF16:     o.Model.BaseBF16,
+		ComputeBF16:  o.Model.ComputeBF16,
 	}
-	if o.LoRARank > 0 {
+	if o.Model.LoRARank > 0 {
 		pc.LoRA = policy.DefaultLoRA()
-		pc.LoRA.Rank, pc.LoRA.Alpha, pc.LoRA.BaseModel = o.LoRARank, float64(2*o.LoRARank), o.ModelDir
+		pc.LoRA.Rank, pc.LoRA.Alpha, pc.LoRA.BaseModel = o.Model.LoRARank, float64(2*o.Model.LoRARank), o.Model.Dir
 	}
-	gpus, err := policyGPUs(ctx, t.rt, o.GPUsPerPolicy)
+	gpus, err := policyGPUs(ctx, t.rt, o.Model.GPUsPerPolicy)
 	if err != nil {
 		return err
 	}
-	tc := agent.TeamConfig{Roles: t.roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.SharedBase}
+	tc := agent.TeamConfig{Roles: t.roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.Model.SharedBase}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
 	}
-	if o.Init != "" {
+	if o.Model.Init != "" {
 		tc.Checkpoints = map[string]string{}
 		names := []string{rl.SharedName}
 		if o.PerRole {
 			names = t.roles
 		}
 		for _, n := range names {
-			tc.Checkpoints[n] = o.Init + n
+			tc.Checkpoints[n] = o.Model.Init + n
 		}
-		t.o.WarmEpisodes = 0
+		t.o.Warm.Episodes = 0
 	}
 	team, err := agent.SpawnTeam(ctx, t.rt, tc)
 	if err != nil {
@@ -186,32 +186,32 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		if w.Context < t.ctxLen {
 			team.Kill(context.Background())
 			return fmt.Errorf("%s: policy %s has context %d, this run needs %d (%s %dx%d observations%s)",
-				o.Init, w.Name, w.Context, t.ctxLen, o.Env, t.ecfg.Width, t.ecfg.Height, map[bool]string{true: " and memory hints"}[t.hintRoom > 0])
+				o.Model.Init, w.Name, w.Context, t.ctxLen, o.Env, t.ecfg.Width, t.ecfg.Height, map[bool]string{true: " and memory hints"}[t.hintRoom > 0])
 		}
 	}
-	shape := fmt.Sprintf("L%d C%d ctx %d", o.Layers, o.Width, t.ctxLen)
-	if w := ws[team.Names[0]]; o.ModelDir != "" {
-		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.ModelDir, w.Context)
+	shape := fmt.Sprintf("L%d C%d ctx %d", o.Model.Layers, o.Model.Width, t.ctxLen)
+	if w := ws[team.Names[0]]; o.Model.Dir != "" {
+		shape = fmt.Sprintf("%s from %s, ctx %d", w.Family, o.Model.Dir, w.Context)
 	} else {
 		shape = w.Family + " " + shape
 	}
-	if o.ComputeBF16 { // the actors refuse to start when they cannot
+	if o.Model.ComputeBF16 { // the actors refuse to start when they cannot
 		shape += ", BF16 matmuls on float32 weights"
 	}
-	if o.SharedBase {
+	if o.Model.SharedBase {
 		t.logf("%s: 1 policy actor holding adapters %v on one base, %d trainable params each (%s), roles %v", o.Name, team.Names, t.res.Params, shape, t.roles)
 	} else {
 		t.logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, t.res.Params, shape, t.roles)
 	}
 	t.logf("%s", placements(ctx, team, ws))
-	mbDesc := fmt.Sprint(o.MiniBatch)
-	switch o.MiniBatch {
+	mbDesc := fmt.Sprint(o.PPO.MiniBatch)
+	switch o.PPO.MiniBatch {
 	case 0:
 		mbDesc = fmt.Sprint(agent.DefaultMiniBatch)
 	case agent.WholeBatch:
 		mbDesc = "whole batch"
 	}
-	t.logf("PPO: mini-batch %s, %d epoch(s), %s, lr %.0e; group filter %q ratio %.2f; Dr. MAS %v", mbDesc, o.Epochs, agg, o.LR, o.Filter, o.FilterRatio, o.DrMAS)
+	t.logf("PPO: mini-batch %s, %d epoch(s), %s, lr %.0e; group filter %q ratio %.2f; Dr. MAS %v", mbDesc, o.PPO.Epochs, agg, o.PPO.LR, o.ATGRPO.Filter, o.ATGRPO.FilterRatio, o.DrMAS)
 	return nil
 }
 
@@ -259,25 +259,25 @@ func (t *Trainer) record(r StepRecord) {
 // when the run starts from checkpoints (Options.Init) or WarmEpisodes is 0.
 func (t *Trainer) WarmStart(ctx context.Context) error {
 	o := t.o
-	if o.WarmEpisodes <= 0 {
+	if o.Warm.Episodes <= 0 {
 		return nil
 	}
-	seeds := make([]int64, o.WarmEpisodes)
+	seeds := make([]int64, o.Warm.Episodes)
 	for i := range seeds {
 		seeds[i] = int64(i)
 	}
 	// Noise actions are executed but not recorded: the planner then sees
 	// wrong tool suggestions and off-path states with correct labels.
-	topts := envs.TranscriptOptions{Noise: o.WarmNoise, NoiseSeed: o.Seed}
+	topts := envs.TranscriptOptions{Noise: o.Warm.Noise, NoiseSeed: o.Seed}
 	ex, ts, err := envs.Transcripts(o.Env, t.ecfg, seeds, topts)
 	if err != nil {
 		return fmt.Errorf("warm start: %w", err)
 	}
-	if o.WarmHints > 0 {
-		ex = withHints(ex, o.WarmHints, o.Seed)
+	if o.Warm.Hints > 0 {
+		ex = withHints(ex, o.Warm.Hints, o.Seed)
 	}
 	t0 := time.Now()
-	st, err := t.team.SFT(ctx, ex, agent.SFTRequest{Epochs: o.WarmEpochs, BatchSize: 32, LR: o.WarmLR, Seed: uint64(o.Seed)})
+	st, err := t.team.SFT(ctx, ex, agent.SFTRequest{Epochs: o.Warm.Epochs, BatchSize: 32, LR: o.Warm.LR, Seed: uint64(o.Seed)})
 	if err != nil {
 		return fmt.Errorf("warm start: %w", err)
 	}
@@ -324,7 +324,7 @@ func (t *Trainer) Evaluate(ctx context.Context, step int, greedy bool) (Point, e
 	if greedy {
 		pols, kind, decode = t.greedyPols, "eval-greedy", "greedy"
 	}
-	p, err := t.evalOn(ctx, pols, t.o.EvalSeed, t.o.EvalEpisodes, step)
+	p, err := t.evalOn(ctx, pols, t.o.Eval.Seed, t.o.Eval.Episodes, step)
 	if err != nil {
 		return p, fmt.Errorf("evaluate: %w", err)
 	}
@@ -340,7 +340,7 @@ func (t *Trainer) Evaluate(ctx context.Context, step int, greedy bool) (Point, e
 // greedy then sampled, and records both as of step; nil when TestEpisodes
 // is 0.
 func (t *Trainer) Test(ctx context.Context, step int) (*Test, error) {
-	if t.o.TestEpisodes <= 0 {
+	if t.o.Eval.TestEpisodes <= 0 {
 		return nil, nil
 	}
 	t0 := time.Now()
@@ -350,7 +350,7 @@ func (t *Trainer) Test(ctx context.Context, step int) (*Test, error) {
 		if greedy {
 			pols, decode = t.greedyPols, "greedy"
 		}
-		p, err := t.evalOn(ctx, pols, t.o.TestSeedStart, t.o.TestEpisodes, step)
+		p, err := t.evalOn(ctx, pols, t.o.Eval.TestSeed, t.o.Eval.TestEpisodes, step)
 		if err != nil {
 			return nil, fmt.Errorf("test: %w", err)
 		}
@@ -459,13 +459,13 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	}
 	res.WarmSuccess, res.WarmReward = p0.Success, p0.Reward
 	t.logf("validation before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f sampled, %.1f%% ± %.1f greedy; team return %.3f, invalid %.1f%%",
-		o.EvalEpisodes, o.EvalSeed, 100*p0.Success, 100*p0.StdErr, 100*g0.Success, 100*g0.StdErr, p0.Reward, 100*p0.Invalid)
+		o.Eval.Episodes, o.Eval.Seed, 100*p0.Success, 100*p0.StdErr, 100*g0.Success, 100*g0.StdErr, p0.Reward, 100*p0.Invalid)
 	if res.WarmTest, err = t.Test(ctx, 0); err != nil {
 		return *res, err
 	}
 	if w := res.WarmTest; w != nil {
 		t.logf("test before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f greedy, %.1f%% ± %.1f sampled",
-			o.TestEpisodes, o.TestSeedStart, 100*w.Greedy.Success, 100*w.Greedy.StdErr, 100*w.Sampled.Success, 100*w.Sampled.StdErr)
+			o.Eval.TestEpisodes, o.Eval.TestSeed, 100*w.Greedy.Success, 100*w.Greedy.StdErr, 100*w.Sampled.Success, 100*w.Sampled.StdErr)
 	}
 
 	if err := t.Start(ctx); err != nil {
@@ -483,7 +483,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 		bar.Update(s, fmt.Sprintf("reward %+.3f  success %3.0f%%  clip %.3f  kl %.4f  gn %.2f  zero-adv %2.0f%%  %6.0f tok/s",
 			r.Reward, 100*r.Success, r.ClipFrac, r.ApproxKL, r.GradNorm, 100*r.ZeroAdv, r.TokensPerS))
-		if o.EvalEvery > 0 && s%o.EvalEvery == 0 && s < o.Steps {
+		if o.Eval.Every > 0 && s%o.Eval.Every == 0 && s < o.Steps {
 			p, err := t.Evaluate(ctx, s, false)
 			if err != nil {
 				return *res, err
@@ -522,7 +522,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	}
 	if f := res.FinalTest; f != nil {
 		t.logf("test after %d RL steps (%d episodes, seeds %d..): success %.1f%% ± %.1f greedy (was %.1f%%), %.1f%% ± %.1f sampled (was %.1f%%); %.0fs of test evaluation",
-			o.Steps, o.TestEpisodes, o.TestSeedStart, 100*f.Greedy.Success, 100*f.Greedy.StdErr, 100*res.WarmTest.Greedy.Success,
+			o.Steps, o.Eval.TestEpisodes, o.Eval.TestSeed, 100*f.Greedy.Success, 100*f.Greedy.StdErr, 100*res.WarmTest.Greedy.Success,
 			100*f.Sampled.Success, 100*f.Sampled.StdErr, 100*res.WarmTest.Sampled.Success, res.TestWall.Seconds())
 	}
 	if o.OutDir != "" {

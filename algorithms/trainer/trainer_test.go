@@ -22,10 +22,7 @@ func TestRunWritesEverything(t *testing.T) {
 	dir := t.TempDir()
 	for _, algo := range []string{"atgrpo", "joyagents"} {
 		out := filepath.Join(dir, algo)
-		o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 4}, Algo: algo, PerRole: true,
-			Layers: 1, Width: 16, Heads: 2, Steps: 2, K: 2, Envs: 2, Seed: 1,
-			WarmEpisodes: 4, WarmEpochs: 1, EvalEpisodes: 3, EvalEvery: 1, CkptEvery: 1, OutDir: out,
-			MiniBatch: 2, TestEpisodes: 3, JoyMemory: true, WarmHints: 0.5}
+		o := Options{Env: "planpath", EnvConfig: envs.Config{Width: 5, Height: 5, TurnBudget: 4}, Algo: algo, PerRole: true, Steps: 2, K: 2, Envs: 2, Seed: 1, CkptEvery: 1, OutDir: out, Model: ModelOptions{Layers: 1, Width: 16, Heads: 2}, Warm: WarmOptions{Episodes: 4, Epochs: 1, Hints: 0.5}, Eval: EvalOptions{Episodes: 3, Every: 1, TestEpisodes: 3}, PPO: PPOOptions{MiniBatch: 2}, Joy: JoyOptions{Memory: true}}
 		res, err := Run(ctx, rt, o)
 		if err != nil {
 			t.Fatal(algo, err)
@@ -71,7 +68,7 @@ func TestRunWritesEverything(t *testing.T) {
 			t.Fatalf("%s: metrics kinds %v", algo, kinds)
 		}
 		// Starting from the warm-start checkpoints skips the SFT.
-		o.Init, o.OutDir, o.Steps = filepath.Join(out, "warm-"), "", 0
+		o.Model.Init, o.OutDir, o.Steps = filepath.Join(out, "warm-"), "", 0
 		res2, err := Run(ctx, rt, o)
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +77,7 @@ func TestRunWritesEverything(t *testing.T) {
 			t.Fatalf("%s: from warm checkpoints %v (wall %v), want %v", algo, res2.WarmSuccess, res2.WarmWall, res.WarmSuccess)
 		}
 	}
-	if _, err := Run(ctx, rt, Options{Algo: "ppo", Steps: 1, Layers: 1, Width: 16, Heads: 2, EvalEpisodes: 1}); err == nil {
+	if _, err := Run(ctx, rt, Options{Algo: "ppo", Steps: 1, Model: ModelOptions{Layers: 1, Width: 16, Heads: 2}, Eval: EvalOptions{Episodes: 1}}); err == nil {
 		t.Fatal("unknown algorithm accepted")
 	}
 }

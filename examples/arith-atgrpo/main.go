@@ -13,10 +13,11 @@ import (
 
 func main() {
 	trainer.Main("arith-atgrpo", "Arithmetic AT-GRPO: multi-step word problems solved by a reasoner and a tool agent.", trainer.Options{
-		Name: "arith AT-GRPO", Env: "arith", Algo: "atgrpo", PerRole: true,
+		Name: "arith AT-GRPO", Env: "arith", Algo: "atgrpo", PerRole: true, Steps: 30, K: 4,
+		Envs: 8, Seed: 1, CkptEvery: 20,
 		EnvConfig: envs.Config{Steps: 2},
-		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
-		WarmEpisodes: 600, WarmEpochs: 6, WarmNoise: 0.2,
-		EvalEvery: 10, CkptEvery: 20,
+		PPO:       trainer.PPOOptions{LR: 3e-4},
+		Warm:      trainer.WarmOptions{Episodes: 600, Epochs: 6, Noise: 0.2},
+		Eval:      trainer.EvalOptions{Every: 10},
 	})
 }

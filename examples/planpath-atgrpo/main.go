@@ -39,10 +39,11 @@ import (
 
 func main() {
 	trainer.Main("planpath-atgrpo", "Plan-Path AT-GRPO: a tool agent and a planner agent learn to navigate grids.", trainer.Options{
-		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true,
+		Name: "planpath 6x6 AT-GRPO", Env: "planpath", Algo: "atgrpo", PerRole: true, Steps: 40,
+		K: 4, Envs: 8, Seed: 1, CkptEvery: 20,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
-		Steps:     40, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
-		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2,
-		EvalEvery: 10, TestEpisodes: 500, CkptEvery: 20,
+		PPO:       trainer.PPOOptions{LR: 3e-4},
+		Warm:      trainer.WarmOptions{Episodes: 800, Epochs: 16, Noise: 0.2},
+		Eval:      trainer.EvalOptions{Every: 10, TestEpisodes: 500},
 	})
 }

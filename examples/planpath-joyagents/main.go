@@ -25,10 +25,11 @@ import (
 func main() {
 	trainer.Main("planpath-joyagents", "Plan-Path JoyAgents-R1: node-wise sampling, top-K agent selection and memory.", trainer.Options{
 		Name: "planpath 6x6 JoyAgents-R1", Env: "planpath", Algo: "joyagents", PerRole: true,
+		Steps: 30, K: 6, Envs: 4, Seed: 1, CkptEvery: 20,
 		EnvConfig: envs.Config{Width: 6, Height: 6},
-		Steps:     30, K: 6, Envs: 4, LR: 3e-4, Seed: 1,
-		JoyMemory:    true,
-		WarmEpisodes: 800, WarmEpochs: 16, WarmNoise: 0.2, WarmHints: 0.3,
-		EvalEvery: 10, TestEpisodes: 500, CkptEvery: 20,
+		PPO:       trainer.PPOOptions{LR: 3e-4},
+		Joy:       trainer.JoyOptions{Memory: true},
+		Warm:      trainer.WarmOptions{Episodes: 800, Epochs: 16, Noise: 0.2, Hints: 0.3},
+		Eval:      trainer.EvalOptions{Every: 10, TestEpisodes: 500},
 	})
 }

@@ -142,7 +142,7 @@ func main() {
 		all = append(all, cells(s, size)...)
 	}
 	for i := range all {
-		all[i].Opt.GPUsPerPolicy, all[i].Opt.Backend = *gpusPer, *backend
+		all[i].Opt.Model.GPUsPerPolicy, all[i].Opt.Model.Backend = *gpusPer, *backend
 	}
 	want := map[string]bool{}
 	for _, c := range strings.Split(*cellsFlag, ",") {
@@ -231,7 +231,7 @@ func main() {
 			ran := done[from]
 			mu.Unlock()
 			if m, _ := filepath.Glob(prefix + "*"); ran || len(m) > 0 {
-				o.Init = prefix
+				o.Model.Init = prefix
 			}
 		}
 		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
@@ -346,31 +346,33 @@ func sizeID(size int, name string) string { return fmt.Sprintf("%dx%d-%s", size,
 func cells(s settings, size int) []cell {
 	base := trainer.Options{
 		Env: "planpath", EnvConfig: envs.Config{Width: size, Height: size}, Algo: "atgrpo",
-		Steps: s.Steps, K: 4, Envs: 8, LR: s.LR, Seed: s.Seed, Layers: s.Layers, Width: s.Width,
-		WarmEpisodes: s.WarmEpisodes, WarmEpochs: s.WarmEpochs, WarmNoise: 0.2,
-		EvalEpisodes: s.EvalEpisodes, EvalEvery: s.EvalEvery, TestEpisodes: s.TestEpisodes,
+		Steps: s.Steps, K: 4, Envs: 8, Seed: s.Seed,
+		PPO:   trainer.PPOOptions{LR: s.LR},
+		Model: trainer.ModelOptions{Layers: s.Layers, Width: s.Width},
+		Warm:  trainer.WarmOptions{Episodes: s.WarmEpisodes, Epochs: s.WarmEpochs, Noise: 0.2},
+		Eval:  trainer.EvalOptions{Episodes: s.EvalEpisodes, Every: s.EvalEvery, TestEpisodes: s.TestEpisodes},
 	}
 	joy := base
-	joy.Algo, joy.PerRole, joy.K, joy.Envs, joy.JoyMemory, joy.WarmHints = "joyagents", true, 6, 4, true, 0.3
+	joy.Algo, joy.PerRole, joy.K, joy.Envs, joy.Joy.Memory, joy.Warm.Hints = "joyagents", true, 6, 4, true, 0.3
 	joy.Steps = max(1, s.Steps/2)
 	with := func(o trainer.Options, f func(*trainer.Options)) trainer.Options { f(&o); return o }
 	half := max(1, s.WarmEpochs/2)
 	cs := []cell{
 		{Name: "single", Desc: "single agent (the planner alone): warm start, then GRPO with turn-wise groups (AT-GRPO's sampler with one agent)",
-			Opt: with(base, func(o *trainer.Options) { o.Single, o.Name = true, "single agent + GRPO" })},
+			Opt: with(base, func(o *trainer.Options) { o.Algo, o.Name = "grpo", "single agent + GRPO" })},
 		{Name: "atgrpo-shared", Desc: "tool + planner, one shared policy (warm start of the per-role policies' SFT steps): warm start, then AT-GRPO",
-			Opt: with(base, func(o *trainer.Options) { o.WarmEpochs, o.Name = half, "AT-GRPO shared policy" })},
+			Opt: with(base, func(o *trainer.Options) { o.Warm.Epochs, o.Name = half, "AT-GRPO shared policy" })},
 		{Name: "atgrpo-perrole", Desc: "tool + planner, one policy per role: the main job (warm start, then AT-GRPO)",
 			Opt: with(base, func(o *trainer.Options) { o.PerRole, o.Name = true, "AT-GRPO per-role policies" })},
 		{Name: "atgrpo-perrole-drmas", Desc: "AT-GRPO per-role with Dr. MAS (advantages per (grid, agent), turns pooled)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
 			Opt: with(base, func(o *trainer.Options) { o.PerRole, o.DrMAS, o.Name = true, true, "AT-GRPO per-role, Dr. MAS" })},
 		{Name: "atgrpo-perrole-filter", Desc: "AT-GRPO per-role with PettingLLMs' low-reward group filter (mean, ratio 0.5: its Plan-Path setting)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
 			Opt: with(base, func(o *trainer.Options) {
-				o.PerRole, o.Filter, o.FilterRatio, o.Name = true, "mean", 0.5, "AT-GRPO per-role, group filter mean 0.5"
+				o.PerRole, o.ATGRPO.Filter, o.ATGRPO.FilterRatio, o.Name = true, "mean", 0.5, "AT-GRPO per-role, group filter mean 0.5"
 			})},
 		{Name: "atgrpo-perrole-onestep", Desc: "AT-GRPO per-role with one optimiser step on the whole batch (the update before PPO mini-batches: on-policy, the clip never acts)", InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
 			Opt: with(base, func(o *trainer.Options) {
-				o.PerRole, o.MiniBatch, o.Name = true, -1, "AT-GRPO per-role, one step per update"
+				o.PerRole, o.PPO.MiniBatch, o.Name = true, -1, "AT-GRPO per-role, one step per update"
 			})},
 		{Name: "joyagents", Desc: "JoyAgents-R1, per-role (G = 6, top-5 groups by reward variance, memory read as hints and near-duplicate reuse, pooled 2.5% thresholds); warm start with 30% hinted examples",
 			Opt: with(joy, func(o *trainer.Options) { o.Name = "JoyAgents-R1" })},
@@ -379,14 +381,14 @@ func cells(s settings, size int) []cell {
 		name, desc string
 		f          func(*trainer.Options)
 	}{
-		{"joyagents-top1", "top-1 group per step", func(o *trainer.Options) { o.JoyTopK = 1 }},
-		{"joyagents-top2", "top-2 groups per step", func(o *trainer.Options) { o.JoyTopK = 2 }},
-		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *trainer.Options) { o.JoyTopK = -1 }},
-		{"joyagents-nomem", "no memory (not evolved, not read)", func(o *trainer.Options) { o.JoyMemory = false }},
-		{"joyagents-nohint", "memory without hints (reuse only)", func(o *trainer.Options) { o.JoyNoHint = true }},
-		{"joyagents-noreuse", "memory without reuse (hints only)", func(o *trainer.Options) { o.JoyNoReuse = true }},
-		{"joyagents-groupz", "the paper's per-group μ ± 1.96σ memory rule", func(o *trainer.Options) { o.JoyThreshold = "group-z" }},
-		{"joyagents-perstep", "memory evolved once per step (not during sampling)", func(o *trainer.Options) { o.JoyMemoryPerStep = true }},
+		{"joyagents-top1", "top-1 group per step", func(o *trainer.Options) { o.Joy.TopK = 1 }},
+		{"joyagents-top2", "top-2 groups per step", func(o *trainer.Options) { o.Joy.TopK = 2 }},
+		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *trainer.Options) { o.Joy.TopK = -1 }},
+		{"joyagents-nomem", "no memory (not evolved, not read)", func(o *trainer.Options) { o.Joy.Memory = false }},
+		{"joyagents-nohint", "memory without hints (reuse only)", func(o *trainer.Options) { o.Joy.NoHint = true }},
+		{"joyagents-noreuse", "memory without reuse (hints only)", func(o *trainer.Options) { o.Joy.NoReuse = true }},
+		{"joyagents-groupz", "the paper's per-group μ ± 1.96σ memory rule", func(o *trainer.Options) { o.Joy.Threshold = "group-z" }},
+		{"joyagents-perstep", "memory evolved once per step (not during sampling)", func(o *trainer.Options) { o.Joy.MemoryPerStep = true }},
 		{"joyagents-drmas", "Dr. MAS advantages (per backbone and agent)", func(o *trainer.Options) { o.DrMAS = true }},
 	} {
 		cs = append(cs, cell{Name: a.name, Desc: "JoyAgents-R1, " + a.desc, InitFrom: "joyagents", Versus: "joyagents",
@@ -511,7 +513,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 			if warm {
 				t, val, steps = r.WarmTest, r.WarmSuccess, "0 (warm start)"
 				wall = r.WarmWall.Round(time.Second).String() + " (SFT)"
-			} else if o.Opt.Init != "" {
+			} else if o.Opt.Model.Init != "" {
 				wall += " + shared warm start"
 			}
 			greedy, sampled := "—", "—"
@@ -526,7 +528,7 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 				pp = "—"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d × %dk (L%d C%d) | %s | %s |\n", name, greedy, sampled, pct(val), pp,
-				r.Policies, r.Params/1000, o.Opt.Layers, o.Opt.Width, steps, wall)
+				r.Policies, r.Params/1000, o.Opt.Model.Layers, o.Opt.Model.Width, steps, wall)
 		}
 		if o, ok := by["single"]; ok {
 			row("single agent, untrained¹", "single/warm", o, true)
@@ -597,13 +599,13 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		o := outs[0].Opt
 		o.Defaults()
 		fmt.Fprintf(&b, "- Model: the main job's policy, the Llama family (RMSNorm, RoPE, SwiGLU; the code path of a downloaded Qwen or SmolLM checkpoint), %d layers, width %d, %d heads (%d key/value heads), character tokenizer over `envs.Alphabet()`, context = longest observation + action + 3 tokens (+ a hint's length with JoyAgents-R1's memory): %s. One policy actor per role (per-role) or one for both (shared).\n",
-			o.Layers, o.Width, o.Heads, cmp.Or(o.KVHeads, o.Heads), contexts(outs))
+			o.Model.Layers, o.Model.Width, o.Model.Heads, cmp.Or(o.Model.KVHeads, o.Model.Heads), contexts(outs))
 		fmt.Fprintf(&b, "- Warm start: %d expert episodes (seeds 0..%d, BFS expert; %.0f%% of actions replaced by random ones that are executed but not learned), cross-entropy on the answer tokens, batch 32, lr %.0e: %d epochs over each per-role policy's transcripts; a shared or single policy gets the same number of SFT steps.\n",
-			o.WarmEpisodes, max(0, o.WarmEpisodes-1), 100*o.WarmNoise, o.WarmLR, o.WarmEpochs)
-		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages; PPO as verl runs it for PettingLLMs: mini-batches of 16 samples (one AdamW step each, lr %.0e), 1 epoch, clip ε = 0.2, token-mean loss, behaviour log-probs from the sampling policy; the per-role updates run as one compiled actor graph.\n", o.Envs, o.K, o.LR)
+			o.Warm.Episodes, max(0, o.Warm.Episodes-1), 100*o.Warm.Noise, o.Warm.LR, o.Warm.Epochs)
+		fmt.Fprintf(&b, "- AT-GRPO: per step %d fresh grids, K = %d branches per (grid, role, turn) group, reward = team + local (α = 1), GRPO advantages; PPO as verl runs it for PettingLLMs: mini-batches of 16 samples (one AdamW step each, lr %.0e), 1 epoch, clip ε = 0.2, token-mean loss, behaviour log-probs from the sampling policy; the per-role updates run as one compiled actor graph.\n", o.Envs, o.K, o.PPO.LR)
 		fmt.Fprintf(&b, "- Single agent + GRPO: the planner alone (`envs.Config.Single`), the same turn-wise grouped GRPO.\n")
 		fmt.Fprintf(&b, "- JoyAgents-R1: node-wise Monte Carlo sampling with G = 6 alternatives per node on 4 backbones per step, reward = accuracy + format − efficiency, top-5 groups by reward variance, memory evolved after every node position with pooled 2.5%% tails and read when an agent acts (the best similar entry's answer as a hint, a near-duplicate's answer reused without sampling), at training and at evaluation; half the steps of AT-GRPO, since each samples more. Test grids are new grids, so at evaluation the memory can only answer a situation within 2 edits of one it saw in training, which on fresh Plan-Path grids hardly happens: the share of test actions answered from memory is shown beside the JoyAgents-R1 rows.\n")
-		fmt.Fprintf(&b, "- Evaluation: test range n as given, validation range %d grids; turn budget the environment's.\n", o.EvalEpisodes)
+		fmt.Fprintf(&b, "- Evaluation: test range n as given, validation range %d grids; turn budget the environment's.\n", o.Eval.Episodes)
 	}
 	if data, err := os.ReadFile(notesFile); err == nil && !tinyRun {
 		b.WriteString("\n")

@@ -12,10 +12,11 @@ import (
 
 func main() {
 	trainer.Main("sudoku-atgrpo", "Sudoku 4x4 AT-GRPO: a reasoner proposes fills, a verifier checks them.", trainer.Options{
-		Name: "sudoku4 AT-GRPO", Env: "sudoku4", Algo: "atgrpo", PerRole: true,
+		Name: "sudoku4 AT-GRPO", Env: "sudoku4", Algo: "atgrpo", PerRole: true, Steps: 30, K: 4,
+		Envs: 8, Seed: 1, CkptEvery: 20,
 		EnvConfig: envs.Config{Holes: 6},
-		Steps:     30, K: 4, Envs: 8, LR: 3e-4, Seed: 1,
-		WarmEpisodes: 600, WarmEpochs: 6, WarmNoise: 0.2,
-		EvalEvery: 10, CkptEvery: 20,
+		PPO:       trainer.PPOOptions{LR: 3e-4},
+		Warm:      trainer.WarmOptions{Episodes: 600, Epochs: 6, Noise: 0.2},
+		Eval:      trainer.EvalOptions{Every: 10},
 	})
 }
