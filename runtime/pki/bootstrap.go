@@ -217,7 +217,7 @@ func FetchCA(ctx context.Context, addr, token, pin string) (*CA, error) {
 		return nil, fmt.Errorf("cluster CA from %s: the node sent no certificate", addr)
 	}
 	if err := verifyChain(ca.Pool(), certs, x509.ExtKeyUsageServerAuth); err != nil {
-		return nil, fmt.Errorf("cluster CA from %s: the node's own certificate is %w it vouched for: %w", addr, ErrNotClusterCA, err)
+		return nil, fmt.Errorf("cluster CA from %s: the node's own certificate is not from the CA it vouched for (%w): %w", addr, ErrNotClusterCA, err)
 	}
 	return ca, nil
 }
