@@ -217,7 +217,7 @@ func (f *lmFlags) register(fs *flag.FlagSet) {
 // loaded is a model with its tokenizer.
 type loaded struct {
 	m    policy.LM
-	tok  *tokenizer.Tokenizer
+	tok  *tokenizer.HF
 	note string // the backend and why
 }
 
@@ -239,7 +239,7 @@ func (f *lmFlags) load(stderr io.Writer) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, _, err := policy.LoadCheckpoint(f.model, be)
+	m, err := policy.LoadLlama(f.model, be)
 	if err != nil {
 		return nil, err
 	}
@@ -285,11 +285,13 @@ func (l *loaded) needTokenizer(dir string) error {
 // cliBackend is the backend of a command run on this machine: the CPU, or
 // CUDA device 0 (auto: when it is usable); see backends.Select.
 func cliBackend(mode string) (compute.Backend, string, error) {
-	b, note, err := backends.Select(mode)
+	b, _, err := backends.Select(mode)
 	if err != nil {
 		return nil, "", fmt.Errorf("--backend: %w", err)
 	}
-	return b, note, nil
+	// The output names the device ("cpu", "cuda:0 (...)"), not why it was
+	// chosen.
+	return b, b.Name(), nil
 }
 
 // promptTokens renders the prompt flags as token ids.
