@@ -28,7 +28,7 @@ func (r roleFlags) String() string {
 func (r roleFlags) Set(s string) error {
 	name, file, ok := strings.Cut(s, "=")
 	if !ok || name == "" || file == "" {
-		return fmt.Errorf("want ROLE=FILE, got %q", s)
+		return fmt.Errorf("want ROLE=DIR, got %q", s)
 	}
 	if _, dup := r[name]; dup {
 		return fmt.Errorf("role %q given twice", name)
@@ -41,8 +41,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	roles := roleFlags{}
-	shared := fs.String("policy", "", "checkpoint of one shared policy acting for every role")
-	fs.Var(roles, "role", "ROLE=FILE: checkpoint of one role's policy (repeat for every role)")
+	shared := fs.String("policy", "", "checkpoint directory of one shared policy acting for every role")
+	fs.Var(roles, "role", "ROLE=DIR: checkpoint directory of one role's policy (repeat for every role)")
 	env := fs.String("env", "planpath", "environment or preset: "+strings.Join(append(envs.Names(), envs.Presets()...), ", "))
 	size := fs.Int("size", 0, "grid width and height (planpath, sokoban; 0: the environment's default)")
 	width := fs.Int("width", 0, "grid width (overrides --size)")
@@ -60,7 +60,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	model := fs.String("model", "", "pretrained Hugging Face model directory the checkpoints were trained from (alone: evaluate the model itself for every role)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: troupe eval (--policy FILE | --role ROLE=FILE ... | --model DIR) [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: troupe eval (--policy DIR | --role ROLE=DIR ... | --model DIR) [flags]\n\n"+
 			"Plays independent episodes (one sampled action per turn, no branching) with trained\n"+
 			"checkpoints and prints the success rate and mean team reward.\n\n"+
 			"Example:\n  troupe eval --env planpath --size 6 --role tool=runs/planpath-atgrpo/tool \\\n"+
@@ -80,7 +80,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cli.ErrUsage
 	}
 	if (*shared != "" && len(roles) > 0) || (*shared == "" && len(roles) == 0 && *model == "") {
-		fmt.Fprintln(stderr, "troupe eval: give either --policy FILE or one --role ROLE=FILE per role (or --model DIR alone)")
+		fmt.Fprintln(stderr, "troupe eval: give either --policy DIR or one --role ROLE=DIR per role (or --model DIR alone)")
 		fs.Usage()
 		return cli.ErrUsage
 	}
