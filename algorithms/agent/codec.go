@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 
-	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/tokenizer"
 )
 
@@ -29,12 +28,12 @@ type codec interface {
 }
 
 // charCodec is the character tokenizer of the from-scratch policies.
-type charCodec struct{ t *policy.CharTokenizer }
+type charCodec struct{ t *tokenizer.Char }
 
 // Prompt is BOS + text + SEP, keeping the tail of an over-long text so that
 // the completion still fits the context.
 func (c charCodec) Prompt(text string, room int) ([]int32, error) {
-	ids := c.t.Encode(text)
+	ids := c.t.Encode(text, false)
 	room -= 2
 	if room < 1 {
 		room = 1
@@ -43,21 +42,23 @@ func (c charCodec) Prompt(text string, room int) ([]int32, error) {
 		ids = ids[len(ids)-room:]
 	}
 	out := make([]int32, 0, len(ids)+2)
-	out = append(out, c.t.BOS())
+	out = append(out, tokenizer.CharBOS)
 	out = append(out, ids...)
-	return append(out, c.t.SEP()), nil
+	return append(out, tokenizer.CharSEP), nil
 }
 
-func (c charCodec) Answer(text string) []int32 { return append(c.t.Encode(text), c.t.EOS()) }
-func (c charCodec) Decode(ids []int32) string  { return c.t.Decode(ids) }
-func (c charCodec) Stop() []int32              { return []int32{c.t.EOS()} }
-func (c charCodec) Vocab() int                 { return c.t.Vocab() }
+func (c charCodec) Answer(text string) []int32 {
+	return append(c.t.Encode(text, false), tokenizer.CharEOS)
+}
+func (c charCodec) Decode(ids []int32) string { return c.t.Decode(ids, true) }
+func (c charCodec) Stop() []int32             { return []int32{tokenizer.CharEOS} }
+func (c charCodec) Vocab() int                { return c.t.Vocab() }
 
 // hfCodec is a Hugging Face tokenizer. With chat set, a prompt is the
 // user turn of the chat template followed by the assistant's generation
 // prompt, and an answer ends with the template's end-of-turn token.
 type hfCodec struct {
-	t      *tokenizer.Tokenizer
+	t      *tokenizer.HF
 	chat   bool
 	system string // system message, "" for none
 	end    int32  // end of an answer
@@ -67,7 +68,7 @@ type hfCodec struct {
 // endOfTurn names the tokens chat templates close a turn with, by family.
 var endOfTurn = []string{"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"}
 
-func newHFCodec(t *tokenizer.Tokenizer, chat bool, system string) (*hfCodec, error) {
+func newHFCodec(t *tokenizer.HF, chat bool, system string) (*hfCodec, error) {
 	c := &hfCodec{t: t, chat: chat && t.HasChatTemplate(), system: system, end: -1}
 	if c.chat {
 		for _, s := range endOfTurn {

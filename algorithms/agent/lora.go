@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
-	"path/filepath"
-	"slices"
 
 	"troupe/algorithms/policy"
 	"troupe/algorithms/policy/hf"
@@ -38,24 +35,11 @@ func adapterSeed(seed uint64, name string) uint64 {
 	return seed ^ h.Sum64()
 }
 
-// isAdapterDir reports whether dir holds a PEFT adapter.
-func isAdapterDir(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, policy.AdapterConfigFile))
-	return err == nil
-}
-
 // addAdapters sets up Config.LoRA after the base is built: BF16 base if
-// asked, one adapter per name, and a PEFT adapter checkpoint if given.
+// asked and one adapter per name (an adapter checkpoint's came with the
+// model, see resolve).
 func (p *Policy) addAdapters() error {
 	cfg := &p.cfg
-	if m, ok := p.model.(*policy.Llama); ok && cfg.LoRA.Rank == 0 && cfg.Checkpoint != "" && isAdapterDir(cfg.Checkpoint) {
-		// A trained adapter given as the checkpoint brings its own settings.
-		lc, err := m.ReadAdapterConfig(cfg.Checkpoint)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-		}
-		cfg.LoRA = lc
-	}
 	if cfg.LoRA.Rank == 0 {
 		if len(cfg.Adapters) > 0 || cfg.BaseBF16 {
 			return fmt.Errorf("%w: Adapters or BaseBF16 without LoRA (LoRA.Rank is 0)", ErrConfig)
@@ -66,24 +50,18 @@ func (p *Policy) addAdapters() error {
 	if !ok {
 		return fmt.Errorf("%w: LoRA needs a model of the Llama family, not %s", ErrConfig, p.model.Family())
 	}
-	if len(cfg.Adapters) == 0 {
-		cfg.Adapters = []string{cfg.Name}
-	}
 	if cfg.BaseBF16 {
 		if err := m.SetBaseDType(hf.BF16); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
 	for _, name := range cfg.Adapters {
+		if m.Adapter(name) != nil {
+			continue // the checkpoint's
+		}
 		if _, err := m.AddAdapter(name, cfg.LoRA, adapterSeed(cfg.Seed, name)); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-	}
-	if cfg.Checkpoint != "" && isAdapterDir(cfg.Checkpoint) {
-		if len(cfg.Adapters) != 1 {
-			return fmt.Errorf("%w: adapter checkpoint %s for %d adapters", ErrConfig, cfg.Checkpoint, len(cfg.Adapters))
-		}
-		return p.loadAdapter(cfg.Checkpoint, "")
 	}
 	return nil
 }
@@ -158,26 +136,10 @@ func (p *Policy) loadAdapter(dir, adapter string) error {
 		return err
 	}
 	m := p.lora()
-	ad := m.Adapter(m.ActiveAdapter())
-	const tmp = "\x00load"
-	ld, err := m.LoadAdapter(tmp, dir)
-	if err != nil {
+	if err := m.Adapter(m.ActiveAdapter()).Load(dir); err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	defer m.RemoveAdapter(tmp)
-	got, want := ld.Config(), ad.Config()
-	if got.Rank != want.Rank || got.Scaling() != want.Scaling() || !slices.Equal(got.Targets, want.Targets) {
-		return fmt.Errorf("%w: %s: adapter r=%d scaling %v targets %v, policy's %q has r=%d scaling %v targets %v",
-			ErrCheckpoint, dir, got.Rank, got.Scaling(), got.Targets, ad.Name(), want.Rank, want.Scaling(), want.Targets)
-	}
-	w, err := ld.Weights()
-	if err != nil {
-		return err
-	}
-	if err := ad.SetWeights(w); err != nil {
-		return err
-	}
-	return m.SetActiveAdapter(ad.Name())
+	return nil
 }
 
 // AdapterWeights is Weights with Params, Norm and Steps of the named

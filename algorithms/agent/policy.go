@@ -189,6 +189,13 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
 	}
+	p := &Policy{cfg: cfg}
+	// Where the model comes from is read and checked once, before a backend
+	// is chosen: a bad checkpoint fails without touching a GPU.
+	r, err := p.resolve()
+	if err != nil {
+		return nil, err
+	}
 	// The backend follows the placement: CUDA on a real GPU, the CPU metered
 	// against a simulated one (its busy time drives the GPU's simulated
 	// utilization), the CPU otherwise. A GPU that cannot be used is an
@@ -202,16 +209,18 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	}
 	be, where, err := backends.ForPlacement(pl, cfg.Backend)
 	if err != nil {
+		r.Close()
 		return nil, fmt.Errorf("%w: policy %q: compute backend: %w", ErrConfig, cfg.Name, err)
 	}
-	p := &Policy{cfg: cfg, where: where}
-	if err := p.build(be); err != nil {
+	p.where = where
+	if err := p.build(be, r); err != nil {
 		return nil, err
 	}
 	if err := p.addAdapters(); err != nil {
 		p.model.Free()
 		return nil, err
 	}
+	cfg = p.cfg
 	if cfg.ComputeBF16 {
 		m, ok := p.model.(*policy.Llama)
 		if !ok {
@@ -227,79 +236,129 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	return p, nil
 }
 
-// build makes the model and its codec: from a pretrained Hugging Face
-// directory, from a checkpoint, or from scratch.
-func (p *Policy) build(be compute.Backend) error {
+// resolve derives where the model comes from (ModelDir's pretrained model
+// or Model's from-scratch shape, under Checkpoint's weights when given: a
+// model directory, or a PEFT adapter on that base) and resolves that
+// source: the one place that reads what the directories hold. A trained
+// adapter brings its LoRA settings when LoRA is unset.
+func (p *Policy) resolve() (*policy.Resolved, error) {
 	cfg := &p.cfg
+	var base policy.Source
+	var shapeErr error // a model checkpoint needs no from-scratch shape
+	if cfg.ModelDir != "" {
+		base = policy.FromHF(cfg.ModelDir)
+	} else if hc, err := cfg.scratch(); err == nil {
+		base = policy.FromScratch(hc)
+	} else if cfg.Checkpoint == "" {
+		return nil, err
+	} else {
+		shapeErr = err
+	}
+	src := base
+	if cfg.Checkpoint != "" {
+		src = policy.FromCheckpoint(cfg.Checkpoint, base)
+	}
+	r, err := src.Resolve()
 	switch {
-	case cfg.ModelDir != "":
+	case err != nil && shapeErr != nil && errors.Is(err, policy.ErrNoBase):
+		return nil, fmt.Errorf("%w: %w; the from-scratch base: %w", ErrCheckpoint, err, shapeErr)
+	case err != nil && cfg.Checkpoint == "" && cfg.ModelDir == "":
+		return nil, fmt.Errorf("%w: model: %w", ErrConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if ad := r.Adapter; ad != nil {
+		switch {
+		case cfg.LoRA.Rank == 0:
+			cfg.LoRA = ad.Config
+		case !ad.Config.Matches(cfg.LoRA):
+			r.Close()
+			return nil, fmt.Errorf("%w: %s: adapter r=%d scaling %v targets %v, policy %q has r=%d scaling %v targets %v",
+				ErrCheckpoint, ad.Dir, ad.Config.Rank, ad.Config.Scaling(), ad.Config.Targets, cfg.Name, cfg.LoRA.Rank, cfg.LoRA.Scaling(), cfg.LoRA.Targets)
+		}
+		if len(cfg.Adapters) > 1 {
+			r.Close()
+			return nil, fmt.Errorf("%w: adapter checkpoint %s for %d adapters", ErrConfig, ad.Dir, len(cfg.Adapters))
+		}
+	}
+	if cfg.LoRA.Rank > 0 && len(cfg.Adapters) == 0 {
+		cfg.Adapters = []string{cfg.Name}
+	}
+	return r, nil
+}
+
+// scratch is the Hugging Face config of the from-scratch model: Model with
+// KVHeads key/value heads, of the character tokenizer's vocabulary when
+// Model.Vocab is 0.
+func (c *Config) scratch() (hf.Config, error) {
+	tok, err := tokenizer.NewChar(c.Alphabet)
+	if err != nil {
+		return hf.Config{}, fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
+	}
+	if c.Model.Vocab == 0 {
+		c.Model.Vocab = tok.Vocab()
+	}
+	if c.Model.Vocab < tok.Vocab() {
+		return hf.Config{}, fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, c.Model.Vocab, tok.Vocab())
+	}
+	hc, err := c.Model.HF(c.KVHeads)
+	if err != nil {
+		return hf.Config{}, fmt.Errorf("%w: model: %w", ErrConfig, err)
+	}
+	return hc, nil
+}
+
+// build loads the resolved model on be with its codec: a pretrained
+// model's own tokenizer (ModelDir's, also for trained weights), or the
+// character tokenizer of the alphabet a checkpoint was trained with.
+func (p *Policy) build(be compute.Backend, r *policy.Resolved) error {
+	defer r.Close()
+	cfg := &p.cfg
+	// errors name the directory of the weights, or say the config is bad
+	bad, what := ErrCheckpoint, r.Dir+": "
+	switch {
+	case r.Dir == "" && cfg.Checkpoint != "": // an adapter on a from-scratch base
+		what = cfg.Checkpoint + ": "
+	case r.Dir == "":
+		bad, what = ErrConfig, ""
+	}
+	var c codec
+	var vocab int
+	if cfg.ModelDir != "" {
 		tok, err := tokenizer.Load(cfg.ModelDir)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrCheckpoint, cfg.ModelDir, err)
 		}
-		dir := cfg.ModelDir
-		if cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint) {
-			dir = cfg.Checkpoint // trained weights, the same tokenizer
-		}
-		var m policy.LM
-		if cfg.BaseBF16 && cfg.LoRA.Rank > 0 { // straight into BF16: no float32 copy of the base
-			m, err = policy.LoadLlamaBF16(dir, be)
-		} else {
-			m, _, err = policy.LoadCheckpoint(dir, be)
-		}
+		hc, err := newHFCodec(tok, !cfg.NoChat, cfg.System)
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-		}
-		if m.VocabSize() < tok.Vocab() {
-			m.Free()
-			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, dir, m.VocabSize(), tok.Vocab())
-		}
-		c, err := newHFCodec(tok, !cfg.NoChat, cfg.System)
-		if err != nil {
-			m.Free()
 			return fmt.Errorf("%s: %w", cfg.ModelDir, err)
 		}
-		p.model, p.tok, p.src = m, c, cfg.ModelDir
-		return nil
-	case cfg.Checkpoint != "" && !isAdapterDir(cfg.Checkpoint): // an adapter goes on the base below
-		m, meta, err := policy.LoadCheckpoint(cfg.Checkpoint, be)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-		}
-		if a, ok := meta["alphabet"]; ok {
+		c, vocab, p.src = hc, tok.Vocab(), cfg.ModelDir
+	} else {
+		if a, ok := r.Meta["alphabet"]; ok {
 			cfg.Alphabet = a
 		}
-		tok, err := policy.NewCharTokenizer(cfg.Alphabet)
+		tok, err := tokenizer.NewChar(cfg.Alphabet)
 		if err != nil {
-			m.Free()
-			return fmt.Errorf("%w: %s: tokenizer: %w", ErrCheckpoint, cfg.Checkpoint, err)
+			return fmt.Errorf("%w: %stokenizer: %w", bad, what, err)
 		}
-		if m.VocabSize() < tok.Vocab() {
-			m.Free()
-			return fmt.Errorf("%w: %s: model vocab %d < tokenizer vocab %d", ErrCheckpoint, cfg.Checkpoint, m.VocabSize(), tok.Vocab())
+		c, vocab, p.alpha = charCodec{tok}, tok.Vocab(), cfg.Alphabet
+	}
+	if r.Config.VocabSize < vocab {
+		return fmt.Errorf("%w: %smodel vocab %d < tokenizer vocab %d", bad, what, r.Config.VocabSize, vocab)
+	}
+	opt := policy.LoadOptions{Seed: cfg.Seed, BF16Base: cfg.BaseBF16 && cfg.LoRA.Rank > 0}
+	if r.Adapter != nil {
+		opt.Adapter = cfg.Adapters[0]
+	}
+	m, err := r.Load(be, opt)
+	if err != nil {
+		if bad == ErrConfig {
+			return fmt.Errorf("%w: model: %w", ErrConfig, err)
 		}
-		p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
-		return nil
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	tok, err := policy.NewCharTokenizer(cfg.Alphabet)
-	if err != nil {
-		return fmt.Errorf("%w: tokenizer: %w", ErrConfig, err)
-	}
-	if cfg.Model.Vocab == 0 {
-		cfg.Model.Vocab = tok.Vocab()
-	}
-	if cfg.Model.Vocab < tok.Vocab() {
-		return fmt.Errorf("%w: model vocab %d < tokenizer vocab %d", ErrConfig, cfg.Model.Vocab, tok.Vocab())
-	}
-	var m policy.LM
-	hc, err := cfg.Model.HF(cfg.KVHeads)
-	if err == nil {
-		m, err = policy.NewLlama(be, hc, cfg.Seed)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: model: %w", ErrConfig, err)
-	}
-	p.model, p.tok, p.alpha = m, charCodec{tok}, cfg.Alphabet
+	p.model, p.tok = m, c
 	return nil
 }
 
@@ -664,25 +723,28 @@ func copyTokenizerFiles(src, dst string) error {
 	return nil
 }
 
-// Load replaces the weights with those of a checkpoint of the same shape.
+// Load replaces the weights with those of a checkpoint of the same shape
+// (a LoRA policy's: its first adapter's, from a PEFT adapter directory).
 func (p *Policy) Load(ctx context.Context, path string) (WeightStats, error) {
-	if _, err := os.Stat(path); err != nil {
-		return WeightStats{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
 	if p.lora() != nil {
 		if err := p.loadAdapter(path, ""); err != nil {
 			return WeightStats{}, err
 		}
 		return p.Weights(ctx, struct{}{})
 	}
-	m, meta, err := policy.LoadCheckpoint(path, p.model.Backend())
+	r, err := policy.FromHF(path).Resolve()
+	if err != nil {
+		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
+	}
+	if a, ok := r.Meta["alphabet"]; ok && a != p.alpha {
+		r.Close()
+		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
+	}
+	m, err := r.Load(p.model.Backend(), policy.LoadOptions{})
 	if err != nil {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}
 	defer m.Free()
-	if a, ok := meta["alphabet"]; ok && a != p.alpha {
-		return WeightStats{}, fmt.Errorf("%w: %s was trained with alphabet %q, policy uses %q", ErrCheckpoint, path, a, p.alpha)
-	}
 	if err := p.model.CopyWeightsFrom(m); err != nil {
 		return WeightStats{}, fmt.Errorf("%w: load %s: %w", ErrCheckpoint, path, err)
 	}

@@ -3,13 +3,15 @@
 // attention, SwiGLU, optional biases and q/k-norm) on a compute.Backend
 // (gpu/compute/cpu on any machine, gpu/compute/cuda on NVIDIA GPUs), loaded
 // from and saved to Hugging Face model directories (package hf) or built
-// from scratch. It trains with cross-entropy under per-token weights (SFT)
-// and with log-prob gradients (GRPO-family objectives), steps AdamW with
-// global-norm clipping, generates with a KV cache (temperature, top-k,
-// top-p, seeds), holds LoRA adapters per role on a frozen base, and
-// tokenizes with the character and byte tokenizers of from-scratch models.
-// LM is the interface the agents use. A model is not safe for concurrent
-// use.
+// from scratch, a Source saying which (FromHF, FromScratch, WithAdapter,
+// FromCheckpoint) and resolved once before it is loaded. It trains with
+// cross-entropy under per-token weights (SFT) and with log-prob gradients
+// (GRPO-family objectives), steps AdamW with global-norm clipping,
+// generates with a KV cache (temperature, top-k, top-p, seeds), and holds
+// LoRA adapters per role on a frozen base, in PEFT's layout. LM is the
+// interface the agents use. Tokenizers, of pretrained and from-scratch
+// models alike, are package tokenizer's. A model is not safe for
+// concurrent use.
 package policy
 
 import (

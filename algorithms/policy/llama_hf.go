@@ -67,45 +67,13 @@ type hostData interface{ Data() []float32 }
 
 // LoadLlama reads a Hugging Face model directory (config.json and
 // model.safetensors, or shards with model.safetensors.index.json; F32, F16
-// or BF16) into a model on be. The files are memory-mapped and each tensor
-// is converted straight into the model's weights, so loading holds about
-// one copy of the weights (plus a staging copy of the largest tensor on a
-// device backend). Errors name the directory and the config field or the
-// file, tensor and expected shape.
+// or BF16) into a model on be: Load(FromHF(dir), be, LoadOptions{}). The
+// files are memory-mapped and each tensor is converted straight into the
+// model's weights, so loading holds about one copy of the weights (plus a
+// staging copy of the largest tensor on a device backend). Errors name the
+// directory and the config field or the file, tensor and expected shape.
 func LoadLlama(dir string, be compute.Backend) (*Llama, error) {
-	m, _, err := loadLlama(dir, be)
-	return m, err
-}
-
-func loadLlama(dir string, be compute.Backend) (*Llama, map[string]string, error) {
-	return loadLlamaAs(dir, be, false)
-}
-
-// LoadLlamaBF16 is LoadLlama into a frozen base whose matrices are BF16
-// (see SetBaseDType), read tensor by tensor: loading holds the BF16 base
-// and one float32 tensor, never a float32 copy of the model.
-func LoadLlamaBF16(dir string, be compute.Backend) (*Llama, error) {
-	m, _, err := loadLlamaAs(dir, be, true)
-	return m, err
-}
-
-func loadLlamaAs(dir string, be compute.Backend, bf16 bool) (*Llama, map[string]string, error) {
-	cfg, ck, err := hf.OpenModel(dir) // config, weights and their tensor list checked
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err) // it names the directory or file
-	}
-	defer ck.Close()
-	m, err := newLlamaEmptyAs(be, archFromHF(cfg), cfg, bf16)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
-	if err := m.readWeights(ck); err != nil {
-		m.Free()
-		return nil, nil, fmt.Errorf("policy: load %s: %w", dir, err)
-	}
-	meta := ck.Metadata()
-	delete(meta, "format")
-	return m, meta, nil
+	return Load(FromHF(dir), be, LoadOptions{})
 }
 
 // readWeights converts every tensor of ck into the weights.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -253,7 +254,6 @@ func TestLlamaBatchedLogProbsMatchSingle(t *testing.T) {
 		}
 	}
 }
-
 
 func TestLlamaKVCacheMatchesNoCache(t *testing.T) {
 	oldBudget := prefillBudget
@@ -514,12 +514,17 @@ func TestLlamaCloneAndLM(t *testing.T) {
 	if m.Optimizer().LR != 0.5 {
 		t.Fatal("SetOptimizer")
 	}
-	// the same model back through LoadCheckpoint
+	// the same model back through its Source
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	if err := m.SaveCheckpoint(dir, map[string]string{"alphabet": "ab"}); err != nil {
 		t.Fatal(err)
 	}
-	back, meta, err := LoadCheckpoint(dir, cpu.New())
+	r, err := FromHF(dir).Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := r.Meta
+	back, err := r.Load(cpu.New(), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,8 +534,8 @@ func TestLlamaCloneAndLM(t *testing.T) {
 	if err := back.CopyWeightsFrom(m); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := LoadCheckpoint(filepath.Join(t.TempDir(), "none"), cpu.New()); err == nil {
-		t.Fatal("a missing checkpoint loaded")
+	if _, err := LoadLlama(filepath.Join(t.TempDir(), "none"), cpu.New()); !errors.Is(err, ErrSource) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing checkpoint: %v", err)
 	}
 	for _, x := range []LM{m, c, other, small, back} {
 		x.Free()
@@ -545,11 +550,15 @@ func TestLlamaSaveLoadRoundTrip(t *testing.T) {
 		if err := m.SaveCheckpoint(dir, map[string]string{"policy": "shared"}); err != nil {
 			t.Fatal(err)
 		}
-		lm, meta, err := LoadCheckpoint(dir, cpu.New())
+		r, err := FromHF(dir).Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m2 := lm.(*Llama)
+		meta := r.Meta
+		m2, err := r.Load(cpu.New(), LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if meta["policy"] != "shared" || !m2.arch.same(&m.arch) {
 			t.Fatalf("%s: metadata %v, shape %s vs %s", name, meta, m2.arch.describe(), m.arch.describe())
 		}
@@ -677,8 +686,8 @@ func TestLlamaLoadBrokenDirs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := tc.dir(t)
 			_, err := LoadLlama(dir, cpu.New())
-			if err == nil {
-				t.Fatal("loaded")
+			if !errors.Is(err, ErrSource) {
+				t.Fatalf("not ErrSource: %v", err)
 			}
 			t.Log(err)
 			for _, s := range tc.want {

@@ -59,20 +59,11 @@ type LM interface {
 	// same backend), without gradients or optimizer state.
 	CloneLM(be compute.Backend) (LM, error)
 	// SaveCheckpoint writes the model with string metadata as a Hugging
-	// Face model directory at path.
+	// Face model directory at path: FromHF(path) loads it, its metadata
+	// in Resolved.Meta.
 	SaveCheckpoint(path string, meta map[string]string) error
 	// Free releases the backend buffers.
 	Free()
 }
 
 var _ LM = (*Llama)(nil)
-
-// LoadCheckpoint loads what SaveCheckpoint wrote, a Hugging Face model
-// directory, and returns its metadata.
-func LoadCheckpoint(path string, be compute.Backend) (LM, map[string]string, error) {
-	m, meta, err := loadLlama(path, be)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, meta, nil
-}

@@ -93,6 +93,14 @@ func (c LoRAConfig) Scaling() float64 {
 	return c.Alpha / float64(c.Rank)
 }
 
+// Matches reports whether adapters of c and o compute alike: the same
+// rank, scaling and target modules.
+func (c LoRAConfig) Matches(o LoRAConfig) bool {
+	a, errA := c.targetMask()
+	b, errB := o.targetMask()
+	return errA == nil && errB == nil && a == b && c.Rank == o.Rank && c.Scaling() == o.Scaling()
+}
+
 // targetMask resolves Targets (nil: q_proj, v_proj).
 func (c LoRAConfig) targetMask() ([numTargets]bool, error) {
 	var on [numTargets]bool

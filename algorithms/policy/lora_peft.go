@@ -274,61 +274,93 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
+// PEFTAdapter is a PEFT adapter directory whose adapter_config.json was
+// read and checked against a base, and whose weights file exists.
+type PEFTAdapter struct {
+	Dir    string
+	Config LoRAConfig
+}
+
+// readPEFT reads the PEFT adapter in dir for a base of the given layers.
+func readPEFT(dir string, layers int) (PEFTAdapter, error) {
+	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+	if err != nil {
+		return PEFTAdapter{}, err
+	}
+	return parsePEFT(dir, data, layers)
+}
+
+// parsePEFT checks the adapter of dir, whose adapter_config.json holds
+// data, for a base of the given layers.
+func parsePEFT(dir string, data []byte, layers int) (PEFTAdapter, error) {
+	cfg, err := parsePEFTConfig(data, layers)
+	if err != nil {
+		return PEFTAdapter{}, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, AdapterWeightsFile)); err != nil {
+		return PEFTAdapter{}, err
+	}
+	return PEFTAdapter{Dir: dir, Config: cfg}, nil
+}
+
 // LoadAdapter reads a PEFT LoRA adapter directory (adapter_config.json and
 // adapter_model.safetensors, F32/F16/BF16) as a new adapter called name.
 // Errors name the file, the field or tensor, and what was expected: an
 // adapter for a model of other shapes, a module troupe does not adapt, a
 // missing or extra tensor.
 func (m *Llama) LoadAdapter(name, dir string) (*Adapter, error) {
-	ad, err := m.readAdapter(name, dir)
+	p, err := readPEFT(dir, m.arch.L)
+	if err == nil {
+		var ad *Adapter
+		if ad, err = m.loadPEFT(name, p); err == nil {
+			return ad, nil
+		}
+	}
+	return nil, fmt.Errorf("policy: load adapter %s: %w", dir, err)
+}
+
+// loadPEFT adds the checked adapter p as name.
+func (m *Llama) loadPEFT(name string, p PEFTAdapter) (*Adapter, error) {
+	ad, err := m.newAdapter(name, p.Config)
 	if err != nil {
-		return nil, fmt.Errorf("policy: load adapter %s: %w", dir, err)
+		return nil, err
+	}
+	if err := ad.readPEFT(p.Dir); err != nil {
+		ad.free()
+		return nil, err
 	}
 	m.attach(ad)
 	return ad, nil
 }
 
-// ReadAdapterConfig reads the LoRA settings of the PEFT adapter in dir
-// (adapter_config.json), checked against this model's layers.
-func (m *Llama) ReadAdapterConfig(dir string) (LoRAConfig, error) {
-	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+// Load replaces the adapter's weights with those of the PEFT adapter in
+// dir, which must compute alike (LoRAConfig.Matches; ErrAdapter
+// otherwise). AdamW moments are kept, as SetWeights keeps them.
+func (ad *Adapter) Load(dir string) error {
+	p, err := readPEFT(dir, ad.m.arch.L)
 	if err != nil {
-		return LoRAConfig{}, fmt.Errorf("policy: adapter %s: %w", dir, err)
+		return fmt.Errorf("policy: adapter %q: load %s: %w", ad.name, dir, err)
 	}
-	cfg, err := parsePEFTConfig(data, m.arch.L)
-	if err != nil {
-		return LoRAConfig{}, fmt.Errorf("policy: adapter %s: %w", dir, err)
+	if want := ad.Config(); !p.Config.Matches(want) {
+		return fmt.Errorf("%w: %s: adapter r=%d scaling %v targets %v, %q has r=%d scaling %v targets %v",
+			ErrAdapter, dir, p.Config.Rank, p.Config.Scaling(), p.Config.Targets, ad.name, want.Rank, want.Scaling(), want.Targets)
 	}
-	return cfg, nil
+	if err := ad.readPEFT(dir); err != nil {
+		return fmt.Errorf("policy: adapter %q: load %s: %w", ad.name, dir, err)
+	}
+	return nil
 }
 
-func (m *Llama) readAdapter(name, dir string) (*Adapter, error) {
-	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := parsePEFTConfig(data, m.arch.L)
-	if err != nil {
-		return nil, err
-	}
+// readPEFT fills the adapter's weights from dir's adapter_model.safetensors,
+// which must hold exactly its tensors; on an error they are unchanged.
+func (ad *Adapter) readPEFT(dir string) error {
 	path := filepath.Join(dir, AdapterWeightsFile)
-	if _, err := os.Stat(path); err != nil {
-		return nil, err
-	}
 	ck, err := hf.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer ck.Close()
-	ad, err := m.newAdapter(name, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := ad.read(ck, path); err != nil {
-		ad.free()
-		return nil, err
-	}
-	return ad, nil
+	return ad.read(ck, path)
 }
 
 // read fills the adapter's weights from ck, which must hold exactly its

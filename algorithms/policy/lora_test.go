@@ -1030,10 +1030,10 @@ func FuzzLoadAdapter(f *testing.F) {
 	})
 }
 
-// TestLoadLlamaBF16: a checkpoint stored in BF16 loads into a BF16 base
+// TestLoadBF16Base: a checkpoint stored in BF16 loads into a BF16 base
 // without loss (the same weights as LoadLlama's float32 model) and matches
 // the PyTorch reference's log-probs and greedy continuations.
-func TestLoadLlamaBF16(t *testing.T) {
+func TestLoadBF16Base(t *testing.T) {
 	dir := filepath.Join("testdata", "llama", "qwen2_bf16")
 	ref, ck := readRef(t, dir)
 	full, err := LoadLlama(dir, cpu.New())
@@ -1047,7 +1047,7 @@ func TestLoadLlamaBF16(t *testing.T) {
 		bf16Kernels = i > 0
 		tol, _ := bf16Tols(bf16Kernels)
 		tol = max(tol, refLogProbTol)
-		m, err := LoadLlamaBF16(dir, be)
+		m, err := Load(FromHF(dir), be, LoadOptions{BF16Base: true})
 		if err != nil {
 			t.Fatal(err)
 		}

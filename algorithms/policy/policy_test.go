@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"troupe/algorithms/policy/hf"
+	"troupe/algorithms/policy/tokenizer"
 	"troupe/gpu/compute"
 	"troupe/gpu/compute/cpu"
 )
@@ -57,39 +58,6 @@ func TestConfigHF(t *testing.T) {
 	}
 }
 
-func TestTokenizers(t *testing.T) {
-	var bt ByteTokenizer
-	s := "héllo\n"
-	if got := bt.Decode(append(append([]int32{bt.BOS()}, bt.Encode(s)...), bt.EOS())); got != s {
-		t.Fatalf("byte round trip %q", got)
-	}
-	if bt.Vocab() != 260 {
-		t.Fatal("byte vocab")
-	}
-	ct, err := NewCharTokenizer(DefaultAlphabet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct.Vocab() != 64 {
-		t.Fatalf("default alphabet vocab %d, want 64", ct.Vocab())
-	}
-	ids := ct.Encode("go 2 x=1; Z")
-	if got := ct.Decode(ids); got != "go 2 x=1; ?" {
-		t.Fatalf("char round trip %q", got)
-	}
-	for _, id := range ids {
-		if id < 0 || int(id) >= ct.Vocab() || id == ct.BOS() || id == ct.EOS() || id == ct.PAD() || id == ct.SEP() {
-			t.Fatalf("bad id %d", id)
-		}
-	}
-	if _, err := NewCharTokenizer("abca"); !errors.Is(err, ErrTokenizer) {
-		t.Fatal("duplicate accepted")
-	}
-	if _, err := NewCharTokenizer(""); !errors.Is(err, ErrTokenizer) {
-		t.Fatal("empty accepted")
-	}
-}
-
 func TestTrainStepSteadyStateAllocations(t *testing.T) {
 	// After the first step every buffer and kernel job exists: later steps
 	// allocate only a few small objects (per-call views, gemm's sync.Pool
@@ -123,29 +91,29 @@ func TestTrainStepSteadyStateAllocations(t *testing.T) {
 func TestByteTokenizerModelLearnsText(t *testing.T) {
 	// A byte-level model (vocab 260) learns a short string and regenerates
 	// it greedily from BOS; generation stops at EOS.
-	var bt ByteTokenizer
-	cfg, err := Config{Layers: 1, Heads: 2, Width: 32, Context: 16, Vocab: ByteVocab}.HF(0)
+	var bt tokenizer.Byte
+	cfg, err := Config{Layers: 1, Heads: 2, Width: 32, Context: 16, Vocab: tokenizer.ByteVocab}.HF(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := mustLlama(t, cpu.New(), cfg, 81)
 	m.Optim.LR = 1e-2
 	text := "hello, agent"
-	seq := append(append([]int32{bt.BOS()}, bt.Encode(text)...), bt.EOS())
+	seq := append(bt.Encode(text, true), tokenizer.ByteEOS)
 	for i := 0; i < 150; i++ {
 		if _, err := m.TrainStep(Batch{Tokens: [][]int32{seq}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out, err := m.Generate([][]int32{{bt.BOS()}}, GenerateOptions{MaxNewTokens: 15, Stop: []int32{bt.EOS()}})
+	out, err := m.Generate([][]int32{{tokenizer.ByteBOS}}, GenerateOptions{MaxNewTokens: 15, Stop: []int32{tokenizer.ByteEOS}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := bt.Decode(out[0]); got != text || out[0][len(out[0])-1] != bt.EOS() {
+	if got := bt.Decode(out[0], true); got != text || out[0][len(out[0])-1] != tokenizer.ByteEOS {
 		t.Fatalf("generated %q (%v), want %q then EOS", got, out[0], text)
 	}
 	// VocabLimit keeps sampling inside the first ids
-	lim, err := m.Generate([][]int32{{bt.BOS()}}, GenerateOptions{MaxNewTokens: 10, Temperature: 2, Seed: 5, VocabLimit: 50})
+	lim, err := m.Generate([][]int32{{tokenizer.ByteBOS}}, GenerateOptions{MaxNewTokens: 10, Temperature: 2, Seed: 5, VocabLimit: 50})
 	if err != nil {
 		t.Fatal(err)
 	}

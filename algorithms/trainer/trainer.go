@@ -19,6 +19,7 @@ import (
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/joyagents"
 	"troupe/algorithms/policy"
+	"troupe/algorithms/policy/tokenizer"
 	"troupe/algorithms/rl"
 	"troupe/internal/curves"
 	"troupe/runtime"
@@ -124,7 +125,7 @@ func New(ctx context.Context, rt actors.Runtime, o Options) (*Trainer, error) {
 // compute.
 func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	o := t.o
-	tok, _ := policy.NewCharTokenizer(envs.Alphabet())
+	tok, _ := tokenizer.NewChar(envs.Alphabet())
 	loss := grpo.DefaultConfig()
 	loss.Aggregation = agg
 	loss.ConstNorm = float64(t.maxNew)

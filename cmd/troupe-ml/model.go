@@ -244,12 +244,7 @@ func (f *lmFlags) load(stderr io.Writer) (*loaded, error) {
 		return nil, err
 	}
 	if f.bf16 {
-		lm, ok := m.(*policy.Llama)
-		if !ok {
-			m.Free()
-			return nil, fmt.Errorf("--bf16: %s is a %s model, not of the Llama family", f.model, m.Family())
-		}
-		if err := lm.SetComputeDType(hf.BF16); err != nil {
+		if err := m.SetComputeDType(hf.BF16); err != nil {
 			m.Free()
 			return nil, fmt.Errorf("--bf16: %w", err)
 		}

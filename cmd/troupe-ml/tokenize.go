@@ -114,7 +114,7 @@ func parseIDs(s string, vocab int) ([]int32, error) {
 	return ids, nil
 }
 
-func writeTokens(w io.Writer, text string, ids []int32, tok *tokenizer.Tokenizer) error {
+func writeTokens(w io.Writer, text string, ids []int32, tok *tokenizer.HF) error {
 	toks := make([]string, len(ids))
 	for i, id := range ids {
 		toks[i], _ = tok.Token(id)

@@ -59,7 +59,7 @@ func BenchmarkNewLarge(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := New(data, Config{}); err != nil {
+		if _, err := NewHF(data, Config{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,14 +16,14 @@ type Message struct {
 }
 
 // HasChatTemplate reports whether the tokenizer has a chat template.
-func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
+func (t *HF) HasChatTemplate() bool { return t.chat != nil }
 
 // ChatTemplate returns the chat template's Jinja source ("" if none).
-func (t *Tokenizer) ChatTemplate() string { return t.chatSrc }
+func (t *HF) ChatTemplate() string { return t.chatSrc }
 
 // SetChatTemplate replaces the chat template. It is not safe to call while
 // the tokenizer is in use.
-func (t *Tokenizer) SetChatTemplate(src string) error {
+func (t *HF) SetChatTemplate(src string) error {
 	tmpl, err := jinja.Compile(src)
 	if err != nil {
 		return fmt.Errorf("%w: chat template: %v", ErrFormat, err)
@@ -36,7 +36,7 @@ func (t *Tokenizer) SetChatTemplate(src string) error {
 // transformers' apply_chat_template(messages, tokenize=False,
 // add_generation_prompt=...) does. Encode the result with addSpecial false:
 // the template writes the BOS itself.
-func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bool) (string, error) {
+func (t *HF) ApplyChatTemplate(messages []Message, addGenerationPrompt bool) (string, error) {
 	return t.ApplyChatTemplateVars(messages, addGenerationPrompt, nil)
 }
 
@@ -47,7 +47,7 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 // map[string]any, or json.RawMessage: give tool schemas as raw JSON, since
 // their keys keep their order only that way (a Go map's keys are sorted,
 // while Python's dicts, and so transformers' |tojson, keep insertion order).
-func (t *Tokenizer) ApplyChatTemplateVars(messages []Message, addGenerationPrompt bool, vars map[string]any) (string, error) {
+func (t *HF) ApplyChatTemplateVars(messages []Message, addGenerationPrompt bool, vars map[string]any) (string, error) {
 	if t.chat == nil {
 		return "", ErrNoChatTemplate
 	}

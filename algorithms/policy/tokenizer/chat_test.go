@@ -11,7 +11,7 @@ import (
 
 // chatTok returns the qwen2 test tokenizer with the chat template of
 // testdata/chat/<name>.jinja and the given special tokens as variables.
-func chatTok(t *testing.T, name string, specials map[string]string) *Tokenizer {
+func chatTok(t *testing.T, name string, specials map[string]string) *HF {
 	t.Helper()
 	tok, err := Load(filepath.Join("testdata", "qwen2"))
 	if err != nil {
@@ -39,7 +39,7 @@ type chatCase struct {
 	want      string
 }
 
-func runChat(t *testing.T, tok *Tokenizer, cases []chatCase) {
+func runChat(t *testing.T, tok *HF, cases []chatCase) {
 	t.Helper()
 	for _, c := range cases {
 		got, err := tok.ApplyChatTemplateVars(c.msgs, c.genPrompt, c.vars)
@@ -173,7 +173,7 @@ func TestChatTemplateConfig(t *testing.T) {
 	// A list of named templates: "default" is used.
 	cfg := Config{TokenizerConfig: []byte(`{"eos_token": "<|im_end|>", "chat_template": [
 		{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ eos_token }}{{ messages[0].content }}"}]}`)}
-	tok, err := New(tj, cfg)
+	tok, err := NewHF(tj, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestChatTemplateConfig(t *testing.T) {
 	}
 	// chat_template.jinja overrides the config.
 	cfg.ChatTemplate = "J{{ add_generation_prompt }}"
-	if tok, err = New(tj, cfg); err != nil {
+	if tok, err = NewHF(tj, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := tok.ApplyChatTemplate(nil, true); got != "JTrue" {
@@ -201,14 +201,14 @@ func TestChatTemplateConfig(t *testing.T) {
 	if _, err := tok.ApplyChatTemplateVars(nil, false, map[string]any{"tools": json.RawMessage(`[1,`)}); err == nil {
 		t.Error("bad JSON variable accepted")
 	}
-	if tok, err = New(tj, Config{}); err != nil {
+	if tok, err = NewHF(tj, Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tok.ApplyChatTemplate(nil, false); !errors.Is(err, ErrNoChatTemplate) || tok.HasChatTemplate() {
 		t.Errorf("no template: %v", err)
 	}
 	for _, bad := range []string{`{"chat_template": 5}`, `{"chat_template": [{"name": "x", "template": "y"}]}`, `{"eos_token": "<nope>"}`, `{"bos_token": 7}`} {
-		if _, err := New(tj, Config{TokenizerConfig: []byte(bad)}); !errors.Is(err, ErrFormat) {
+		if _, err := NewHF(tj, Config{TokenizerConfig: []byte(bad)}); !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}

@@ -70,7 +70,7 @@ func idsField(cfg []byte, file, key string) ([]int32, error) {
 // (default false) when they load, whatever tokenizer.json says.
 var llamaClasses = []string{"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"}
 
-func (t *Tokenizer) applyConfig(cfg Config) error {
+func (t *HF) applyConfig(cfg Config) error {
 	var tc tokenizerConfigJSON
 	if cfg.TokenizerConfig != nil {
 		if err := json.Unmarshal(cfg.TokenizerConfig, &tc); err != nil {

@@ -1,7 +1,10 @@
-// Package tokenizer reads Hugging Face tokenizers (tokenizer.json and
-// tokenizer_config.json) and renders their chat templates, so that troupe
-// encodes prompts for Llama 3, Qwen2 and Qwen3 checkpoints exactly as
-// transformers does, without Python.
+// Package tokenizer holds every tokenizer troupe's models use, behind one
+// interface, Tokenizer: HF reads Hugging Face tokenizers (tokenizer.json
+// and tokenizer_config.json) and renders their chat templates, so that
+// troupe encodes prompts for Llama 3, Qwen2 and Qwen3 checkpoints exactly
+// as transformers does, without Python; Char (over an alphabet) and Byte
+// are the small tokenizers of from-scratch models, whose ids checkpoints
+// depend on.
 //
 // # What is implemented
 //

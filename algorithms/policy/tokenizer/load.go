@@ -18,7 +18,7 @@ import (
 // chat template, add_bos_token), chat_template.jinja (which newer
 // transformers write instead of the config's chat_template),
 // generation_config.json and config.json (end-of-sequence ids).
-func Load(dir string) (*Tokenizer, error) {
+func Load(dir string) (*HF, error) {
 	path := filepath.Join(dir, "tokenizer.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -40,7 +40,7 @@ func Load(dir string) (*Tokenizer, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
 	}
-	t, err := New(data, cfg)
+	t, err := NewHF(data, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", dir, err)
 	}
@@ -94,9 +94,9 @@ type typed struct {
 	Type string `json:"type"`
 }
 
-// New builds a tokenizer from the bytes of tokenizer.json and the optional
+// NewHF builds a tokenizer from the bytes of tokenizer.json and the optional
 // files of cfg.
-func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
+func NewHF(tokenizerJSON []byte, cfg Config) (*HF, error) {
 	var f fileJSON
 	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
 		// Say which model a file of an unsupported kind has, if it does.
@@ -152,7 +152,7 @@ func New(tokenizerJSON []byte, cfg Config) (*Tokenizer, error) {
 		model.unk = id
 	}
 
-	t := &Tokenizer{model: model, added: map[int32]*addedToken{}, addedIDs: map[string]int32{}, bos: -1, eos: -1, pad: -1}
+	t := &HF{model: model, added: map[int32]*addedToken{}, addedIDs: map[string]int32{}, bos: -1, eos: -1, pad: -1}
 	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func parseReplace(raw json.RawMessage) (string, string, error) {
 	return *p.Pattern.String, p.Content, nil
 }
 
-func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
+func (t *HF) parsePreTokenizer(raw json.RawMessage) error {
 	if isNull(raw) {
 		return nil
 	}
@@ -504,7 +504,7 @@ func parseDecoder(raw json.RawMessage) ([]decodeStep, error) {
 
 // parsePost reads the post-processor's template for single sequences. Only
 // the ids matter here: ByteLevel post-processing touches offsets alone.
-func (t *Tokenizer) parsePost(raw json.RawMessage) ([]templateItem, error) {
+func (t *HF) parsePost(raw json.RawMessage) ([]templateItem, error) {
 	if isNull(raw) {
 		return nil, nil
 	}

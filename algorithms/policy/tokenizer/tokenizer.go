@@ -21,9 +21,33 @@ var (
 	ErrNoChatTemplate = errors.New("tokenizer: no chat template")
 )
 
-// Tokenizer is a Hugging Face tokenizer loaded from tokenizer.json (and
+// Tokenizer maps text to token ids and back. HF is a pretrained model's
+// (tokenizer.json), Char and Byte are those of from-scratch models. A
+// model's vocabulary must have at least Vocab ids.
+type Tokenizer interface {
+	// Encode returns the ids of text; with addSpecial, also the special
+	// tokens the tokenizer puts around a sequence (a BOS).
+	Encode(text string, addSpecial bool) []int32
+	// Decode returns the text of ids, without special tokens when
+	// skipSpecial is set.
+	Decode(ids []int32, skipSpecial bool) string
+	// Vocab is the number of ids.
+	Vocab() int
+	// BOS, EOS and PAD return the special ids the tokenizer has.
+	BOS() (int32, bool)
+	EOS() (int32, bool)
+	PAD() (int32, bool)
+}
+
+var (
+	_ Tokenizer = (*HF)(nil)
+	_ Tokenizer = (*Char)(nil)
+	_ Tokenizer = Byte{}
+)
+
+// HF is a Hugging Face tokenizer loaded from tokenizer.json (and
 // tokenizer_config.json). It is safe for concurrent use.
-type Tokenizer struct {
+type HF struct {
 	model *bpe
 
 	added     map[int32]*addedToken // by id
@@ -69,11 +93,11 @@ type templateItem struct {
 
 // Vocab is the number of ids: one more than the largest id of the model or
 // an added token. A model's embedding must have at least this many rows.
-func (t *Tokenizer) Vocab() int { return t.vocabSize }
+func (t *HF) Vocab() int { return t.vocabSize }
 
 // TokenID returns the id of a token string (an added token's content or a
 // model token in its vocabulary spelling, e.g. "Ġthe").
-func (t *Tokenizer) TokenID(s string) (int32, bool) {
+func (t *HF) TokenID(s string) (int32, bool) {
 	if id, ok := t.addedIDs[s]; ok {
 		return id, true
 	}
@@ -82,7 +106,7 @@ func (t *Tokenizer) TokenID(s string) (int32, bool) {
 }
 
 // Token returns the string of id (its vocabulary spelling) or false.
-func (t *Tokenizer) Token(id int32) (string, bool) {
+func (t *HF) Token(id int32) (string, bool) {
 	if a, ok := t.added[id]; ok {
 		return a.content, true
 	}
@@ -94,30 +118,30 @@ func (t *Tokenizer) Token(id int32) (string, bool) {
 
 // IsSpecial reports whether id is a special added token (one that Decode
 // skips when asked to).
-func (t *Tokenizer) IsSpecial(id int32) bool {
+func (t *HF) IsSpecial(id int32) bool {
 	a, ok := t.added[id]
 	return ok && a.special
 }
 
 // BOS returns the begin-of-sequence id, if the tokenizer has one.
-func (t *Tokenizer) BOS() (int32, bool) { return t.bos, t.bos >= 0 }
+func (t *HF) BOS() (int32, bool) { return t.bos, t.bos >= 0 }
 
 // EOS returns the end-of-sequence id (tokenizer_config.json's eos_token),
 // if the tokenizer has one.
-func (t *Tokenizer) EOS() (int32, bool) { return t.eos, t.eos >= 0 }
+func (t *HF) EOS() (int32, bool) { return t.eos, t.eos >= 0 }
 
 // PAD returns the padding id, if the tokenizer has one.
-func (t *Tokenizer) PAD() (int32, bool) { return t.pad, t.pad >= 0 }
+func (t *HF) PAD() (int32, bool) { return t.pad, t.pad >= 0 }
 
 // EOSIDs returns every id that ends a generation: EOS first, then those of
 // generation_config.json and config.json (Llama 3.1 Instruct stops at
 // <|end_of_text|>, <|eom_id|> and <|eot_id|>).
-func (t *Tokenizer) EOSIDs() []int32 { return append([]int32(nil), t.eosIDs...) }
+func (t *HF) EOSIDs() []int32 { return append([]int32(nil), t.eosIDs...) }
 
 // Encode returns the ids of text. With addSpecial, the post-processor's
 // special tokens (Llama's BOS) are added, as transformers does by default.
 // Special tokens written in text are recognised, as in transformers.
-func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+func (t *HF) Encode(text string, addSpecial bool) []int32 {
 	ids := make([]int32, 0, len(text)/3+2)
 	if addSpecial && t.post != nil {
 		for _, it := range t.post {
@@ -135,7 +159,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 // encodeText runs the pipeline of tokenizers' encode_single_sequence:
 // added tokens are split off the raw text, the rest is normalized, split
 // again by normalized added tokens, pre-tokenized and given to the model.
-func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
+func (t *HF) encodeText(ids []int32, text string) []int32 {
 	var pieces, next []piece
 	t.rawTrie.split(text, func(seg string, id int32, off int) {
 		if id >= 0 {
@@ -171,7 +195,7 @@ func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
 // bytes the tokens stand for: a multi-byte character split across tokens
 // is joined again, and a stream cut inside a character (or a model's
 // invalid byte sequence) yields those bytes rather than U+FFFD.
-func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
+func (t *HF) Decode(ids []int32, skipSpecial bool) string {
 	if t.fastBytes != nil {
 		var b strings.Builder
 		for _, id := range ids {
@@ -201,7 +225,7 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 	return t.decodeTokens(toks)
 }
 
-func (t *Tokenizer) decodeTokens(toks []string) string {
+func (t *HF) decodeTokens(toks []string) string {
 	if t.decoder == nil {
 		return strings.Join(toks, " ")
 	}

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-func load(t testing.TB, style string) *Tokenizer {
+func load(t testing.TB, style string) *HF {
 	t.Helper()
 	tok, err := Load(filepath.Join("testdata", style))
 	if err != nil {
@@ -65,7 +65,7 @@ func TestSpecialTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc, _ := os.ReadFile(filepath.Join("testdata", "llama3", "tokenizer_config.json"))
-	tok, err := New(tj, Config{TokenizerConfig: tc, GenerationConfig: []byte(`{"eos_token_id": [661, 664, 9999]}`), ModelConfig: []byte(`{"eos_token_id": 661, "bos_token_id": 660}`)})
+	tok, err := NewHF(tj, Config{TokenizerConfig: tc, GenerationConfig: []byte(`{"eos_token_id": [661, 664, 9999]}`), ModelConfig: []byte(`{"eos_token_id": 661, "bos_token_id": 660}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSpecialTokens(t *testing.T) {
 		t.Errorf("EOSIDs = %v, want [664 661] (unknown ids dropped)", got)
 	}
 	// Without tokenizer_config.json, the model configs name the tokens.
-	if tok, err = New(tj, Config{ModelConfig: []byte(`{"eos_token_id": 661, "bos_token_id": 660}`)}); err != nil {
+	if tok, err = NewHF(tj, Config{ModelConfig: []byte(`{"eos_token_id": 661, "bos_token_id": 660}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := tok.BOS(); b != 660 {
@@ -82,12 +82,12 @@ func TestSpecialTokens(t *testing.T) {
 	if e, _ := tok.EOS(); e != 661 {
 		t.Errorf("EOS from config.json = %d", e)
 	}
-	if tok, err = New(tj, Config{TokenizerConfig: []byte(`{"pad_token": "<pad>", "unk_token": "<unk>"}`)}); err != nil {
+	if tok, err = NewHF(tj, Config{TokenizerConfig: []byte(`{"pad_token": "<pad>", "unk_token": "<unk>"}`)}); err != nil {
 		t.Errorf("unknown pad and unk tokens: %v", err)
 	} else if _, ok := tok.PAD(); ok {
 		t.Error("PAD of an unknown token")
 	}
-	if _, err := New(tj, Config{GenerationConfig: []byte(`{"eos_token_id": "x"}`)}); !errors.Is(err, ErrFormat) {
+	if _, err := NewHF(tj, Config{GenerationConfig: []byte(`{"eos_token_id": "x"}`)}); !errors.Is(err, ErrFormat) {
 		t.Errorf("bad eos_token_id: %v", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestLlamaClassBOS(t *testing.T) {
 		`{` + base + `, "add_eos_token": true}`:                              {657, 39, 658},
 		`{"tokenizer_class": "Qwen2Tokenizer", "bos_token": "<|im_start|>"}`: {39},
 	} {
-		tok, err := New(tj, Config{TokenizerConfig: []byte(cfg)})
+		tok, err := NewHF(tj, Config{TokenizerConfig: []byte(cfg)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func sentencePieceJSON(metaspace bool) []byte {
 
 func TestSentencePieceBPE(t *testing.T) {
 	for _, metaspace := range []bool{false, true} {
-		tok, err := New(sentencePieceJSON(metaspace), Config{TokenizerConfig: []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`)})
+		tok, err := NewHF(sentencePieceJSON(metaspace), Config{TokenizerConfig: []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func TestLoadErrors(t *testing.T) {
 			p["pretokenizers"] = []any{l[1], l[0]}
 		}), ErrUnsupported, "after ByteLevel"},
 	} {
-		_, err := New(c.data, Config{})
+		_, err := NewHF(c.data, Config{})
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) {
 			t.Errorf("%s: %v, want %v with %q", name, err, c.want, c.text)
 		}
@@ -397,7 +397,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(sentencePieceJSON(true))
 	f.Add([]byte(`{"model": {"vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "added_tokens": [{"id": 3, "content": "<x>", "lstrip": true, "rstrip": true, "single_word": true}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tok, err := New(data, Config{})
+		tok, err := NewHF(data, Config{})
 		if err != nil {
 			if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrUnsupported) {
 				t.Fatalf("error without a sentinel: %v", err)
@@ -420,7 +420,7 @@ func FuzzLoad(f *testing.F) {
 // FuzzRoundTrip: decoding the encoding gives the text back, for any string
 // (invalid UTF-8 included) that has no token that swallows whitespace.
 func FuzzRoundTrip(f *testing.F) {
-	toks := map[string]*Tokenizer{}
+	toks := map[string]*HF{}
 	for _, style := range []string{"gpt2", "qwen2", "llama3"} {
 		toks[style] = load(f, style)
 	}
@@ -478,7 +478,7 @@ func FuzzAddedTokens(f *testing.F) {
 			m["normalizer"] = map[string]any{"type": "NFC"}
 		}
 		data, _ := json.Marshal(m)
-		tok, err := New(data, Config{})
+		tok, err := NewHF(data, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
