@@ -31,15 +31,23 @@
 // Options.Algo. To bring your own, implement Algorithm and set
 // Options.Algorithm:
 //
-//	type myAlgo struct{ t *trainer.Trainer }
+//	type myAlgo struct {
+//		t    *trainer.Trainer
+//		step int64
+//	}
 //
 //	func (a *myAlgo) Name() string { return "mine" }
 //	func (a *myAlgo) Start(ctx context.Context, t *trainer.Trainer) error { a.t = t; return nil }
 //	func (a *myAlgo) Rollout(ctx context.Context) (trainer.Rollouts, error) {
-//		// sample with a.t.Team().Policies on a.t.NewEnv(-1) environments
+//		// Sample the step's environments (a.t.NewEnv(-1)) with the team's
+//		// policies (a.t.Team().Policies), e.g. with atgrpo.TreeRollouts,
+//		// and return per-policy sample buffers with their advantages.
 //	}
 //	func (a *myAlgo) Update(ctx context.Context, r trainer.Rollouts) (trainer.StepRecord, error) {
-//		// a.t.Team().Update(ctx, buffers) trains every policy actor
+//		buffers := r.(map[string][]rl.Sample)
+//		stats, err := a.t.Team().Update(ctx, buffers) // every policy actor trains, in parallel
+//		a.step++
+//		return trainer.StepRecord{Kind: "step", Step: int(a.step), Loss: stats["planner"].Loss}, err
 //	}
 //	func (a *myAlgo) Stop(ctx context.Context) {}
 //

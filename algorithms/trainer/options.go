@@ -16,9 +16,6 @@ import (
 // (far below) and training environments use 64-bit derived seeds.
 const ValidationSeed = 1_000_000
 
-// HeldOutSeed is ValidationSeed (its former name).
-const HeldOutSeed = ValidationSeed
-
 // TestSeed is the first seed of the test range, TestSeed..TestSeed+n-1:
 // grids no decision looked at. Report results on it, tune on the
 // validation range.
