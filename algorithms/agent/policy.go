@@ -68,7 +68,8 @@ type Config struct {
 	// Model is the shape of a from-scratch model of the Llama family
 	// (RMSNorm, RoPE, GQA with KVHeads key/value heads, SwiGLU; see
 	// policy.Config.HF). Vocab 0 means the character tokenizer's size;
-	// ignored with ModelDir or Checkpoint.
+	// ignored with ModelDir or a model Checkpoint (an adapter checkpoint
+	// goes on it).
 	Model policy.Config
 	// KVHeads is a from-scratch model's key/value heads (0: Model.Heads).
 	KVHeads int
@@ -114,7 +115,9 @@ type Config struct {
 	// Checkpoint, if set, loads the model (shape and weights) from this
 	// Hugging Face model directory (what Save wrote) instead of
 	// initialising it, or, if it holds a PEFT adapter, that adapter onto
-	// the base; Model is then ignored.
+	// the base (ModelDir's model, or Model's from the seed): see
+	// policy.FromCheckpoint. An adapter brings its LoRA settings when LoRA
+	// is unset, and must compute as LoRA when it is set.
 	Checkpoint string
 	// LoRA, if LoRA.Rank > 0, trains LoRA adapters on a frozen base
 	// instead of all weights. Each adapter is initialised as PEFT does from Seed and its
