@@ -2,8 +2,8 @@
 // devices (identity, memory, PCI/NUMA placement), the pairwise interconnect
 // topology and its placement scores, periodic utilization sampling with
 // per-actor attribution, and simulated GPU profiles for machines without
-// GPUs. It also defines the compute Backend (backend*.go) that the model
-// kernels run on.
+// GPUs. It is the devices half only: the compute backends the models run
+// on are in gpu/compute, which never imports this package.
 //
 // A machine without the NVML library has no GPUs: Open returns an empty
 // inventory, not an error. A device whose single query fails is kept, with

@@ -25,7 +25,7 @@ func requireNVRTC(t *testing.T) {
 // TestKernelsCompile recompiles every kernel source for every architecture
 // with NVRTC and fails on compile errors, on register spills reported by
 // ptxas (CUBIN compile with -v), and when the committed PTX differs from the
-// fresh compile (run `go generate ./gpu/cuda` after editing a kernel).
+// fresh compile (run `go generate ./gpu/compute/cuda` after editing a kernel).
 func TestKernelsCompile(t *testing.T) {
 	requireNVRTC(t)
 	srcs, err := Sources()
@@ -47,7 +47,7 @@ func TestKernelsCompile(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(fresh, committed) {
-					t.Errorf("ptx/%s/%s.ptx is stale: differs from a fresh NVRTC compile (%d vs %d bytes); run go generate ./gpu/cuda",
+					t.Errorf("ptx/%s/%s.ptx is stale: differs from a fresh NVRTC compile (%d vs %d bytes); run go generate ./gpu/compute/cuda",
 						arch, s.Name, len(committed), len(fresh))
 				}
 				seen := map[string]bool{}

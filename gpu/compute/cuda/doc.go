@@ -4,11 +4,12 @@
 // through the CUDA driver API, which is loaded at run time with dlopen
 // (github.com/ebitengine/purego, no cgo).
 //
-// Use ForPlacement (an actor on the GPU it was placed on) or Select (a
-// process on device 0) to get a backend: the mode the user asked for (read
-// at the edge: --backend, defaulting to TROUPE_BACKEND) "cpu" or "cuda"
-// forces one; otherwise CUDA is used when a usable device is there and the
-// CPU backend (gpu/compute/cpu) otherwise, with a one-line reason.
+// Programs get a backend from gpu/compute/backends: ForPlacement (an actor
+// on the GPU it was placed on, found here with OpenPlaced) or Select (a
+// process on device 0). The mode the user asked for (read at the edge:
+// --backend, defaulting to TROUPE_BACKEND) "cpu" or "cuda" forces one;
+// otherwise CUDA is used when a usable device is there and the CPU backend
+// (gpu/compute/cpu) otherwise, with a one-line reason.
 //
 // Three variables are read here, where the CUDA driver itself reads its
 // configuration, lazily at first use and never at package initialisation:

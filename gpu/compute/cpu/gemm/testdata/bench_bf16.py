@@ -24,7 +24,7 @@ def main():
     ap.add_argument("--benchtime", default="300ms")
     args = ap.parse_args()
     binary = "/tmp/gemm_bench.test"
-    subprocess.run(["go", "test", "-c", "-o", binary, "./gpu/cpu/gemm"], check=True)
+    subprocess.run(["go", "test", "-c", "-o", binary, "./gpu/compute/cpu/gemm"], check=True)
     best = collections.defaultdict(lambda: collections.defaultdict(float))
     loads = []
     for r in range(args.runs):

@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--benchtime", default="300ms")
     args = ap.parse_args()
     binary = "/tmp/gemm_bench.test"
-    subprocess.run(["go", "test", "-c", "-o", binary, "./gpu/cpu/gemm"], check=True)
+    subprocess.run(["go", "test", "-c", "-o", binary, "./gpu/compute/cpu/gemm"], check=True)
     cores = args.coretypes.split(",")
     best_go = collections.defaultdict(float)
     core_go = collections.defaultdict(float)
