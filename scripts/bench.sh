@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the benchmarks behind the README's performance table and writes their
-# output to bench.txt (or $1). Takes about 10 minutes on a 2-core machine.
+# Runs the runtime and kernel benchmarks behind docs/performance.md and
+# writes their output to bench.txt (or $1). Takes about 10 minutes on a
+# 2-core machine. The model family against PyTorch is scripts/bench-models.sh.
 # Figures are only comparable within one run: quote ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +12,7 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
   go test -run '^$' -bench 'CallSync|CallPipelined|Spawn|GraphEcho|GraphChain2' -benchtime 2s ./actors/
   go test -run '^$' -bench CrossProcess -benchtime 2s ./runtime/wire/
   go test -run '^$' -bench 'Sgemm|Peak' -benchtime 300ms ./gpu/compute/cpu/gemm/
-  go test -run '^$' -bench 'Train08M$' -benchtime 20x ./algorithms/policy/
-  go test -run '^$' -bench 'Train48M$' -benchtime 4x ./algorithms/policy/
-  go test -run '^$' -bench 'Generate|TrainMemory48M' -benchtime 5x ./algorithms/policy/
+  go test -run '^$' -bench 'Llama$/smollm2-135m/(prefill-1x512|decode-batch1|train-4x128)$' -benchtime 2x ./algorithms/policy/
   go test -run '^$' -bench 'BenchmarkPlace$|BenchmarkPlaceScaling|BenchmarkGroupCreateRemove' -benchtime 1s ./scheduler/
   go test -run '^$' -bench 'CommittedPlacements' -benchtime 20000x ./runtime/cluster/
   go test -run '^$' -bench 'LeaderFailover' -benchtime 7x ./runtime/cluster/
