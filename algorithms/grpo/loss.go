@@ -154,6 +154,10 @@ type Sequence struct {
 	OldLogProbs []float64 // behaviour policy log-probs (same length)
 	RefLogProbs []float64 // frozen reference log-probs; nil when none
 	Advantage   float64   // the completion's advantage, shared by its tokens
+	// Weights, if set, scale each token's policy-gradient term (same
+	// length; nil means 1): the decoupled objective's behaviour importance
+	// weights π_prox/π_behav, 0 for the tokens the cap drops.
+	Weights []float64
 }
 
 // Stats are the diagnostics of one loss evaluation.
@@ -193,6 +197,14 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 		}
 		if s.RefLogProbs != nil && len(s.RefLogProbs) != len(s.LogProbs) {
 			return Result{}, fmt.Errorf("%w: sequence %d has %d log-probs but %d reference log-probs", ErrInput, i, len(s.LogProbs), len(s.RefLogProbs))
+		}
+		if s.Weights != nil && len(s.Weights) != len(s.LogProbs) {
+			return Result{}, fmt.Errorf("%w: sequence %d has %d log-probs but %d token weights", ErrInput, i, len(s.LogProbs), len(s.Weights))
+		}
+		for t, w := range s.Weights {
+			if bad(w) || w < 0 {
+				return Result{}, fmt.Errorf("%w: sequence %d token %d weight %v", ErrInput, i, t, w)
+			}
 		}
 		if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
 			return Result{}, fmt.Errorf("%w: sequence %d advantage %v", ErrInput, i, s.Advantage)
@@ -239,7 +251,11 @@ func Loss(cfg Config, seqs []Sequence) (Result, error) {
 			if hasRef {
 				ref = s.RefLogProbs[t]
 			}
-			tok := TokenLoss(cfg, lp, s.OldLogProbs[t], ref, hasRef, s.Advantage)
+			adv := s.Advantage
+			if s.Weights != nil { // w ≥ 0: −min(ρ·wA, clip(ρ)·wA) = w·(−min(ρA, clip(ρ)A))
+				adv *= s.Weights[t]
+			}
+			tok := TokenLoss(cfg, lp, s.OldLogProbs[t], ref, hasRef, adv)
 			res.Loss += w * tok.Loss
 			res.Stats.PGLoss += w * (tok.Loss - cfg.KLCoef*tok.KL)
 			g[t] = w * tok.Grad
