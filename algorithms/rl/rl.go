@@ -67,6 +67,11 @@ type Sample struct {
 	Advantage   float64   // shared by every token of the completion
 	OldLogProbs []float32 // behaviour log-probs; nil means Completion.LogProbs
 	RefLogProbs []float32 // reference log-probs for the KL term; nil when none
+	// Version is the behaviour policy's version: how many learner updates
+	// its weights had seen when it sampled (0 in a synchronous run, where
+	// every sample is on-policy). A learner at version v sees the sample
+	// v − Version versions stale.
+	Version int64
 }
 
 // Old returns the behaviour log-probs: OldLogProbs, or the completion's own.
