@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"troupe/actors"
 	"troupe/algorithms/envs"
@@ -129,6 +130,17 @@ type Config struct {
 	Adapters []string
 	// BaseBF16 keeps a LoRA base's matrices in BF16 (half the memory).
 	BaseBF16 bool
+	// Decoupled trains on samples of older policy versions with AReaL's
+	// decoupled PPO objective (the learner of a run with rollout workers):
+	// before an update the policy recomputes the batch's log-probs (the
+	// proximal policy), takes PPO's ratio against them and weighs every
+	// token by π_prox/π_behav, dropping the tokens whose weight exceeds
+	// ISCap. Off, the ratio is against the behaviour log-probs (on-policy).
+	Decoupled bool
+	// ISCap is the cap on the behaviour importance weight π_prox/π_behav
+	// (AReaL's behav_imp_weight_cap): tokens above it are dropped from
+	// the loss. 0 means DefaultISCap; it must be > 1.
+	ISCap float64
 	// ComputeBF16 runs a Llama-family model's matmuls in BF16 with float32
 	// weights, gradients and optimizer (mixed precision, as
 	// torch.autocast(dtype=torch.bfloat16)): about twice the matmul speed
@@ -153,6 +165,9 @@ type Policy struct {
 	where string // the backend and why, e.g. "cuda:0 (NVIDIA A100, sm_80)"
 	gen   int64  // tokens generated, for throughput reports
 	train int64  // tokens trained on
+
+	clock   phaseClock // where the actor's time went (Timeline)
+	version int64      // the version of the last ImportWeights
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).
@@ -175,6 +190,9 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 	if cfg.Temperature == 0 {
 		cfg.Temperature = 1
 	}
+	if cfg.ISCap == 0 {
+		cfg.ISCap = DefaultISCap
+	}
 	if cfg.Loss == (grpo.Config{}) {
 		cfg.Loss = grpo.DefaultConfig()
 	}
@@ -188,6 +206,8 @@ func NewPolicy(ctx context.Context, cfg Config) (*Policy, error) {
 		return nil, fmt.Errorf("%w: mini-batch %d (want > 0, or %d for the whole batch)", ErrConfig, cfg.MiniBatch, WholeBatch)
 	case cfg.Temperature < 0:
 		return nil, fmt.Errorf("%w: temperature %v < 0", ErrConfig, cfg.Temperature)
+	case !(cfg.ISCap > 1):
+		return nil, fmt.Errorf("%w: importance weight cap %v (want > 1)", ErrConfig, cfg.ISCap)
 	}
 	if err := cfg.Loss.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: loss: %w", ErrConfig, err)
@@ -400,6 +420,7 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 	if req.K < 1 {
 		return nil, fmt.Errorf("%w: sample k = %d", ErrInput, req.K)
 	}
+	defer p.clock.since(&p.clock.rollout, time.Now())
 	if err := p.use(req.Adapter); err != nil {
 		return nil, fmt.Errorf("sample: %w", err)
 	}
@@ -494,6 +515,7 @@ func (p *Policy) LogProbs(ctx context.Context, req LogProbsRequest) ([][]float32
 	if len(req.Prompts) != len(req.Completions) {
 		return nil, fmt.Errorf("%w: %d prompts for %d completions", ErrInput, len(req.Prompts), len(req.Completions))
 	}
+	defer p.clock.since(&p.clock.train, time.Now())
 	if err := p.use(req.Adapter); err != nil {
 		return nil, fmt.Errorf("log-probs: %w", err)
 	}
@@ -590,6 +612,7 @@ type SFTStats struct {
 // only: the warm start from expert transcripts.
 func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	var st SFTStats
+	defer p.clock.since(&p.clock.train, time.Now())
 	if req.Epochs < 1 || req.BatchSize < 1 {
 		return st, fmt.Errorf("%w: sft epochs %d, batch size %d (both must be ≥ 1)", ErrInput, req.Epochs, req.BatchSize)
 	}

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"time"
 
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
@@ -20,6 +22,10 @@ const DefaultMiniBatch = 16
 // the clip never acts).
 const WholeBatch = -1
 
+// DefaultISCap is Config.ISCap 0: the cap AReaL's asynchronous examples
+// set on the behaviour importance weight (behav_imp_weight_cap: 5).
+const DefaultISCap = 5
+
 // update is Update (of the adapter in use) as verl's actor runs it (dp_actor.update_policy):
 // for each of Epochs passes, the batch is split in order (or, with Shuffle,
 // after a seeded permutation) into mini-batches of MiniBatch samples, and
@@ -31,6 +37,7 @@ const WholeBatch = -1
 // the clip acts. Statistics are token-weighted over every step; GradNorm is
 // the mean pre-clip gradient norm.
 func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
+	defer p.clock.since(&p.clock.train, time.Now())
 	var st rl.UpdateStats
 	var keep []rl.Sample
 	for _, s := range batch {
@@ -51,6 +58,12 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 	seqs, offs, err := p.sequences(prompts, comps)
 	if err != nil {
 		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+	}
+	var isw [][]float64
+	if p.cfg.Decoupled {
+		if keep, isw, err = p.proximal(keep, seqs, offs); err != nil {
+			return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+		}
 	}
 	mb := p.cfg.MiniBatch
 	if mb == WholeBatch || mb > len(keep) {
@@ -73,7 +86,7 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 				return st, err
 			}
 			idx := order[lo:min(lo+mb, len(order))]
-			if err := p.miniBatchStep(keep, seqs, offs, idx, &acc); err != nil {
+			if err := p.miniBatchStep(keep, seqs, offs, idx, isw, &acc); err != nil {
 				return st, fmt.Errorf("update %s: epoch %d mini-batch at %d: %w", p.cfg.Name, epoch, lo, err)
 			}
 		}
@@ -92,10 +105,45 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 	return st, nil
 }
 
+// proximal prepares a decoupled update (Config.Decoupled, AReaL's
+// objective): it scores keep with the current weights, before any step of
+// this update, as the proximal policy π_prox, and returns copies of the
+// samples whose old log-probs are π_prox (PPO's ratio and clip are then
+// taken against it) with, per token, the behaviour importance weight
+// π_prox/π_behav, or 0 where it exceeds Config.ISCap (AReaL drops those
+// tokens).
+func (p *Policy) proximal(keep []rl.Sample, seqs [][]int32, offs []int) ([]rl.Sample, [][]float64, error) {
+	lps, err := p.logProbsChunked(seqs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proximal log-probs: %w", err)
+	}
+	out := make([]rl.Sample, len(keep))
+	isw := make([][]float64, len(keep))
+	for i, s := range keep {
+		behav := s.Old()
+		n := len(s.Completion.Tokens)
+		if len(behav) != n {
+			return nil, nil, fmt.Errorf("%w: sample %d has %d behaviour log-probs for %d tokens", rl.ErrBadSample, i, len(behav), n)
+		}
+		prox := append([]float32(nil), lps[i][offs[i]:offs[i]+n]...)
+		w := make([]float64, n)
+		for t := range w {
+			w[t] = math.Exp(float64(prox[t]) - float64(behav[t]))
+			if w[t] > p.cfg.ISCap {
+				w[t] = 0
+			}
+		}
+		s.OldLogProbs = prox
+		out[i], isw[i] = s, w
+	}
+	return out, isw, nil
+}
+
 // miniBatchStep is one optimiser step on the samples keep[idx]: the loss is
 // aggregated over the mini-batch exactly (micro-batch losses rescaled to
-// their share), then AdamW.
-func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx []int, acc *statAcc) error {
+// their share), then AdamW. isw, when set, holds every sample's per-token
+// importance weights (proximal).
+func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx []int, isw [][]float64, acc *statAcc) error {
 	if err := p.model.ZeroGrad(); err != nil {
 		return err
 	}
@@ -123,6 +171,9 @@ func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx
 				g, err := s.Sequence(cur)
 				if err != nil {
 					return nil, err
+				}
+				if isw != nil {
+					g.Weights = isw[i]
 				}
 				gs[k] = g
 			}
