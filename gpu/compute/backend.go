@@ -167,10 +167,13 @@ type Backend interface {
 	// ---- attention ----
 
 	// GQAttentionForward is causal attention with grouped query heads.
-	// q (B,T,NH,HD), k, v (B,T,KVH,HD); att (B,NH,T,T) receives the softmax
-	// probabilities att[b,h,t,s] = softmax_{s<=t}(q_t·k_s*scale) (zero for
-	// s>t), kept for the backward; out (B,T,NH,HD) = sum_s att*v_s.
-	// scale is usually 1/sqrt(HD).
+	// q (B,T,NH,HD), k, v (B,T,KVH,HD); att (B,NH,T,T) receives what the
+	// backward needs: gpu/compute/cpu stores the softmax probabilities
+	// att[b,h,t,s] = softmax_{s<=t}(q_t·k_s*scale) (zero for s>t), while
+	// gpu/compute/cuda (flash attention) stores only each row's log-sum-exp
+	// in att[0:B*NH*T], so callers pass att to GQAttentionBackward and do not
+	// read it. out (B,T,NH,HD) = sum_s softmax*v_s. scale is usually
+	// 1/sqrt(HD).
 	GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
 	// GQAttentionBackward accumulates dq, dk, dv (shapes of q, k, v) from
 	// dout (B,T,NH,HD), using q, k, v and att saved by the forward.

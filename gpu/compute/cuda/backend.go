@@ -36,6 +36,9 @@ type launchConfig struct {
 	// stageHalves is the size of the staging buffer of UploadFromBF16 and
 	// UploadFromF16, in 16-bit values: longer uploads go in chunks.
 	stageHalves int
+	// decodeChunk is the cache positions per block of the split-KV decode
+	// (a multiple of faCols); 0 picks it from the shape (flash.go).
+	decodeChunk int
 }
 
 var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}

@@ -6,8 +6,8 @@ import (
 )
 
 // The Llama/Qwen decoder ops: kernels/decoder.cu (embedding, RMSNorm,
-// RoPE, SwiGLU) and kernels/gqa.cu (grouped-query attention). Shapes are
-// checked here, as in ops.go; token ids and positions live on the device
+// RoPE, SwiGLU) and kernels/flash_attn.cu (grouped-query attention, see
+// flash.go). Shapes are checked here, as in ops.go; token ids and positions live on the device
 // and are range-checked by the kernels, which raise a flag word that Sync
 // reports (compute.ErrToken for ids, compute.ErrShape for positions, as
 // gpu/compute/cpu does).
@@ -125,7 +125,10 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 	return true
 }
 
-// GQAttentionForward implements compute.Backend (kernel gqa_forward).
+// GQAttentionForward implements compute.Backend with flash attention
+// (kernel flash_attn_forward): att[0:B*NH*T] receives each row's
+// log-sum-exp, not the probabilities, and is read only by
+// GQAttentionBackward.
 func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionForward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -133,12 +136,15 @@ func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH,
 	}
 	o, a := b.f(op, "out", out, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
 	qd, kd, vd := b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
-	b.launch("gqa_forward", attGrid(T, B, NH), attBlock, ptr(o), ptr(a), ptr(qd), ptr(kd), ptr(vd), B, T, NH, KVH, HD, scale)
+	if b.err != nil {
+		return
+	}
+	b.flashForward(o, a, qd, kd, vd, B, T, NH, KVH, HD, scale) // a receives the log-sum-exp (flash.go)
 }
 
-// GQAttentionBackward implements compute.Backend (kernels
-// gqa_backward_query then gqa_backward_kv, with a (B,NH,T,T) scratch for
-// the softmax backward).
+// GQAttentionBackward implements compute.Backend with flash attention
+// (kernels flash_attn_backward_dq then flash_attn_backward_dkv), from the
+// log-sum-exp GQAttentionForward left in att.
 func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionBackward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -147,15 +153,15 @@ func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buf
 	dqd, dkd, dvd := b.f(op, "dq", dq, B*T*NH*HD), b.f(op, "dk", dk, B*T*KVH*HD), b.f(op, "dv", dv, B*T*KVH*HD)
 	do, a := b.f(op, "dout", dout, B*T*NH*HD), b.f(op, "att", att, B*NH*T*T)
 	qd, kd, vd := b.f(op, "q", q, B*T*NH*HD), b.f(op, "k", k, B*T*KVH*HD), b.f(op, "v", v, B*T*KVH*HD)
-	s := b.ensureScratch(B * NH * T * T)
-	b.launch("gqa_backward_query", attGrid(T, B, NH), attBlock,
-		ptr(dqd), ptr(s), ptr(do), ptr(kd), ptr(vd), ptr(a), B, T, NH, KVH, HD, scale)
-	b.launch("gqa_backward_kv", attGrid(T, B, KVH), attBlock,
-		ptr(dkd), ptr(dvd), ptr(s), ptr(do), ptr(qd), ptr(a), B, T, NH, KVH, HD, scale)
+	if b.err != nil {
+		return
+	}
+	b.flashBackward(dqd, dkd, dvd, do, qd, kd, vd, 0, a, B, T, NH, KVH, HD, scale)
 }
 
-// GQAttentionDecode implements compute.Backend (kernel gqa_decode).
-// Positions are checked against maxT by the kernel.
+// GQAttentionDecode implements compute.Backend with a split-KV flash
+// decode (kernels flash_decode_store, flash_decode_partial,
+// flash_decode_combine). Positions are checked against maxT by the kernels.
 func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos compute.IntBuffer, B, maxT, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionDecode"
 	if !b.gqaDims(op, B, maxT, NH, KVH, HD, scale) {
@@ -164,9 +170,10 @@ func (b *Backend) GQAttentionDecode(out, cache, q, k, v compute.Buffer, pos comp
 	o, c := b.f(op, "out", out, B*NH*HD), b.f(op, "cache", cache, B*maxT*2*KVH*HD)
 	qd, kd, vd := b.f(op, "q", q, B*NH*HD), b.f(op, "k", k, B*KVH*HD), b.f(op, "v", v, B*KVH*HD)
 	p := b.ints(op, "pos", pos, B)
-	s := b.ensureScratch(B * NH * maxT)
-	b.launch("gqa_decode", [3]uint32{uint32(ceilDiv(B*NH, attWarps)), 1, 1}, attBlock,
-		ptr(o), ptr(c), ptr(s), ptr(qd), ptr(kd), ptr(vd), ptr(p), B, maxT, NH, KVH, HD, scale, ptr(b.errFlag))
+	if b.err != nil {
+		return
+	}
+	b.flashDecode(o, c, qd, kd, vd, p, B, maxT, NH, KVH, HD, scale)
 }
 
 // SwiGLUForward implements compute.Backend (kernel swiglu_forward).

@@ -144,7 +144,8 @@ func TestOpGQAttention(t *testing.T) {
 			p.e.GQAttentionForward(out.e, att.e, q.e, k.e, v.e, B, T, NH, KVH, HD, scale)
 			p.r.GQAttentionForward(out.r, att.r, q.r, k.r, v.r, B, T, NH, KVH, HD, scale)
 			p.check("gqa_forward.out", out, tol)
-			p.check("gqa_forward.att", att, tol)
+			// att holds backend-private state (the CPU's probabilities, the
+			// flash kernels' log-sum-exp: checked in flash_test.go).
 			dout := p.rand(B*T*NH*HD, 1)
 			dq, dk, dv := p.rand(B*T*NH*HD, 1), p.rand(B*T*KVH*HD, 1), p.rand(B*T*KVH*HD, 1)
 			p.e.GQAttentionBackward(dq.e, dk.e, dv.e, dout.e, q.e, k.e, v.e, att.e, B, T, NH, KVH, HD, scale)

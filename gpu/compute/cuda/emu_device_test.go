@@ -190,8 +190,9 @@ func (d *emuDevice) Close() error { return nil }
 
 // emuLaunch is the launch configuration on the emulator: one OS thread per
 // CUDA thread, so blocks of 64 and few blocks per grid-stride launch; a
-// small staging buffer so the tests' 16-bit uploads go in several chunks.
-var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4, stageHalves: 5000}
+// small staging buffer so the tests' 16-bit uploads go in several chunks;
+// decode splits of 16 positions so short caches still take the combine.
+var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4, stageHalves: 5000, decodeChunk: 16}
 
 func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 	t.Helper()
