@@ -63,6 +63,9 @@ func Main(prog, doc string, o Options) {
 	sampleTemp := fs.Float64("sample-temp", f64(o.SampleTemp), "training sampling temperature (0: 1; above 1 explores states where the policy is confidently wrong)")
 	evalTemp := fs.Float64("eval-temp", f64(o.Eval.Temp), "evaluation sampling temperature (0: 1, on-policy)")
 	fs.IntVar(&o.EnvActors, "env-actors", o.EnvActors, "host the training environments in N environment actors (0: step them in the driver; same results)")
+	fs.IntVar(&o.Async.RolloutWorkers, "rollout-workers", o.Async.RolloutWorkers, "rollout workers per policy: they sample while the policy's learner trains (0: synchronous, each policy actor samples then trains)")
+	fs.IntVar(&o.Async.MaxStaleness, "max-staleness", o.Async.MaxStaleness, "with --rollout-workers: the most learner versions a sample's policy may lag behind (0: on-policy)")
+	fs.Float64Var(&o.Async.ISCap, "is-cap", o.Async.ISCap, "with --rollout-workers: drop tokens whose importance weight pi_prox/pi_behav exceeds this (0: 5, as AReaL)")
 	hint, reuse := new(bool), new(bool)
 	*hint, *reuse = !o.Joy.NoHint, !o.Joy.NoReuse
 	if o.Algo == "joyagents" {

@@ -62,6 +62,9 @@ type Options struct {
 
 	Warm WarmOptions
 	Eval EvalOptions
+	// Async splits every policy into rollout workers and a learner
+	// (zero: the synchronous run).
+	Async AsyncOptions
 
 	// Output.
 	OutDir    string
@@ -305,6 +308,14 @@ type StepRecord struct {
 	Decode   string  `json:"decode,omitempty"` // "sampled" or "greedy"
 	Episodes int     `json:"n,omitempty"`
 	StdErr   float64 `json:"stderr,omitempty"`
+
+	// Timeline is where every policy actor's time went during the step,
+	// by "<policy>/<policy|learner|rolloutN>".
+	Timeline map[string]Phases `json:"timeline,omitempty"`
+	// With rollout workers: how many samples were how many versions
+	// stale ("0", "1", ...), and the step's weight sync.
+	Staleness  map[string]int `json:"staleness,omitempty"`
+	WeightSync *SyncRecord    `json:"weight_sync,omitempty"`
 }
 
 // Context returns the model context a policy needs for env: BOS, the longest

@@ -56,6 +56,9 @@ type Trainer struct {
 
 	t0      time.Time // the first RL step's start
 	tokens0 int64     // the team's tokens at t0
+
+	teamCfg agent.TeamConfig // what spawned the team (rollout workers copy it)
+	tl      timelineState
 }
 
 // New checks o, spawns the team of policy actors on rt and opens the run's
@@ -64,11 +67,14 @@ func New(ctx context.Context, rt actors.Runtime, o Options) (*Trainer, error) {
 	o.Defaults()
 	t := &Trainer{o: o, rt: rt, start: time.Now(), cpu0: cpuTime()}
 	algo := o.Algorithm
+	var err error
 	if algo == nil {
-		var err error
 		if algo, err = NewAlgorithm(o); err != nil {
 			return nil, err
 		}
+	}
+	if algo, err = withRolloutWorkers(o, algo); err != nil {
+		return nil, err
 	}
 	t.algo = algo
 	t.ecfg = o.EnvConfig
@@ -148,6 +154,9 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		BaseBF16:     o.Model.BaseBF16,
 		ComputeBF16:  o.Model.ComputeBF16,
 	}
+	if o.Async.RolloutWorkers > 0 { // the learner trains on stale samples
+		pc.Decoupled, pc.ISCap = true, o.Async.ISCap
+	}
 	if o.Model.LoRARank > 0 {
 		pc.LoRA = policy.DefaultLoRA()
 		pc.LoRA.Rank, pc.LoRA.Alpha, pc.LoRA.BaseModel = o.Model.LoRARank, float64(2*o.Model.LoRARank), o.Model.Dir
@@ -175,7 +184,7 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	if err != nil {
 		return err
 	}
-	t.team = team
+	t.team, t.teamCfg = team, tc
 	ws, err := team.Weights(ctx)
 	if err != nil {
 		team.Kill(context.Background())
@@ -393,6 +402,7 @@ func (t *Trainer) Step(ctx context.Context, s int) (StepRecord, error) {
 		return StepRecord{}, err
 	}
 	ts := time.Now()
+	before := t.teamSnapshot(ctx)
 	ro, err := t.algo.Rollout(ctx)
 	var r StepRecord
 	if err == nil {
@@ -402,6 +412,7 @@ func (t *Trainer) Step(ctx context.Context, s int) (StepRecord, error) {
 		return r, fmt.Errorf("%s step %d: %w", t.algo.Name(), s, err)
 	}
 	r.StepWall = time.Since(ts).Seconds()
+	r.Timeline = t.timeline(ctx, before, ts)
 	r.TokensPerS = float64(totalTokens(ctx, t.team)-t.tokens0) / time.Since(t.t0).Seconds()
 	t.record(r)
 	return r, nil

@@ -1,0 +1,488 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"troupe/actors"
+	"troupe/algorithms/agent"
+	"troupe/algorithms/atgrpo"
+	"troupe/algorithms/envs"
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
+)
+
+// AsyncOptions split every policy into rollout workers, which only sample,
+// and a learner, which only trains (AReaL's asynchronous RL). Zero is the
+// synchronous run: the team's actors sample and train in turn.
+type AsyncOptions struct {
+	// RolloutWorkers > 0 spawns that many rollout workers per policy (a
+	// copy of the team each: every policy's weights, or the base and the
+	// adapters with LoRA). Every step's environments are split in as many
+	// chunks; the workers tree-sample chunks as the staleness bound lets
+	// them and stream each finished chunk to the learner through the
+	// object store. After each update the learner publishes its weights
+	// (the adapters alone with LoRA) and the workers pull them.
+	RolloutWorkers int
+	// MaxStaleness is K: a chunk trained at learner version v was sampled
+	// by weights of version v−K or newer; a worker waits before it would
+	// sample further ahead. 0 keeps every sample on-policy (the workers
+	// then only parallelise sampling).
+	MaxStaleness int
+	// ISCap is the learner's cap on the behaviour importance weight of the
+	// decoupled objective (agent.Config.ISCap; 0: agent.DefaultISCap).
+	ISCap float64
+}
+
+// ErrRolloutWorkers reports that no rollout worker is left to sample.
+var ErrRolloutWorkers = errors.New("trainer: no rollout worker left")
+
+func (a AsyncOptions) validate() error {
+	switch {
+	case a.RolloutWorkers < 0:
+		return fmt.Errorf("%w: %d rollout workers", ErrAlgorithm, a.RolloutWorkers)
+	case a.MaxStaleness < 0:
+		return fmt.Errorf("%w: max staleness %d (want ≥ 0)", ErrAlgorithm, a.MaxStaleness)
+	case a.RolloutWorkers == 0 && a.MaxStaleness > 0:
+		return fmt.Errorf("%w: max staleness %d without rollout workers (set RolloutWorkers)", ErrAlgorithm, a.MaxStaleness)
+	case a.ISCap != 0 && !(a.ISCap > 1):
+		return fmt.Errorf("%w: importance weight cap %v (want > 1)", ErrAlgorithm, a.ISCap)
+	}
+	return nil
+}
+
+// withRolloutWorkers returns algo run with o.Async's rollout workers, or
+// algo itself in a synchronous run.
+func withRolloutWorkers(o Options, algo Algorithm) (Algorithm, error) {
+	if err := o.Async.validate(); err != nil {
+		return nil, err
+	}
+	if o.Async.RolloutWorkers == 0 {
+		return algo, nil
+	}
+	at, ok := algo.(*ATGRPO)
+	if !ok {
+		return nil, fmt.Errorf("%w: rollout workers run AT-GRPO and GRPO, not %s", ErrAlgorithm, algo.Name())
+	}
+	if o.EnvActors > 0 {
+		return nil, fmt.Errorf("%w: rollout workers step their environments in the driver; --env-actors does not combine with them", ErrAlgorithm)
+	}
+	return &asyncATGRPO{inner: at, opts: o.Async}, nil
+}
+
+// asyncATGRPO is AT-GRPO with rollout workers: lanes of rollout actors
+// sample chunks of the coming steps while the learner (the Trainer's team)
+// trains on the current one.
+type asyncATGRPO struct {
+	inner *ATGRPO
+	opts  AsyncOptions
+	t     *Trainer
+	cfg   atgrpo.Config
+	// chunks is how many pieces every step's environments are cut in.
+	chunks int
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the lanes' goroutines
+
+	mu        sync.Mutex // guards the fields below; cond waits on it
+	cond      *sync.Cond
+	published *agent.Published // the learner's newest version
+	step      int64            // the learner's next step (its version)
+	limit     int64            // steps that may be sampled: [0, limit)
+	next      int64            // the next step to hand out
+	nextChunk int              // the next chunk of step next
+	retry     []unit           // chunks of lost workers, handed out first
+	done      map[int64][]*actors.Future[chunkResult]
+	lanes     []*lane
+	alive     int
+	failed    error
+	stopped   bool
+	pulls     []time.Duration // workers' pulls since the last step record
+}
+
+type unit struct {
+	step  int64
+	chunk int
+}
+
+// lane is one rollout worker: a copy of the team and its goroutine.
+type lane struct {
+	id      int
+	team    *agent.Team
+	version int64 // the weights it holds; −1 before the first pull
+	dead    bool
+	// snap is the lane's own timeline snapshot, taken between chunks when
+	// its actors are idle (a call then would wait behind a chunk).
+	snap   map[string]agent.PhaseTimes
+	snapAt time.Time
+}
+
+// chunkResult is one chunk's tree rollouts, as streamed to the learner.
+type chunkResult struct {
+	Step    int64
+	Chunk   int
+	Version int64 // the weights that sampled it
+	Lane    int
+	Rolls   []atgrpo.Rollout
+	Buffers map[string][]rl.Sample
+}
+
+// asyncRollouts are one step's chunks, merged.
+type asyncRollouts struct {
+	step      int64
+	rolls     []atgrpo.Rollout
+	buffers   map[string][]rl.Sample
+	staleness map[string]int
+}
+
+func (a *asyncATGRPO) Name() string      { return a.inner.Name() }
+func (a *asyncATGRPO) SingleAgent() bool { return a.inner.SingleAgent() }
+
+// Start spawns the rollout workers and starts their lanes; they pull the
+// learner's version 0 (the warm-started weights) before they sample.
+func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
+	o := t.Options()
+	a.t = t
+	a.cfg = atgrpo.Config{K: o.K, Alpha: 1, Envs: o.Envs, MaxTurns: t.Budget(), Advantage: grpo.StdNormalized, Seed: o.Seed,
+		DrMAS: a.inner.DrMAS, Filter: a.inner.Filter}
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	a.chunks = min(a.opts.RolloutWorkers, o.Envs)
+	a.cond = sync.NewCond(&a.mu)
+	a.done = map[int64][]*actors.Future[chunkResult]{}
+	a.limit = int64(o.Steps)
+	pub, err := t.Team().Publish(ctx, 0)
+	if err != nil {
+		return err
+	}
+	a.published = pub
+	for i := 0; i < a.opts.RolloutWorkers; i++ {
+		tc := t.teamCfg
+		tc.NamePrefix = fmt.Sprintf("%srollout%d-", o.ActorPrefix, i)
+		tc.Policy.Decoupled = false
+		team, err := agent.SpawnTeam(ctx, t.Runtime(), tc)
+		if err != nil {
+			a.killLanes()
+			return fmt.Errorf("rollout worker %d: %w", i, err)
+		}
+		a.lanes = append(a.lanes, &lane{id: i, team: team, version: -1})
+	}
+	a.alive = len(a.lanes)
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	for _, l := range a.lanes {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.run(lctx, l)
+		}()
+	}
+	t.logf("rollout workers: %d per policy (%d chunks a step), max staleness %d, decoupled PPO (importance weight cap %v)",
+		a.opts.RolloutWorkers, a.chunks, a.opts.MaxStaleness, t.teamCfg.Policy.ISCap)
+	return nil
+}
+
+// take hands lane l its next chunk and the version it must hold first,
+// waiting while the staleness bound forbids any; false once the lane is
+// to stop.
+func (a *asyncATGRPO) take(l *lane) (unit, *agent.Published, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		if a.stopped || l.dead {
+			return unit{}, nil, false
+		}
+		if len(a.retry) > 0 {
+			u := a.retry[0]
+			a.retry = a.retry[1:]
+			return u, a.published, true
+		}
+		if a.next < a.limit && a.published.Version >= a.next-int64(a.opts.MaxStaleness) {
+			u := unit{a.next, a.nextChunk}
+			if a.nextChunk++; a.nextChunk == a.chunks {
+				a.next, a.nextChunk = a.next+1, 0
+			}
+			return u, a.published, true
+		}
+		a.cond.Wait()
+	}
+}
+
+// run is lane l's loop: take a chunk, pull the newest weights if it lacks
+// them, sample, put the result in the object store for the learner. A lane
+// that fails gives its chunk back to the others and ends.
+func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
+	for {
+		u, pub, ok := a.take(l)
+		if !ok {
+			return
+		}
+		err := func() error {
+			if l.version < pub.Version {
+				d, err := l.team.Pull(ctx, pub)
+				if err != nil {
+					return err
+				}
+				l.version = pub.Version
+				a.mu.Lock()
+				a.pulls = append(a.pulls, d)
+				a.mu.Unlock()
+			}
+			res, err := a.sample(ctx, l, u)
+			if err != nil {
+				return err
+			}
+			f, err := actors.Put(ctx, a.t.Runtime(), res)
+			if err != nil {
+				return err
+			}
+			snap, err := l.team.Timelines(ctx)
+			if err != nil {
+				return err
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			l.snap, l.snapAt = snap, time.Now()
+			d := a.done[u.step]
+			if d == nil {
+				d = make([]*actors.Future[chunkResult], a.chunks)
+				a.done[u.step] = d
+			}
+			d[u.chunk] = f
+			a.cond.Broadcast()
+			return nil
+		}()
+		if err != nil {
+			a.lose(l, u, err)
+			return
+		}
+	}
+}
+
+// lose retires lane l after err, handing its chunk u to the other lanes.
+func (a *asyncATGRPO) lose(l *lane, u unit, err error) {
+	a.mu.Lock()
+	stopped := a.stopped
+	if !stopped {
+		l.dead = true
+		a.retry = append([]unit{u}, a.retry...)
+		if a.alive--; a.alive == 0 {
+			a.failed = fmt.Errorf("%w: the last one failed: %w", ErrRolloutWorkers, err)
+		}
+		a.cond.Broadcast()
+	}
+	a.mu.Unlock()
+	if stopped {
+		return
+	}
+	a.t.logf("rollout worker %d lost at step %d chunk %d (%v); its episodes go to the others", l.id, u.step+1, u.chunk, err)
+	l.team.Kill(context.Background())
+}
+
+// sample tree-samples chunk u with lane l's policies: the environments the
+// synchronous run would give those indices, sampled with a seed of the
+// chunk, renumbered to their place in the step.
+func (a *asyncATGRPO) sample(ctx context.Context, l *lane, u unit) (chunkResult, error) {
+	lo, hi := a.chunkRange(u.chunk)
+	newEnv := a.t.NewEnv(-1)
+	es := make([]envs.Env, hi-lo)
+	for j := range es {
+		e, err := newEnv(lo+j, rl.DeriveSeed(a.cfg.Seed, u.step, int64(lo+j), 1))
+		if err != nil {
+			return chunkResult{}, fmt.Errorf("step %d: make env %d: %w", u.step, lo+j, err)
+		}
+		es[j] = e
+	}
+	cc := a.cfg
+	cc.Envs, cc.Seed = hi-lo, rl.DeriveSeed(a.cfg.Seed, int64(lo), 0x6c616e65)
+	rolls, buffers, err := atgrpo.TreeRollouts(ctx, cc, l.team.Policies, es, u.step)
+	if err != nil {
+		return chunkResult{}, fmt.Errorf("rollout worker %d step %d chunk %d: %w", l.id, u.step, u.chunk, err)
+	}
+	renumber(rolls, buffers, lo, l.version)
+	return chunkResult{Step: u.step, Chunk: u.chunk, Version: l.version, Lane: l.id, Rolls: rolls, Buffers: buffers}, nil
+}
+
+// chunkRange is the environments [lo, hi) of chunk c.
+func (a *asyncATGRPO) chunkRange(c int) (lo, hi int) {
+	n := a.cfg.Envs
+	return c * n / a.chunks, (c + 1) * n / a.chunks
+}
+
+// renumber moves a chunk's rollouts and samples from environments 0.. to
+// lo.. (their groups and Dr. MAS uids with them) and stamps the samples
+// with the behaviour version v.
+func renumber(rolls []atgrpo.Rollout, buffers map[string][]rl.Sample, lo int, v int64) {
+	groups := map[string]string{}
+	for i := range rolls {
+		rolls[i].Env += lo
+		for j := range rolls[i].Nodes {
+			k := &rolls[i].Nodes[j].Key
+			old := k.String()
+			k.Env += lo
+			groups[old] = k.String()
+		}
+	}
+	for name, b := range buffers {
+		for i := range b {
+			if g, ok := groups[b[i].Group]; ok {
+				b[i].Group = g
+			}
+			if e, err := strconv.Atoi(b[i].UID[len("env"):]); err == nil {
+				b[i].UID = "env" + strconv.Itoa(e+lo)
+			}
+			b[i].Version = v
+		}
+		buffers[name] = b
+	}
+}
+
+// Rollout waits until every chunk of the learner's step is in the object
+// store and merges them in chunk order.
+func (a *asyncATGRPO) Rollout(ctx context.Context) (Rollouts, error) {
+	a.mu.Lock()
+	s := a.step
+	if a.limit <= s { // a caller stepping past Options.Steps
+		a.limit = s + 1
+		a.cond.Broadcast()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		a.mu.Lock()
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer stop()
+	for !a.complete(s) && a.failed == nil && ctx.Err() == nil {
+		a.cond.Wait()
+	}
+	futs, failed := a.done[s], a.failed
+	if a.complete(s) {
+		delete(a.done, s)
+		failed = nil
+	}
+	a.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if failed != nil {
+		return nil, failed
+	}
+	r := &asyncRollouts{step: s, buffers: map[string][]rl.Sample{}, staleness: map[string]int{}}
+	for c, f := range futs {
+		res, err := f.Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("step %d chunk %d from the object store: %w", s, c, err)
+		}
+		r.rolls = append(r.rolls, res.Rolls...)
+		for _, name := range slices.Sorted(maps.Keys(res.Buffers)) {
+			r.buffers[name] = append(r.buffers[name], res.Buffers[name]...)
+			r.staleness[strconv.FormatInt(s-res.Version, 10)] += len(res.Buffers[name])
+		}
+		f.Release()
+	}
+	return r, nil
+}
+
+// complete reports whether every chunk of step s is in; a.mu held.
+func (a *asyncATGRPO) complete(s int64) bool {
+	d := a.done[s]
+	if d == nil {
+		return false
+	}
+	for _, f := range d {
+		if f == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Update trains the learner on the step's chunks (decoupled PPO), then
+// publishes the new version for the workers to pull.
+func (a *asyncATGRPO) Update(ctx context.Context, ro Rollouts) (StepRecord, error) {
+	r, ok := ro.(*asyncRollouts)
+	if !ok {
+		return StepRecord{}, fmt.Errorf("%w: AT-GRPO with rollout workers cannot update on %T", ErrAlgorithm, ro)
+	}
+	st, buffers, err := atgrpo.Prepare(a.cfg, r.step, r.rolls, r.buffers)
+	if err != nil {
+		return StepRecord{}, fmt.Errorf("step %d: %w", r.step, err)
+	}
+	if st.Updates, err = a.t.Team().Update(ctx, buffers); err != nil {
+		return StepRecord{}, fmt.Errorf("step %d: %w", r.step, err)
+	}
+	pub, err := a.t.Team().Publish(ctx, r.step+1)
+	if err != nil {
+		return StepRecord{}, fmt.Errorf("step %d: %w", r.step, err)
+	}
+	a.mu.Lock()
+	a.published, a.step = pub, r.step+1
+	pulls := a.pulls
+	a.pulls = nil
+	a.cond.Broadcast()
+	a.mu.Unlock()
+	rec := StepRecord{Kind: "step", Step: int(r.step) + 1, Reward: st.MeanReward, Success: st.SuccessRate, TeamReturn: st.TeamReturn,
+		Samples: st.Samples, ZeroAdv: st.ZeroAdv, SampledZero: st.SampledZero, Trained: st.Filter.SamplesKept,
+		Staleness: r.staleness, WeightSync: &SyncRecord{PublishMS: ms(pub.Export), Pulls: len(pulls)}}
+	for _, d := range pulls {
+		rec.WeightSync.PullMS += ms(d) / float64(len(pulls))
+		rec.WeightSync.PullMaxMS = max(rec.WeightSync.PullMaxMS, ms(d))
+	}
+	fillUpd(&rec, st.Updates)
+	return rec, nil
+}
+
+// Stop ends the lanes and kills the rollout workers.
+func (a *asyncATGRPO) Stop(ctx context.Context) {
+	if a.cond != nil {
+		a.mu.Lock()
+		a.stopped = true
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	a.killLanes()
+}
+
+func (a *asyncATGRPO) killLanes() {
+	for _, l := range a.lanes {
+		if !l.dead {
+			l.team.Kill(context.Background())
+		}
+	}
+}
+
+// timelineTeams implements timelineSource: the learner, measured around
+// the step, and each live worker from its own snapshots.
+func (a *asyncATGRPO) timelineTeams() []timelineTeam {
+	out := []timelineTeam{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, l := range a.lanes {
+		if l.dead || l.snap == nil {
+			continue
+		}
+		out = append(out, timelineTeam{label: "rollout" + strconv.Itoa(l.id), snap: l.snap, at: l.snapAt})
+	}
+	return out
+}
+
+// SyncRecord is a step's weight sync: the learner's export and the
+// workers' pulls made since the previous step.
+type SyncRecord struct {
+	PublishMS float64 `json:"publish_ms"`
+	Pulls     int     `json:"pulls"`
+	PullMS    float64 `json:"pull_ms"`
+	PullMaxMS float64 `json:"pull_max_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
