@@ -59,7 +59,10 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.Eval.TestEpisodes, "test-episodes", o.Eval.TestEpisodes, "test-range episodes, greedy and sampled, after the warm start and at the end (0: no test evaluation)")
 	fs.Int64Var(&o.Eval.TestSeed, "test-seed", o.Eval.TestSeed, "first seed of the test range (report on it; never tune on it)")
 	fs.IntVar(&o.Eval.Every, "eval-every", o.Eval.Every, "steps between held-out evaluations (0: start and end only)")
-	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between checkpoints (0: end only)")
+	fs.IntVar(&o.CkptEvery, "ckpt-every", o.CkptEvery, "steps between resumable checkpoints in OUT/checkpoints, also written before the first step and after the last (0: none; the final policies are saved either way)")
+	fs.IntVar(&o.KeepCkpts, "keep-ckpts", o.KeepCkpts, "resumable checkpoints to keep, the newest (0: all)")
+	fs.StringVar(&o.Resume, "resume", o.Resume, "continue the run in DIR (its output directory) from its last complete checkpoint, skipping damaged ones; the flags must be the run's but for --steps, --out, --ckpt-every, --keep-ckpts; --out defaults to DIR")
+	fs.BoolVar(&o.Recover, "recover", o.Recover, "with --ckpt-every: when a policy actor is lost and restarted, restore the last checkpoint and replay the steps since")
 	sampleTemp := fs.Float64("sample-temp", f64(o.SampleTemp), "training sampling temperature (0: 1; above 1 explores states where the policy is confidently wrong)")
 	evalTemp := fs.Float64("eval-temp", f64(o.Eval.Temp), "evaluation sampling temperature (0: 1, on-policy)")
 	fs.IntVar(&o.EnvActors, "env-actors", o.EnvActors, "host the training environments in N environment actors (0: step them in the driver; same results)")
@@ -91,6 +94,11 @@ func Main(prog, doc string, o Options) {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %s\n", prog, strings.Join(fs.Args(), " "))
 		os.Exit(2)
+	}
+	outSet := false
+	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+	if o.Resume != "" && !outSet {
+		o.OutDir = o.Resume
 	}
 	if *size != 0 {
 		o.EnvConfig.Width, o.EnvConfig.Height = *size, *size

@@ -67,8 +67,26 @@ type Options struct {
 	Async AsyncOptions
 
 	// Output.
-	OutDir    string
-	CkptEvery int // steps between checkpoints (0: end only)
+	OutDir string
+	// CkptEvery > 0 commits a resumable checkpoint (resume.go) under
+	// OutDir/checkpoints before the first RL step, every CkptEvery steps
+	// and after the last; 0 writes none. The final policies are saved in
+	// OutDir either way.
+	CkptEvery int
+	// KeepCkpts is how many resumable checkpoints to keep, the newest (0:
+	// every one).
+	KeepCkpts int
+	// Resume, if set, continues the run from the last complete checkpoint
+	// in this directory (a run's output directory, or its checkpoints
+	// directory), skipping damaged ones; the options must be the
+	// checkpoint's but for Steps, OutDir and a few others (ErrConfigChanged
+	// names what differs). Without any checkpoint there the run starts from
+	// the beginning.
+	Resume string
+	// Recover, with CkptEvery, spawns the policy actors with restarts and,
+	// when one is lost and restarted, restores the run from its last
+	// checkpoint and replays the steps since.
+	Recover bool
 	// ActorPrefix is put before the policy actors' names (the role names),
 	// for runs side by side in one job (the results program).
 	ActorPrefix string
@@ -254,6 +272,7 @@ type Result struct {
 	Policies    int               // number of policy actors
 	WarmSuccess float64           // validation success after the warm start (sampled)
 	WarmReward  float64           // validation team return after the warm start
+	WarmGreedy  Point             // validation evaluation after the warm start, greedy
 	Final       Point             // validation evaluation at the end (sampled)
 	FinalGreedy Point             // validation evaluation at the end, greedy
 	Evals       []Point           // every validation evaluation (sampled), step order
@@ -316,6 +335,12 @@ type StepRecord struct {
 	// stale ("0", "1", ...), and the step's weight sync.
 	Staleness  map[string]int `json:"staleness,omitempty"`
 	WeightSync *SyncRecord    `json:"weight_sync,omitempty"`
+
+	// CkptWrite is the write time of the checkpoint committed since the
+	// previous step (CkptEvery); Resume, on a resumed run's first step, the
+	// seconds from the process's start to the step's end.
+	CkptWrite float64 `json:"ckpt_write_s,omitempty"`
+	Resume    float64 `json:"resume_s,omitempty"`
 }
 
 // Context returns the model context a policy needs for env: BOS, the longest

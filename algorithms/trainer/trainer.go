@@ -59,6 +59,7 @@ type Trainer struct {
 
 	teamCfg agent.TeamConfig // what spawned the team (rollout workers copy it)
 	tl      timelineState
+	rs      resumeState // checkpoints, resume and recovery (resume.go)
 }
 
 // New checks o, spawns the team of policy actors on rt and opens the run's
@@ -112,7 +113,7 @@ func New(ctx context.Context, rt actors.Runtime, o Options) (*Trainer, error) {
 			t.Close(ctx)
 			return nil, fmt.Errorf("out dir: %w", err)
 		}
-		f, err := os.Create(filepath.Join(o.OutDir, "metrics.jsonl"))
+		f, err := openMetrics(filepath.Join(o.OutDir, "metrics.jsonl"), o.Resume != "")
 		if err != nil {
 			t.Close(ctx)
 			return nil, fmt.Errorf("metrics file: %w", err)
@@ -168,6 +169,9 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	tc := agent.TeamConfig{Roles: t.roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.Model.SharedBase}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
+	}
+	if o.Recover { // a lost policy actor comes back, and the run restores it
+		tc.SpawnOptions = append(tc.SpawnOptions, actors.MaxRestarts(recoverLimit))
 	}
 	if o.Model.Init != "" {
 		tc.Checkpoints = map[string]string{}
@@ -414,6 +418,7 @@ func (t *Trainer) Step(ctx context.Context, s int) (StepRecord, error) {
 	r.StepWall = time.Since(ts).Seconds()
 	r.Timeline = t.timeline(ctx, before, ts)
 	r.TokensPerS = float64(totalTokens(ctx, t.team)-t.tokens0) / time.Since(t.t0).Seconds()
+	t.rs.annotate(&r)
 	t.record(r)
 	return r, nil
 }
@@ -453,67 +458,113 @@ func Run(ctx context.Context, rt actors.Runtime, o Options) (Result, error) {
 
 // Run runs the phases in order: warm start; validation (sampled and greedy)
 // and test evaluation; Options.Steps RL steps with validation every
-// EvalEvery steps and checkpoints every CkptEvery; the final evaluations;
-// the final checkpoints and the learning curves. It logs each phase.
+// EvalEvery steps and resumable checkpoints every CkptEvery; the final
+// evaluations; the final checkpoints and the learning curves. It logs each
+// phase. With Options.Resume it continues from the last checkpoint instead
+// (resume.go), and with Options.Recover it restores the last checkpoint
+// after losing a policy actor and replays the steps since.
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	o := t.o
 	res := &t.res
-	if err := t.WarmStart(ctx); err != nil {
-		return *res, err
+	var (
+		resumed bool
+		start   int
+		err     error
+	)
+	if o.Resume != "" {
+		if resumed, start, err = t.resume(ctx); err != nil {
+			return *res, err
+		}
 	}
-	p0, err := t.Evaluate(ctx, 0, false)
-	if err != nil {
-		return *res, err
-	}
-	g0, err := t.Evaluate(ctx, 0, true)
-	if err != nil {
-		return *res, err
-	}
-	res.WarmSuccess, res.WarmReward = p0.Success, p0.Reward
-	t.logf("validation before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f sampled, %.1f%% ± %.1f greedy; team return %.3f, invalid %.1f%%",
-		o.Eval.Episodes, o.Eval.Seed, 100*p0.Success, 100*p0.StdErr, 100*g0.Success, 100*g0.StdErr, p0.Reward, 100*p0.Invalid)
-	if res.WarmTest, err = t.Test(ctx, 0); err != nil {
-		return *res, err
-	}
-	if w := res.WarmTest; w != nil {
-		t.logf("test before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f greedy, %.1f%% ± %.1f sampled",
-			o.Eval.TestEpisodes, o.Eval.TestSeed, 100*w.Greedy.Success, 100*w.Greedy.StdErr, 100*w.Sampled.Success, 100*w.Sampled.StdErr)
+	p0, g0 := Point{Success: res.WarmSuccess, Reward: res.WarmReward}, res.WarmGreedy
+	if !resumed {
+		if err := t.WarmStart(ctx); err != nil {
+			return *res, err
+		}
+		if p0, err = t.Evaluate(ctx, 0, false); err != nil {
+			return *res, err
+		}
+		if g0, err = t.Evaluate(ctx, 0, true); err != nil {
+			return *res, err
+		}
+		res.WarmSuccess, res.WarmReward, res.WarmGreedy = p0.Success, p0.Reward, g0
+		t.logf("validation before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f sampled, %.1f%% ± %.1f greedy; team return %.3f, invalid %.1f%%",
+			o.Eval.Episodes, o.Eval.Seed, 100*p0.Success, 100*p0.StdErr, 100*g0.Success, 100*g0.StdErr, p0.Reward, 100*p0.Invalid)
+		if res.WarmTest, err = t.Test(ctx, 0); err != nil {
+			return *res, err
+		}
+		if w := res.WarmTest; w != nil {
+			t.logf("test before RL (%d episodes, seeds %d..): success %.1f%% ± %.1f greedy, %.1f%% ± %.1f sampled",
+				o.Eval.TestEpisodes, o.Eval.TestSeed, 100*w.Greedy.Success, 100*w.Greedy.StdErr, 100*w.Sampled.Success, 100*w.Sampled.StdErr)
+		}
 	}
 
 	if err := t.Start(ctx); err != nil {
 		return *res, err
+	}
+	if err := t.restoreAlgorithm(ctx); err != nil {
+		return *res, err
+	}
+	if err := t.checkLearners(ctx); err != nil { // the incarnations to watch
+		return *res, err
+	}
+	if !resumed && t.checkpointing() {
+		if err := t.commitCheckpoint(ctx, 0); err != nil {
+			return *res, err
+		}
 	}
 	progress := o.Progress
 	if o.Steps == 0 {
 		progress = nil
 	}
 	bar := NewBar(progress, o.Steps)
-	for s := 1; s <= o.Steps; s++ {
+	for s := start + 1; s <= o.Steps; s++ {
 		r, err := t.Step(ctx, s)
+		if err == nil {
+			err = t.checkLearners(ctx)
+		}
 		if err != nil {
-			return *res, err
+			back, err := t.recoverFrom(ctx, s, err)
+			if err != nil {
+				return *res, err
+			}
+			s = back
+			continue
+		}
+		if r.Resume > 0 {
+			t.logf("resume: step %d, the first after the restart, ended %.1fs after the process started", s, r.Resume)
 		}
 		bar.Update(s, fmt.Sprintf("reward %+.3f  success %3.0f%%  clip %.3f  kl %.4f  gn %.2f  zero-adv %2.0f%%  %6.0f tok/s",
 			r.Reward, 100*r.Success, r.ClipFrac, r.ApproxKL, r.GradNorm, 100*r.ZeroAdv, r.TokensPerS))
 		if o.Eval.Every > 0 && s%o.Eval.Every == 0 && s < o.Steps {
 			p, err := t.Evaluate(ctx, s, false)
 			if err != nil {
-				return *res, err
+				back, err := t.recoverFrom(ctx, s, err)
+				if err != nil {
+					return *res, err
+				}
+				s = back
+				continue
 			}
 			bar.Note(fmt.Sprintf("step %d validation success %.0f%%", s, 100*p.Success))
 		}
-		if o.OutDir != "" && o.CkptEvery > 0 && s%o.CkptEvery == 0 && s < o.Steps {
-			if _, err := t.Checkpoint(ctx, filepath.Join(o.OutDir, "checkpoints"), fmt.Sprintf("step%04d-", s), map[string]string{"env": o.Env}); err != nil {
-				return *res, err
+		if t.checkpointing() && (s%o.CkptEvery == 0 || s == o.Steps) {
+			if err := t.commitCheckpoint(ctx, s); err != nil {
+				back, err := t.recoverFrom(ctx, s, err)
+				if err != nil {
+					return *res, err
+				}
+				s = back
+				continue
 			}
 		}
 	}
 	bar.Done()
 	res.Steps = o.Steps
 	res.TrainWall = time.Since(t.t0)
-	if o.Steps > 0 {
+	if o.Steps > start {
 		res.TokensPerS = float64(totalTokens(ctx, t.team)-t.tokens0) / res.TrainWall.Seconds()
-		res.StepWall = res.TrainWall / time.Duration(o.Steps)
+		res.StepWall = res.TrainWall / time.Duration(o.Steps-start)
 	}
 	pf, err := t.Evaluate(ctx, o.Steps, false)
 	if err != nil {

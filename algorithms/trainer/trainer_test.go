@@ -33,7 +33,7 @@ func TestRunWritesEverything(t *testing.T) {
 		if res.WarmTest == nil || res.FinalTest == nil || res.FinalTest.Greedy.Episodes != 3 || res.FinalTest.Sampled.Episodes != 3 {
 			t.Fatalf("%s: test evaluations %+v %+v", algo, res.WarmTest, res.FinalTest)
 		}
-		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool/config.json", "planner/config.json", "warm-tool/config.json", "checkpoints/step0001-planner/config.json"} {
+		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool/config.json", "planner/config.json", "warm-tool/config.json", "checkpoints/step-00000001/policies/planner/config.json", "checkpoints/step-00000001/policies/planner/optimizer.safetensors", "checkpoints/step-00000002/manifest.json"} {
 			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 				t.Errorf("%s: %v", algo, err)
 			}
