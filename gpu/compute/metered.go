@@ -33,6 +33,7 @@ func Metered(b Backend, c Meter, now func() time.Time) Backend {
 	if f, ok := As[BF16Matmuler](b); ok {
 		m.f = &meteredBF{m: m, f: f}
 	}
+	m.fused = newMeteredFused(m, b)
 	return m
 }
 
@@ -43,6 +44,7 @@ type metered struct {
 	sizes map[any]int64 // bytes of each live allocation
 	t     *meteredT     // b's MatmulTransposer, metered; nil without
 	f     *meteredBF    // b's BF16Matmuler, metered; nil without
+	fused meteredFused  // b's fused-kernel capabilities, metered
 }
 
 // capability implements capabler: the wrapped backend's capabilities,
@@ -60,7 +62,7 @@ func (m *metered) capability(target any) bool {
 		}
 		return m.f != nil
 	}
-	return false
+	return m.fused.capability(target)
 }
 
 // done adds the time since start to the counter.

@@ -92,9 +92,14 @@ type Backend struct {
 
 	errFlag  uintptr // device uint32 the kernels raise TROUPE_ERR_* bits in
 	sumsq    uintptr // device float64 for SumSquares
-	scratch  uintptr // attention scratch (dpre / decode scores)
+	scratch  uintptr // attention scratch (flash D, decode partials)
 	scratchN int     // its size in floats
 	stage    uintptr // staging buffer of 16-bit weight uploads (cfg.stageHalves), lazily allocated
+
+	// adamTable is AdamWUpdateMulti's device table (adamTableN 64-bit
+	// words), grown on demand and kept.
+	adamTable  uintptr
+	adamTableN int
 
 	// Kernel argument storage: values and the pointer array handed to the
 	// launch. Fields of the heap-allocated Backend, so they never move while
@@ -129,12 +134,12 @@ func (b *Backend) Name() string { return b.name }
 // Close frees the backend's internal buffers and releases the device.
 // Buffers handed out earlier must not be used afterwards.
 func (b *Backend) Close() error {
-	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch, b.stage} {
+	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch, b.stage, b.adamTable} {
 		if p != 0 {
 			_ = b.dev.Free(p)
 		}
 	}
-	b.errFlag, b.sumsq, b.scratch, b.stage = 0, 0, 0, 0
+	b.errFlag, b.sumsq, b.scratch, b.stage, b.adamTable = 0, 0, 0, 0, 0
 	return b.dev.Close()
 }
 
@@ -402,8 +407,9 @@ func (b *Backend) Copy(dst, src compute.Buffer, n int) {
 // ptr marks a device pointer kernel argument.
 type ptr uintptr
 
-// launch packs args (ptr, int, float32) into argument slots and runs kernel.
-// Ints are passed as C int (32 bits): dims bounds them first.
+// launch packs args (ptr, int, int64, float32) into argument slots and runs
+// kernel. Ints are passed as C int (32 bits): dims bounds them first; int64
+// as long long.
 func (b *Backend) launch(kernel string, grid, block [3]uint32, args ...any) {
 	if b.err != nil {
 		return
@@ -419,6 +425,8 @@ func (b *Backend) launch(kernel string, grid, block [3]uint32, args ...any) {
 			v = uint64(x)
 		case int:
 			v = uint64(uint32(int32(x)))
+		case int64:
+			v = uint64(x)
 		case float32:
 			v = uint64(math.Float32bits(x))
 		default:

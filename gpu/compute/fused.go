@@ -1,0 +1,82 @@
+package compute
+
+// Optional capabilities for fused kernels: ops a device runs in one pass
+// over memory where the Backend contract takes several. Each is exactly the
+// composition of Backend ops its comment names (up to float rounding), so a
+// caller finds it with As and otherwise runs those ops. gpu/compute/cuda
+// implements all of them; gpu/compute/cpu none (its ops are not bound by
+// memory traffic the way a GPU's are).
+
+// FlashAttender is causal grouped-query attention that keeps, instead of
+// the (B,NH,T,T) probabilities of GQAttentionForward, each row's
+// log-sum-exp (B,NH,T), and recomputes the probabilities in the backward
+// (FlashAttention). Memory for attention then grows with T, not T².
+type FlashAttender interface {
+	// FlashAttentionForward: out (B,T,NH,HD) as GQAttentionForward, and
+	// lse[b,h,t] = log sum_{s<=t} exp(q_t·k_s*scale) (B,NH,T).
+	FlashAttentionForward(out, lse, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
+	// FlashAttentionBackward accumulates dq, dk, dv as GQAttentionBackward,
+	// from dout and q, k, v, out and lse of the forward.
+	FlashAttentionBackward(dq, dk, dv, dout, q, k, v, out, lse Buffer, B, T, NH, KVH, HD int, scale float32)
+}
+
+// ResidualNormer fuses the residual add with the RMSNorm that follows it.
+type ResidualNormer interface {
+	// ResidualRMSNormForward: res = a + b (N*C elements; res may alias a
+	// or b), then RMSNormForward(out, rstd, res, weight, N, C, eps). The
+	// backward is RMSNormBackward into the residual's gradient.
+	ResidualRMSNormForward(res, out, rstd, a, b, weight Buffer, N, C int, eps float32)
+}
+
+// QKRoper applies the rotary embedding to the attention's queries and keys
+// in one launch, after Qwen3's per-head RMSNorm where the model has one.
+type QKRoper interface {
+	// RopeQKForward is RopeForward on q (N,NH,HD) and on k (N,KVH,HD).
+	RopeQKForward(q, k Buffer, pos IntBuffer, cos, sin Buffer, N, NH, KVH, HD, maxPos int)
+	// RopeQKBackward is RopeBackward on dq (N,NH,HD) and on dk (N,KVH,HD).
+	RopeQKBackward(dq, dk Buffer, pos IntBuffer, cos, sin Buffer, N, NH, KVH, HD, maxPos int)
+	// HeadNormRopeForward is RMSNormForward(out, rstd, inp, weight, N*H,
+	// HD, eps) then RopeForward(out, pos, cos, sin, N, H, HD, maxPos):
+	// inp and out (N,H,HD), rstd (N*H), weight (HD). The backward is
+	// RopeBackward then RMSNormBackward (inp and rstd are what it needs).
+	HeadNormRopeForward(out, rstd, inp, weight Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int, eps float32)
+}
+
+// LSELossHeads are the loss heads with an online log-sum-exp: the forward
+// reads the logits once and keeps lse (N) instead of writing the softmax
+// (N,V); the backward recomputes the softmax from the logits and lse while
+// it writes the gradient. With the vocabulary as the widest tensor of a
+// model, that halves the head's memory traffic.
+//
+// In the backwards, dlogits may be the logits buffer itself: the gradient
+// then replaces the logits in place (each element is read before it is
+// written). Otherwise it accumulates, as every backward op does.
+type LSELossHeads interface {
+	// CrossEntropyLSEForward: lse[n] = logsumexp(logits[n,:]) and
+	// losses[n] = lse[n] - logits[n,targets[n]].
+	CrossEntropyLSEForward(losses, lse, logits Buffer, targets IntBuffer, N, V int)
+	// CrossEntropyLSEBackward: dlogits[n,v] (+)= (exp(logits[n,v]-lse[n]) -
+	// [v==targets[n]]) * dlosses[n].
+	CrossEntropyLSEBackward(dlogits, logits, lse, dlosses Buffer, targets IntBuffer, N, V int)
+	// LogProbLSEForward: lse as above, logp[n] = logits[n,targets[n]] - lse[n].
+	LogProbLSEForward(logp, lse, logits Buffer, targets IntBuffer, N, V int)
+	// LogProbLSEBackward: dlogits[n,v] (+)= dlogp[n] * ([v==targets[n]] -
+	// exp(logits[n,v]-lse[n])).
+	LogProbLSEBackward(dlogits, logits, lse, dlogp Buffer, targets IntBuffer, N, V int)
+}
+
+// AdamWTensor is one parameter tensor of a multi-tensor AdamW update: N
+// elements of Params, Grads, M and V.
+type AdamWTensor struct {
+	Params, Grads, M, V Buffer
+	N                   int
+	// NoDecay skips the weight decay for this tensor (norms, biases).
+	NoDecay bool
+}
+
+// MultiAdamW updates many parameter tensors in one launch.
+type MultiAdamW interface {
+	// AdamWUpdateMulti is AdamWUpdate on every tensor of ts with h (and
+	// WeightDecay 0 where NoDecay).
+	AdamWUpdateMulti(ts []AdamWTensor, h AdamW)
+}

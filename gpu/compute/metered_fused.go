@@ -1,0 +1,146 @@
+package compute
+
+// Metered wrappers of the fused-kernel capabilities (fused.go), made once
+// by Metered for the capabilities the wrapped backend has.
+
+// meteredFused holds the metered fused capabilities; a nil field is one the
+// wrapped backend lacks.
+type meteredFused struct {
+	flash *meteredFlash
+	norm  *meteredResNorm
+	rope  *meteredQKRope
+	loss  *meteredLSE
+	adam  *meteredMultiAdam
+}
+
+func newMeteredFused(m *metered, b Backend) meteredFused {
+	var f meteredFused
+	if c, ok := As[FlashAttender](b); ok {
+		f.flash = &meteredFlash{m: m, c: c}
+	}
+	if c, ok := As[ResidualNormer](b); ok {
+		f.norm = &meteredResNorm{m: m, c: c}
+	}
+	if c, ok := As[QKRoper](b); ok {
+		f.rope = &meteredQKRope{m: m, c: c}
+	}
+	if c, ok := As[LSELossHeads](b); ok {
+		f.loss = &meteredLSE{m: m, c: c}
+	}
+	if c, ok := As[MultiAdamW](b); ok {
+		f.adam = &meteredMultiAdam{m: m, c: c}
+	}
+	return f
+}
+
+// capability is metered.capability for the fused capabilities.
+func (f *meteredFused) capability(target any) bool {
+	switch p := target.(type) {
+	case *FlashAttender:
+		if f.flash != nil {
+			*p = f.flash
+		}
+		return f.flash != nil
+	case *ResidualNormer:
+		if f.norm != nil {
+			*p = f.norm
+		}
+		return f.norm != nil
+	case *QKRoper:
+		if f.rope != nil {
+			*p = f.rope
+		}
+		return f.rope != nil
+	case *LSELossHeads:
+		if f.loss != nil {
+			*p = f.loss
+		}
+		return f.loss != nil
+	case *MultiAdamW:
+		if f.adam != nil {
+			*p = f.adam
+		}
+		return f.adam != nil
+	}
+	return false
+}
+
+type meteredFlash struct {
+	m *metered
+	c FlashAttender
+}
+
+func (o *meteredFlash) FlashAttentionForward(out, lse, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.c.FlashAttentionForward(out, lse, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (o *meteredFlash) FlashAttentionBackward(dq, dk, dv, dout, q, k, v, out, lse Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.c.FlashAttentionBackward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, KVH, HD, scale)
+}
+
+type meteredResNorm struct {
+	m *metered
+	c ResidualNormer
+}
+
+func (o *meteredResNorm) ResidualRMSNormForward(res, out, rstd, a, b, weight Buffer, N, C int, eps float32) {
+	defer o.m.done(o.m.now())
+	o.c.ResidualRMSNormForward(res, out, rstd, a, b, weight, N, C, eps)
+}
+
+type meteredQKRope struct {
+	m *metered
+	c QKRoper
+}
+
+func (o *meteredQKRope) RopeQKForward(q, k Buffer, pos IntBuffer, cos, sin Buffer, N, NH, KVH, HD, maxPos int) {
+	defer o.m.done(o.m.now())
+	o.c.RopeQKForward(q, k, pos, cos, sin, N, NH, KVH, HD, maxPos)
+}
+
+func (o *meteredQKRope) RopeQKBackward(dq, dk Buffer, pos IntBuffer, cos, sin Buffer, N, NH, KVH, HD, maxPos int) {
+	defer o.m.done(o.m.now())
+	o.c.RopeQKBackward(dq, dk, pos, cos, sin, N, NH, KVH, HD, maxPos)
+}
+
+func (o *meteredQKRope) HeadNormRopeForward(out, rstd, inp, weight Buffer, pos IntBuffer, cos, sin Buffer, N, H, HD, maxPos int, eps float32) {
+	defer o.m.done(o.m.now())
+	o.c.HeadNormRopeForward(out, rstd, inp, weight, pos, cos, sin, N, H, HD, maxPos, eps)
+}
+
+type meteredLSE struct {
+	m *metered
+	c LSELossHeads
+}
+
+func (o *meteredLSE) CrossEntropyLSEForward(losses, lse, logits Buffer, targets IntBuffer, N, V int) {
+	defer o.m.done(o.m.now())
+	o.c.CrossEntropyLSEForward(losses, lse, logits, targets, N, V)
+}
+
+func (o *meteredLSE) CrossEntropyLSEBackward(dlogits, logits, lse, dlosses Buffer, targets IntBuffer, N, V int) {
+	defer o.m.done(o.m.now())
+	o.c.CrossEntropyLSEBackward(dlogits, logits, lse, dlosses, targets, N, V)
+}
+
+func (o *meteredLSE) LogProbLSEForward(logp, lse, logits Buffer, targets IntBuffer, N, V int) {
+	defer o.m.done(o.m.now())
+	o.c.LogProbLSEForward(logp, lse, logits, targets, N, V)
+}
+
+func (o *meteredLSE) LogProbLSEBackward(dlogits, logits, lse, dlogp Buffer, targets IntBuffer, N, V int) {
+	defer o.m.done(o.m.now())
+	o.c.LogProbLSEBackward(dlogits, logits, lse, dlogp, targets, N, V)
+}
+
+type meteredMultiAdam struct {
+	m *metered
+	c MultiAdamW
+}
+
+func (o *meteredMultiAdam) AdamWUpdateMulti(ts []AdamWTensor, h AdamW) {
+	defer o.m.done(o.m.now())
+	o.c.AdamWUpdateMulti(ts, h)
+}
