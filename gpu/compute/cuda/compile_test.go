@@ -105,7 +105,7 @@ func TestEmbeddedPTXEntries(t *testing.T) {
 	// Kernel names the Go side launches, read from its source.
 	launchRE := regexp.MustCompile(`b\.launch\("(\w+)"`)
 	var launched []string
-	for _, f := range []string{"ops.go", "bf16.go", "decoder.go"} {
+	for _, f := range []string{"ops.go", "bf16.go", "decoder.go", "flash.go", "fused.go"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestEmbeddedPTXEntries(t *testing.T) {
 		}
 	}
 	if len(launched) < 20 {
-		t.Fatalf("found only %d launches in ops.go/bf16.go/decoder.go", len(launched))
+		t.Fatalf("found only %d launches in the Backend's sources", len(launched))
 	}
 	for _, k := range launched {
 		if !all[k] {
