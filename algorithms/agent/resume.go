@@ -178,3 +178,14 @@ func (a *ATGRPO) Steps() int64 { return a.step }
 
 // SetSteps sets the step clock, as when a run resumes after n steps.
 func (a *ATGRPO) SetSteps(n int64) { a.step = n }
+
+// Crash crashes the actor as the loss of its process would
+// (actors.Crash): a fault to inject in tests and chaos runs. The runtime
+// restarts it within its MaxRestarts, from its constructor.
+func (p *Policy) Crash(_ context.Context, reason string) (struct{}, error) {
+	panic(actors.Crash(reason))
+}
+
+// Pid is the OS process the actor runs in: a worker process on a cluster,
+// the driver's own in the embedded one.
+func (p *Policy) Pid(context.Context, struct{}) (int, error) { return os.Getpid(), nil }
