@@ -74,6 +74,10 @@ type Config struct {
 	Model policy.Config
 	// KVHeads is a from-scratch model's key/value heads (0: Model.Heads).
 	KVHeads int
+	// Intermediate is a from-scratch model's MLP width (0: about 8/3
+	// Model.Width, as policy.Config.HF sizes it), e.g. 4864 for the
+	// Qwen2.5-0.5B shape.
+	Intermediate int
 	// ModelDir, if set, is a pretrained Hugging Face model directory
 	// (config.json, safetensors, tokenizer.json; Llama, Qwen2, Qwen3,
 	// Mistral, SmolLM): the policy loads it with its own tokenizer, and
@@ -327,6 +331,12 @@ func (c *Config) scratch() (hf.Config, error) {
 	hc, err := c.Model.HF(c.KVHeads)
 	if err != nil {
 		return hf.Config{}, fmt.Errorf("%w: model: %w", ErrConfig, err)
+	}
+	if c.Intermediate != 0 {
+		hc.IntermediateSize = c.Intermediate
+		if err := hc.Validate(); err != nil {
+			return hf.Config{}, fmt.Errorf("%w: model: %w", ErrConfig, err)
+		}
 	}
 	return hc, nil
 }

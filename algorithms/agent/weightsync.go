@@ -110,11 +110,17 @@ func f32Bytes(w []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w))
 }
 
-// bytesF32 copies b (len a multiple of 4) into new float32s.
+// bytesF32 views b (len a multiple of 4) as float32s without a copy when
+// it is 4-byte aligned (as the decoder's allocations are), else copies it.
+// The import only reads it: SetWeights copies it into the model.
 func bytesF32(b []byte) []float32 {
-	w := make([]float32, len(b)/4)
-	if len(w) > 0 {
-		copy(f32Bytes(w), b)
+	if len(b) == 0 {
+		return []float32{}
 	}
+	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+	}
+	w := make([]float32, len(b)/4)
+	copy(f32Bytes(w), b)
 	return w
 }
