@@ -43,12 +43,10 @@ type launchConfig struct {
 
 var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}
 
-// Fixed by the kernel sources (matmul.cu; gqa.cu: GQA_WARPS, GQA_MAX_HD).
+// Fixed by the kernel source (matmul.cu).
 const (
 	matmulTile   = 64
 	matmulThread = 16
-	attWarps     = 4
-	attMaxHS     = 128
 )
 
 // maxElems bounds shape products: kernels index with 32-bit ints where a

@@ -155,7 +155,7 @@ func TestSourcesParse(t *testing.T) {
 		names = append(names, s.Kernels...)
 	}
 	joined := strings.Join(names, ",")
-	for _, k := range []string{"matmul_forward", "gqa_backward_kv", "sum_squares", "adamw_update_bf16"} {
+	for _, k := range []string{"matmul_forward", "flash_attn_backward_dkv", "sum_squares", "adamw_update_bf16"} {
 		if !strings.Contains(joined, k) {
 			t.Errorf("kernel %s not found in sources (found %s)", k, joined)
 		}

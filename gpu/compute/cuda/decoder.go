@@ -114,8 +114,8 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 		b.fail(compute.ShapeError(op, "scale=%g", scale))
 		return false
 	}
-	if HD > attMaxHS {
-		b.fail(compute.ShapeError(op, "head size %d exceeds the kernels' %d", HD, attMaxHS))
+	if HD > faMaxHD {
+		b.fail(compute.ShapeError(op, "head size %d exceeds the kernels' %d", HD, faMaxHD))
 		return false
 	}
 	if B*NH > 65535 {

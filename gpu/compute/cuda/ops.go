@@ -62,16 +62,6 @@ func (b *Backend) MatmulBackward(dinp, dweight, dbias, dout, inp, weight compute
 	}
 }
 
-// ---- attention ----
-
-// attGrid and attBlock are the launch shape of gqa.cu's kernels: a block of
-// attWarps warps per attWarps query rows of one (batch row, head).
-func attGrid(T, B, NH int) [3]uint32 {
-	return [3]uint32{uint32(ceilDiv(T, attWarps)), uint32(B * NH), 1}
-}
-
-var attBlock = [3]uint32{32 * attWarps, 1, 1}
-
 // ---- pointwise ----
 
 // ResidualForward implements compute.Backend (kernel residual_forward).

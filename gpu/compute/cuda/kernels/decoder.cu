@@ -1,6 +1,6 @@
 // decoder.cu: the pointwise and per-row ops of the Llama/Qwen decoder family
 // (gpu.DecoderBackend): position-free embedding, RMSNorm, rotary position
-// embeddings (HF rotate_half) and SwiGLU. Attention is in gqa.cu.
+// embeddings (HF rotate_half) and SwiGLU. Attention is in flash_attn.cu.
 #include "common.cuh"
 
 // out[n,c] = wte[inp[n],c]; one thread per output element. Ids outside

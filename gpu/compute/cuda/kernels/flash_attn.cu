@@ -2,8 +2,9 @@
 // memory (FlashAttention-2's tiling, SIMT float32 math), forward, backward and
 // a split-KV decode step over the KV cache.
 //
-// Layout as gqa.cu: q (B,T,NH,HD), k and v (B,T,KVH,HD); query head h reads
-// key/value head g = h/G with G = NH/KVH. lse (B,NH,T) holds each row's
+// Layout (gpu/compute/backend.go): q (B,T,NH,HD), k and v (B,T,KVH,HD) in
+// separate buffers; query head h reads key/value head g = h/G, G = NH/KVH;
+// any even head size HD <= FA_MAX_HD. lse (B,NH,T) holds each row's
 // log-sum-exp of the scaled scores, saved by the forward for the backward.
 //
 // Tiling. A block of FA_THREADS threads owns FA_BR "rows" of one (batch row
