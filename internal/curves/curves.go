@@ -43,6 +43,9 @@ type Record struct {
 	Kind   string
 	Step   float64
 	Fields map[string]float64
+	// Timeline is the step's time by actor and phase, in seconds (see
+	// TimelinePhases); nil when the line has none.
+	Timeline map[string]map[string]float64
 }
 
 // Run is one training run's metrics.
@@ -87,6 +90,7 @@ func Parse(r io.Reader) (*Run, error) {
 		}
 		rec := Record{Fields: map[string]float64{}}
 		rec.Kind, _ = m["kind"].(string)
+		rec.Timeline = parseTimeline(m["timeline"])
 		for k, v := range m {
 			// Values beyond ±maxValue are no metric (and would overflow the
 			// axis arithmetic): left out like a missing field.
@@ -316,7 +320,11 @@ func figure(c draw.Canvas, runs []*Run, panels []Panel, o Options) error {
 	ls.Draw(legendArea)
 
 	xlo, xhi := stepRange(runs) // one step axis for every panel
-	rows := (len(panels) + o.Cols - 1) / o.Cols
+	tl, err := timelinePlots(runs) // beside the curves: where the time went
+	if err != nil {
+		return err
+	}
+	rows := (len(panels) + len(tl) + o.Cols - 1) / o.Cols
 	plots := make([][]*plot.Plot, rows)
 	for i := range plots {
 		plots[i] = make([]*plot.Plot, o.Cols)
@@ -355,6 +363,10 @@ func figure(c draw.Canvas, runs []*Run, panels []Panel, o Options) error {
 			p.Y.Min, p.Y.Max = 0, 1
 		}
 		plots[i/o.Cols][i%o.Cols] = p
+	}
+	for i, p := range tl {
+		k := len(panels) + i
+		plots[k/o.Cols][k%o.Cols] = p
 	}
 	tiles := draw.Tiles{Rows: rows, Cols: o.Cols, PadX: vg.Points(18), PadY: vg.Points(14), PadTop: vg.Points(4),
 		PadBottom: vg.Points(6), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
@@ -421,7 +433,11 @@ func Draw(base string, runs []*Run, o Options) error {
 		}
 		o.Title = strings.Join(names, " vs ")
 	}
-	rows := (len(panels) + o.Cols - 1) / o.Cols
+	tl, err := timelinePlots(runs)
+	if err != nil {
+		return err
+	}
+	rows := (len(panels) + len(tl) + o.Cols - 1) / o.Cols
 	lines := max(len(runs), 2)
 	h := vg.Length(rows)*o.PanelHeight + vg.Points(float64(22+13*lines+6))
 	svg := vgsvg.New(o.Width, h)
