@@ -319,7 +319,7 @@ func figure(c draw.Canvas, runs []*Run, panels []Panel, o Options) error {
 	}
 	ls.Draw(legendArea)
 
-	xlo, xhi := stepRange(runs) // one step axis for every panel
+	xlo, xhi := stepRange(runs)    // one step axis for every panel
 	tl, err := timelinePlots(runs) // beside the curves: where the time went
 	if err != nil {
 		return err
