@@ -134,11 +134,13 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"kind":"step","step":1,"reward":0.5}` + "\n" + `{"kind":"eval","step":1,"success":1}`))
 	f.Add([]byte(`{"kind":"step","step":1e308,"reward":-1e308}`))
 	f.Add([]byte("\n\n{}"))
+	f.Add([]byte(`{"kind":"step","step":1,"timeline":{"a/learner":{"train":0.5,"idle":0.1}}}` + "\n" + `{"kind":"step","step":1e12,"timeline":{"a/learner":{"train":1}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Parse(strings.NewReader(string(data)))
 		if err != nil {
 			return
 		}
+		_, _ = timelinePlots([]*Run{r})
 		for _, p := range Panels([]*Run{r}) {
 			for _, s := range p.Series {
 				r.points(s)

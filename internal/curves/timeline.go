@@ -16,6 +16,9 @@ import (
 // the stacked plot.
 var TimelinePhases = []string{"rollout", "train", "sync", "collective", "idle"}
 
+// maxTimelineSteps bounds the steps a timeline chart spans (a bar each).
+const maxTimelineSteps = 1 << 16
+
 // phaseColors are the phases' colors, in TimelinePhases' order.
 var phaseColors = []color.RGBA{{31, 119, 180, 255}, {44, 160, 44, 255}, {255, 127, 14, 255}, {148, 103, 189, 255}, {199, 199, 199, 255}}
 
@@ -77,6 +80,9 @@ func timelinePlots(runs []*Run) ([]*plot.Plot, error) {
 			if rec.Kind == "step" && rec.Timeline != nil {
 				lo, hi = math.Min(lo, rec.Step), math.Max(hi, rec.Step)
 			}
+		}
+		if hi-lo >= maxTimelineSteps {
+			return nil, fmt.Errorf("curves: %s: timelines over steps %g..%g, more than %d", r.Name, lo, hi, maxTimelineSteps)
 		}
 		n := int(hi-lo) + 1
 		for _, a := range actors {
