@@ -55,11 +55,19 @@ __device__ __forceinline__ float half_sum(float v) {
     return v;
 }
 
-__device__ __forceinline__ float fa_dot(const float* a, const float* b, int HD) {
-    float s = 0.0f;
+// fa_dot2 sets s0 = a0·b and s1 = a1·b over HD channels, loading b once
+// for both (phase A's two rows share their key).
+__device__ __forceinline__ void fa_dot2(const float* a0, const float* a1, const float* b, int HD, float& s0,
+                                        float& s1) {
+    float x0 = 0.0f, x1 = 0.0f;
 #pragma unroll 4
-    for (int c = 0; c < HD; c++) s += a[c] * b[c];
-    return s;
+    for (int c = 0; c < HD; c++) {
+        const float bc = b[c];
+        x0 += a0[c] * bc;
+        x1 += a1[c] * bc;
+    }
+    s0 = x0;
+    s1 = x1;
 }
 
 // fa_load_rows stages FA_BR rows of HD floats; row i comes from src +
@@ -102,11 +110,12 @@ __device__ __forceinline__ void fa_attend(float (*Qs)[FA_LD], float (*Ks)[FA_LD]
         fa_load_keys(Ks, kbase, stride, k0, kend, HD);
         fa_load_keys(Vs, vbase, stride, k0, kend, HD);
         __syncthreads();
+        float dots[2];
+        fa_dot2(Qs[tid / FA_BC], Qs[tid / FA_BC + 8], Ks[j], HD, dots[0], dots[1]);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int i = tid / FA_BC + 8 * e, s = k0 + j;
-            float sc = NEG_INF;
-            if (s <= limit[e] && s < kend) sc = fa_dot(Qs[i], Ks[j], HD) * scale;
+            const float sc = (s <= limit[e] && s < kend) ? dots[e] * scale : NEG_INF;
             const float mold = ms[i];
             const float mnew = fmaxf(mold, half_max(sc));
             const float p = (sc == NEG_INF) ? 0.0f : expf(sc - mnew);
@@ -123,13 +132,13 @@ __device__ __forceinline__ void fa_attend(float (*Qs)[FA_LD], float (*Ks)[FA_LD]
         __syncthreads();
         const float a = as[ib];
 #pragma unroll
-        for (int m = 0; m < FA_CPT; m++) {
-            const int c = sub + 8 * m;
-            if (c < HD) {
-                float o = acc[m] * a;
+        for (int m = 0; m < FA_CPT; m++) acc[m] *= a;
+        for (int jj = 0; jj < FA_BC; jj++) {  // one load of P per FA_CPT products
+            const float pj = Ps[ib][jj];
 #pragma unroll
-                for (int jj = 0; jj < FA_BC; jj++) o += Ps[ib][jj] * Vs[jj][c];
-                acc[m] = o;
+            for (int m = 0; m < FA_CPT; m++) {
+                const int c = sub + 8 * m;
+                if (c < HD) acc[m] += pj * Vs[jj][c];
             }
         }
     }
@@ -233,14 +242,14 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
             fa_load_keys(Ks, kbase, kstride, k0, kend, HD);
             fa_load_keys(Vs, vbase, kstride, k0, kend, HD);
             __syncthreads();
+            float sc[2], dp[2];
+            fa_dot2(Qs[tid / FA_BC], Qs[tid / FA_BC + 8], Ks[j], HD, sc[0], sc[1]);
+            fa_dot2(dOs[tid / FA_BC], dOs[tid / FA_BC + 8], Vs[j], HD, dp[0], dp[1]);
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int i = tid / FA_BC + 8 * e, s = k0 + j;
                 float pdp = 0.0f;
-                if (s <= limit[e]) {
-                    const float p = expf(fa_dot(Qs[i], Ks[j], HD) * scale - Ls[i]);
-                    pdp = p * fa_dot(dOs[i], Vs[j], HD);
-                }
+                if (s <= limit[e]) pdp = expf(sc[e] * scale - Ls[i]) * dp[e];
                 pdp = half_sum(pdp);
                 if (j == 0) Ds[i] += pdp;  // one half-warp owns row i
             }
@@ -260,25 +269,23 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
         fa_load_keys(Ks, kbase, kstride, k0, kend, HD);
         fa_load_keys(Vs, vbase, kstride, k0, kend, HD);
         __syncthreads();
+        float sc[2], dp[2];
+        fa_dot2(Qs[tid / FA_BC], Qs[tid / FA_BC + 8], Ks[j], HD, sc[0], sc[1]);
+        fa_dot2(dOs[tid / FA_BC], dOs[tid / FA_BC + 8], Vs[j], HD, dp[0], dp[1]);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int i = tid / FA_BC + 8 * e, s = k0 + j;
             float ds = 0.0f;
-            if (s <= limit[e]) {
-                const float p = expf(fa_dot(Qs[i], Ks[j], HD) * scale - Ls[i]);
-                ds = p * (fa_dot(dOs[i], Vs[j], HD) - Ds[i]);
-            }
+            if (s <= limit[e]) ds = expf(sc[e] * scale - Ls[i]) * (dp[e] - Ds[i]);
             dSs[i][j] = ds;
         }
         __syncthreads();
+        for (int jj = 0; jj < FA_BC; jj++) {
+            const float dsj = dSs[ib][jj];
 #pragma unroll
-        for (int m = 0; m < FA_CPT; m++) {
-            const int c = sub + 8 * m;
-            if (c < HD) {
-                float a = acc[m];
-#pragma unroll
-                for (int jj = 0; jj < FA_BC; jj++) a += dSs[ib][jj] * Ks[jj][c];
-                acc[m] = a;
+            for (int m = 0; m < FA_CPT; m++) {
+                const int c = sub + 8 * m;
+                if (c < HD) acc[m] += dsj * Ks[jj][c];
             }
         }
     }
@@ -330,30 +337,30 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
             Ds[tid] = D[li];
         }
         __syncthreads();
+        float sc[2], dp[2];
+        fa_dot2(Qs[tid / FA_BC], Qs[tid / FA_BC + 8], Ks[j], HD, sc[0], sc[1]);
+        fa_dot2(dOs[tid / FA_BC], dOs[tid / FA_BC + 8], Vs[j], HD, dp[0], dp[1]);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int i = tid / FA_BC + 8 * e, r = rt + i, s = k0 + j;
             float p = 0.0f, ds = 0.0f;
             if (r < R && s <= r / G) {  // s <= t also keeps s < T
-                p = expf(fa_dot(Qs[i], Ks[j], HD) * scale - Ls[i]);
-                ds = p * (fa_dot(dOs[i], Vs[j], HD) - Ds[i]);
+                p = expf(sc[e] * scale - Ls[i]);
+                ds = p * (dp[e] - Ds[i]);
             }
             Ps[i][j] = p;
             dSs[i][j] = ds;
         }
         __syncthreads();
+        for (int ii = 0; ii < FA_BR; ii++) {  // one load of P and dS per 2*FA_CPT products
+            const float pv = Ps[ii][jb], dsv = dSs[ii][jb];
 #pragma unroll
-        for (int m = 0; m < FA_CPT; m++) {
-            const int c = sub + 8 * m;
-            if (c < HD) {
-                float a = ak[m], w = av[m];
-#pragma unroll 4
-                for (int ii = 0; ii < FA_BR; ii++) {
-                    a += dSs[ii][jb] * Qs[ii][c];
-                    w += Ps[ii][jb] * dOs[ii][c];
+            for (int m = 0; m < FA_CPT; m++) {
+                const int c = sub + 8 * m;
+                if (c < HD) {
+                    ak[m] += dsv * Qs[ii][c];
+                    av[m] += pv * dOs[ii][c];
                 }
-                ak[m] = a;
-                av[m] = w;
             }
         }
     }
