@@ -80,3 +80,15 @@ type MultiAdamW interface {
 	// WeightDecay 0 where NoDecay).
 	AdamWUpdateMulti(ts []AdamWTensor, h AdamW)
 }
+
+// PackedSwiGLU is SwiGLU on the output of one matmul whose weight stacks
+// the gate and up projections ((2I,C): gate rows, then up rows), so the
+// MLP's input is read by one GEMM instead of two.
+type PackedSwiGLU interface {
+	// SwiGLUPackedForward: out[n,i] = silu(gu[n,i]) * gu[n,I+i] for
+	// gu (N,2I) and out (N,I): SwiGLUForward on the two halves of each row.
+	SwiGLUPackedForward(out, gu Buffer, N, I int)
+	// SwiGLUPackedBackward accumulates the gate half dgu[n,i] and the up
+	// half dgu[n,I+i] (dgu (N,2I)) from dout (N,I), as SwiGLUBackward.
+	SwiGLUPackedBackward(dgu, dout, gu Buffer, N, I int)
+}

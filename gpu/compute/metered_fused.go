@@ -11,6 +11,7 @@ type meteredFused struct {
 	rope  *meteredQKRope
 	loss  *meteredLSE
 	adam  *meteredMultiAdam
+	glu   *meteredPackedGLU
 }
 
 func newMeteredFused(m *metered, b Backend) meteredFused {
@@ -29,6 +30,9 @@ func newMeteredFused(m *metered, b Backend) meteredFused {
 	}
 	if c, ok := As[MultiAdamW](b); ok {
 		f.adam = &meteredMultiAdam{m: m, c: c}
+	}
+	if c, ok := As[PackedSwiGLU](b); ok {
+		f.glu = &meteredPackedGLU{m: m, c: c}
 	}
 	return f
 }
@@ -61,6 +65,11 @@ func (f *meteredFused) capability(target any) bool {
 			*p = f.adam
 		}
 		return f.adam != nil
+	case *PackedSwiGLU:
+		if f.glu != nil {
+			*p = f.glu
+		}
+		return f.glu != nil
 	}
 	return false
 }
@@ -143,4 +152,19 @@ type meteredMultiAdam struct {
 func (o *meteredMultiAdam) AdamWUpdateMulti(ts []AdamWTensor, h AdamW) {
 	defer o.m.done(o.m.now())
 	o.c.AdamWUpdateMulti(ts, h)
+}
+
+type meteredPackedGLU struct {
+	m *metered
+	c PackedSwiGLU
+}
+
+func (o *meteredPackedGLU) SwiGLUPackedForward(out, gu Buffer, N, I int) {
+	defer o.m.done(o.m.now())
+	o.c.SwiGLUPackedForward(out, gu, N, I)
+}
+
+func (o *meteredPackedGLU) SwiGLUPackedBackward(dgu, dout, gu Buffer, N, I int) {
+	defer o.m.done(o.m.now())
+	o.c.SwiGLUPackedBackward(dgu, dout, gu, N, I)
 }

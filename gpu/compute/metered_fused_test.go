@@ -49,6 +49,12 @@ func (f *fusedFake) LogProbLSEBackward(dlogits, logits, lse, dlogp compute.Buffe
 func (f *fusedFake) AdamWUpdateMulti(ts []compute.AdamWTensor, h compute.AdamW) {
 	f.calls["AdamWUpdateMulti"]++
 }
+func (f *fusedFake) SwiGLUPackedForward(out, gu compute.Buffer, N, I int) {
+	f.calls["SwiGLUPackedForward"]++
+}
+func (f *fusedFake) SwiGLUPackedBackward(dgu, dout, gu compute.Buffer, N, I int) {
+	f.calls["SwiGLUPackedBackward"]++
+}
 
 // Metered hands out each fused capability exactly when the wrapped backend
 // has it (also metered twice), and its ops reach the backend, timed.
@@ -75,8 +81,9 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 	qr, ok3 := compute.As[compute.QKRoper](be)
 	ls, ok4 := compute.As[compute.LSELossHeads](be)
 	ad, ok5 := compute.As[compute.MultiAdamW](be)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5)
+	gl, ok6 := compute.As[compute.PackedSwiGLU](be)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6)
 	}
 	ops := []func(){
 		func() { fa.FlashAttentionForward(nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
@@ -90,6 +97,8 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 		func() { ls.LogProbLSEForward(nil, nil, nil, nil, 1, 1) },
 		func() { ls.LogProbLSEBackward(nil, nil, nil, nil, nil, 1, 1) },
 		func() { ad.AdamWUpdateMulti(nil, compute.AdamW{}) },
+		func() { gl.SwiGLUPackedForward(nil, nil, 1, 1) },
+		func() { gl.SwiGLUPackedBackward(nil, nil, nil, 1, 1) },
 	}
 	for i, op := range ops {
 		before := c.Busy()

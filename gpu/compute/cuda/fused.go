@@ -18,6 +18,7 @@ var (
 	_ compute.QKRoper        = (*Backend)(nil)
 	_ compute.LSELossHeads   = (*Backend)(nil)
 	_ compute.MultiAdamW     = (*Backend)(nil)
+	_ compute.PackedSwiGLU   = (*Backend)(nil)
 )
 
 // FlashAttentionForward implements compute.FlashAttender (kernel
@@ -241,4 +242,26 @@ func (b *Backend) ensureAdamTable(words int) uintptr {
 	}
 	b.adamTable, b.adamTableN = p, words
 	return p
+}
+
+// SwiGLUPackedForward implements compute.PackedSwiGLU (kernel
+// swiglu_packed_forward).
+func (b *Backend) SwiGLUPackedForward(out, gu compute.Buffer, N, I int) {
+	const op = "SwiGLUPackedForward"
+	if !b.dims(op, N, 2*I) {
+		return
+	}
+	o, g := b.f(op, "out", out, N*I), b.f(op, "gu", gu, 2*N*I)
+	b.launch("swiglu_packed_forward", b.elemGrid(N*I), b.elemBlock(), ptr(o), ptr(g), N, I)
+}
+
+// SwiGLUPackedBackward implements compute.PackedSwiGLU (kernel
+// swiglu_packed_backward).
+func (b *Backend) SwiGLUPackedBackward(dgu, dout, gu compute.Buffer, N, I int) {
+	const op = "SwiGLUPackedBackward"
+	if !b.dims(op, N, 2*I) {
+		return
+	}
+	d, do, g := b.f(op, "dgu", dgu, 2*N*I), b.f(op, "dout", dout, N*I), b.f(op, "gu", gu, 2*N*I)
+	b.launch("swiglu_packed_backward", b.elemGrid(N*I), b.elemBlock(), ptr(d), ptr(do), ptr(g), N, I)
 }

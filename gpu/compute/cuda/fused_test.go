@@ -245,3 +245,42 @@ func TestOpFusedErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestOpFusedPackedSwiGLU(t *testing.T) {
+	p := newPair(t, 86)
+	N, I := 7, 45
+	gate, up := p.randn(N*I, 3), p.randn(N*I, 1)
+	gate[0], gate[1] = 40, -100 // saturated sigmoid
+	packed := make([]float32, 0, 2*N*I)
+	for n := range N {
+		packed = append(packed, gate[n*I:(n+1)*I]...)
+		packed = append(packed, up[n*I:(n+1)*I]...)
+	}
+	gu, g, u := p.up(packed), p.up(gate), p.up(up)
+	out := p.rand(N*I, 1)
+	p.e.SwiGLUPackedForward(out.e, gu.e, N, I)
+	p.r.SwiGLUForward(out.r, g.r, u.r, N*I)
+	p.check("swiglu_packed_forward", out, tol)
+
+	dout := p.rand(N*I, 1)
+	dgv, duv := p.randn(N*I, 1), p.randn(N*I, 1)
+	dpacked := make([]float32, 0, 2*N*I)
+	for n := range N {
+		dpacked = append(dpacked, dgv[n*I:(n+1)*I]...)
+		dpacked = append(dpacked, duv[n*I:(n+1)*I]...)
+	}
+	dgu, dg, du := p.up(dpacked), p.up(dgv), p.up(duv)
+	p.e.SwiGLUPackedBackward(dgu.e, dout.e, gu.e, N, I)
+	p.r.SwiGLUBackward(dg.r, du.r, dout.r, g.r, u.r, N*I)
+	// Unpack the emulated gradient into the two halves to compare.
+	got := make([]float32, 2*N*I)
+	p.e.Download(got, dgu.e)
+	gotG, gotU := make([]float32, 0, N*I), make([]float32, 0, N*I)
+	for n := range N {
+		gotG = append(gotG, got[2*n*I:2*n*I+I]...)
+		gotU = append(gotU, got[2*n*I+I:2*(n+1)*I]...)
+	}
+	eg, eu := p.up(gotG), p.up(gotU)
+	p.check("swiglu_packed_backward.dgate", buf{eg.e, dg.r}, tol)
+	p.check("swiglu_packed_backward.dup", buf{eu.e, du.r}, tol)
+}

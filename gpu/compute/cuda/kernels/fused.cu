@@ -188,3 +188,31 @@ extern "C" __global__ void adamw_multi(const AdamWEntry* __restrict__ table, int
         e.p[i] = p - lr * (mhat / (sqrtf(vhat) + eps) + (e.decay ? wd : 0.0f) * p);
     }
 }
+
+// SwiGLU on a packed gate/up projection gu (N,2I): out[n,i] =
+// silu(gu[n,i]) * gu[n,I+i] (as swiglu_forward in decoder.cu), grid-stride
+// over N*I.
+extern "C" __global__ void swiglu_packed_forward(float* __restrict__ out, const float* __restrict__ gu, int N,
+                                                 int I) {
+    const long total = (long)N * I;
+    for (long x = (long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long)gridDim.x * blockDim.x) {
+        const long n = x / I, i = x % I;
+        const float g = gu[2 * n * I + i], u = gu[2 * n * I + I + i];
+        const float s = 1.0f / (1.0f + expf(-g));
+        out[x] = g * s * u;
+    }
+}
+
+// dgu's gate half += dout*up*silu'(g), its up half += dout*silu(g)
+// (swiglu_backward's formulas), grid-stride over N*I.
+extern "C" __global__ void swiglu_packed_backward(float* __restrict__ dgu, const float* __restrict__ dout,
+                                                  const float* __restrict__ gu, int N, int I) {
+    const long total = (long)N * I;
+    for (long x = (long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long)gridDim.x * blockDim.x) {
+        const long n = x / I, i = x % I, gi = 2 * n * I + i, ui = gi + I;
+        const float g = gu[gi], u = gu[ui], d = dout[x];
+        const float s = 1.0f / (1.0f + expf(-g));
+        dgu[gi] += d * u * s * (1.0f + g * (1.0f - s));
+        dgu[ui] += d * g * s;
+    }
+}
