@@ -25,6 +25,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	dcgm := fs.Bool("dcgm-metrics", true, "also export the GPU gauges under the DCGM exporter's names (false where dcgm-exporter runs too)")
 	token := fs.String("token", os.Getenv(security.EnvToken), "token that clients must send (bearer, or as the basic-auth password) when --listen is beyond loopback; default TROUPE_TOKEN")
 	basic := fs.String("basic-auth", "", "USER:PASSWORD that clients may send instead when --listen is beyond loopback")
+	run := fs.String("run", "", "a training run's output directory on this machine (its --out): the page also shows the run's per-step timeline (rollout, train, weight sync, collective, idle per actor), live")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: troupe dashboard [flags]\n\nServes the web dashboard and Prometheus metrics for this machine's GPUs until\ninterrupted. A cluster node serves the same pages for the cluster with\n'troupe start --http ADDR'.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -48,7 +49,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := dashboard.NewServer(ctx, host, agent, nil, dashboard.ServerOptions{NoDCGM: !*dcgm})
+	w, err := dashboard.NewServer(ctx, host, agent, nil, dashboard.ServerOptions{NoDCGM: !*dcgm, RunDir: *run})
 	if err != nil {
 		return err
 	}

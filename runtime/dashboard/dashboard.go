@@ -95,6 +95,10 @@ type StateSource interface {
 type Options struct {
 	// Poll is how often the page polls (default 1 s).
 	Poll time.Duration
+	// RunDir, if set, is a training run's output directory on this
+	// machine: GET api/training serves the per-step timeline of its
+	// metrics.jsonl and the page draws it, live.
+	RunDir string
 }
 
 // New returns the dashboard handler: "/" the page, "/app.js" and
@@ -110,6 +114,9 @@ func New(src StateSource, opts Options) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /", http.FileServerFS(assets))
+	if opts.RunDir != "" {
+		mux.HandleFunc("GET /api/training", serveTraining(opts.RunDir))
+	}
 	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
 		st, err := src.State(r.Context())
 		w.Header().Set("Content-Type", "application/json")

@@ -29,6 +29,7 @@ type Server struct {
 	attr  *gpu.Attribution
 	reg   *metrics.Registry
 	node  *cluster.Node // nil for a machine outside any cluster
+	run   string        // ServerOptions.RunDir
 
 	mu       sync.Mutex
 	assigned map[string]bool // "actor@gpu" put into attr
@@ -46,6 +47,9 @@ type ServerOptions struct {
 	// NoDCGM leaves the DCGM-named GPU gauges out of /metrics (where
 	// NVIDIA's dcgm-exporter runs too).
 	NoDCGM bool
+	// RunDir is a training run whose timeline the page shows
+	// (Options.RunDir).
+	RunDir string
 }
 
 // NewServer serves the GPUs that agent samples, named name, and, with a
@@ -55,6 +59,7 @@ func NewServer(ctx context.Context, name string, agent *gpuagent.Agent, node *cl
 	w := &Server{local: NewLocalSource(agent.Inventory(), agent.Sampler(), agent.Attribution()), attr: agent.Attribution(), reg: metrics.New(name), node: node,
 		assigned: map[string]bool{}, hist: map[string][]Point{}, since: map[string]int64{}}
 	w.local.Node = name
+	w.run = o.RunDir
 	if err := w.reg.RegisterGPUs(agent.Sampler(), metrics.GPUOptions{SkipDCGM: o.NoDCGM}); err != nil {
 		return nil, err
 	}
@@ -283,7 +288,7 @@ func (w *Server) refresh() {
 func (w *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", w.reg.Handler())
-	mux.Handle("/", New(w, Options{}))
+	mux.Handle("/", New(w, Options{RunDir: w.run}))
 	return mux
 }
 

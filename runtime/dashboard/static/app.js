@@ -281,5 +281,73 @@ async function poll() {
   setTimeout(poll, delay);
 }
 
-window.addEventListener("resize", () => { if (last) render(last); });
+// The training timeline (api/training, when the dashboard was given a run
+// directory): per actor, the seconds of each step in every phase, stacked.
+const PHASES = [["rollout", "#5ccfe6"], ["train", "#7fd962"], ["sync", "#ffb454"], ["collective", "#c792ea"], ["idle", "#3a4652"]];
+let lastTraining = null;
+
+function drawTimeline(canvas, steps, actor, top) {
+  const { ctx, w, h } = prepCanvas(canvas);
+  const bw = w / Math.max(steps.length, 1);
+  steps.forEach((s, i) => {
+    const ph = s.actors[actor];
+    if (!ph) return;
+    let y = h;
+    for (const [name, color] of PHASES) {
+      const v = ph[name] || 0;
+      const bh = v / top * (h - 2);
+      ctx.fillStyle = color;
+      ctx.fillRect(i * bw + 0.5, y - bh, Math.max(bw - 1, 1), bh);
+      y -= bh;
+    }
+  });
+}
+
+function renderTraining(t) {
+  lastTraining = t;
+  $("training").hidden = false;
+  $("training-run").textContent = "(" + t.run + ", last " + t.steps.length + " steps; seconds per step)";
+  const actors = Array.from(new Set(t.steps.flatMap(s => Object.keys(s.actors)))).sort();
+  let top = 0;
+  for (const s of t.steps) for (const a of actors) {
+    const ph = s.actors[a];
+    if (ph) top = Math.max(top, PHASES.reduce((x, [n]) => x + (ph[n] || 0), 0));
+  }
+  const box = $("timeline");
+  box.textContent = "";
+  for (const a of actors) {
+    box.appendChild(el("span", "actor", a));
+    const cv = el("canvas");
+    box.appendChild(cv);
+    const newest = t.steps.slice().reverse().find(s => s.actors[a]);
+    const ph = newest ? newest.actors[a] : null;
+    const busy = ph && ph.wall > 0 ? Math.round(100 * (ph.wall - (ph.idle || 0)) / ph.wall) + "% busy" : "";
+    box.appendChild(el("span", "busy", busy));
+    drawTimeline(cv, t.steps, a, top || 1);
+  }
+  const lg = $("phases");
+  lg.textContent = "";
+  for (const [name, color] of PHASES) {
+    const s = el("span");
+    const sw = el("i");
+    sw.style.background = color;
+    s.appendChild(sw);
+    s.appendChild(document.createTextNode(name));
+    lg.appendChild(s);
+  }
+}
+
+async function pollTraining() {
+  try {
+    const r = await fetch("api/training", { cache: "no-store" });
+    if (!(r.headers.get("Content-Type") || "").startsWith("application/json")) return; // no run given: stop
+    if (r.ok) renderTraining(await r.json());
+  } catch (e) {
+    // the state poll reports the connection
+  }
+  setTimeout(pollTraining, 2000);
+}
+
+window.addEventListener("resize", () => { if (last) render(last); if (lastTraining) renderTraining(lastTraining); });
 poll();
+pollTraining();
