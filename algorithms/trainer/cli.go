@@ -100,6 +100,10 @@ func Main(prog, doc string, o Options) {
 	if o.Resume != "" && !outSet {
 		o.OutDir = o.Resume
 	}
+	if job := os.Getenv("TROUPE_RESUME"); job != "" && o.Resume == "" {
+		// troupe submit --resume: this job runs where job's outputs are
+		o.Resume = o.OutDir
+	}
 	if *size != 0 {
 		o.EnvConfig.Width, o.EnvConfig.Height = *size, *size
 	}

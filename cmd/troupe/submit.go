@@ -51,6 +51,13 @@ When the driver ends (exit, crash, kill -9) its job ends and its actors are
 killed (a submitted job ends when its driver process exits, not at
 rt.Shutdown). The node needs a --data-dir.
 
+With --resume JOB (a job ID or name) the new job continues JOB, an
+earlier job of the same node that has ended: its driver runs in JOB's
+working directory, where JOB's outputs are (a --working-dir is unpacked
+over it), with TROUPE_RESUME=JOB in its environment. A training script
+(trainer.Main) then resumes from the last complete checkpoint in its --out
+directory, as --resume would. It keeps JOB's name unless --name is given.
+
 Flags go before BINARY (or before --); everything after is passed to the
 driver.
 `
@@ -92,6 +99,7 @@ func runSubmit(ctx context.Context, args []string) error {
 	detach := fs.Bool("detach", false, "print the job ID and return at once instead of streaming the output")
 	grace := fs.Duration("stop-grace", 10*time.Second, "on Ctrl-C, how long the driver has after SIGTERM before SIGKILL")
 	workDir := fs.String("working-dir", "", "upload this directory and run the command in a copy of it on the node")
+	resume := fs.String("resume", "", "continue this earlier job (ID or name) of the node: run in its working directory with TROUPE_RESUME set, so a training script resumes from its last checkpoint")
 	var env envFlags
 	fs.Var(&env, "env", "add KEY=VALUE to the driver's environment (repeatable)")
 	var excludes stringsFlag
@@ -165,6 +173,17 @@ func runSubmit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
+	if *resume != "" {
+		prev, err := resumeJob(ctx, c, *resume, node)
+		if err != nil {
+			return err
+		}
+		req.Resume = prev.ID
+		if req.Name == "" {
+			req.Name = prev.Name
+		}
+		what += ", resuming " + prev.ID
+	}
 	uctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	sent, err := upload(uctx, c)
 	cancel()
@@ -285,4 +304,35 @@ func writeChunk(out, notes io.Writer) func(cluster.LogChunk) error {
 		}
 		return nil
 	}
+}
+
+// resumeJob finds the job --resume names (an ID, or the latest job of that
+// name), which must have ended on node, the node the new job goes to.
+func resumeJob(ctx context.Context, c *cluster.Client, which, node string) (cluster.JobView, error) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	jobs, err := c.Jobs(lctx)
+	cancel()
+	if err != nil {
+		return cluster.JobView{}, fmt.Errorf("--resume %s: %w", which, err)
+	}
+	var found *cluster.JobView
+	for i := range jobs {
+		j := &jobs[i]
+		if j.ID == which {
+			found = j
+			break
+		}
+		if j.Name == which && (found == nil || j.SubmittedAt >= found.SubmittedAt) {
+			found = j
+		}
+	}
+	switch {
+	case found == nil:
+		return cluster.JobView{}, fmt.Errorf("--resume %s: no job with that ID or name (troupe jobs lists them)", which)
+	case found.State == "RUNNING":
+		return cluster.JobView{}, fmt.Errorf("--resume %s: job %s is still running (troupe stop-job %s first)", which, found.ID, found.ID)
+	case found.Node != node:
+		return cluster.JobView{}, fmt.Errorf("--resume %s: job %s ran on node %s, its outputs are there: submit to that node (--address)", which, found.ID, found.Node)
+	}
+	return *found, nil
 }

@@ -44,6 +44,11 @@ type SubmitJobRequest struct {
 	Args []string `msgpack:"args,omitempty"`
 	// Env adds "K=V" entries to the driver's environment.
 	Env []string `msgpack:"env,omitempty"`
+	// Resume, if set, is the ID of an earlier job of this node that has
+	// ended: the new driver runs in that job's working directory (where its
+	// outputs are; a working dir is unpacked over it) with EnvResume set,
+	// so that a training script continues from its last checkpoint.
+	Resume string `msgpack:"resume,omitempty"`
 }
 
 // SubmitJobResponse names the new job and the node running its driver.

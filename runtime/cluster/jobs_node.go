@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +59,7 @@ type jobRecord struct {
 	Hash      string   `json:"hash,omitempty"`
 	Package   string   `json:"package,omitempty"`
 	Args      []string `json:"args,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"` // where the driver ran (a resumed job: its predecessor's)
 	PID       int      `json:"pid,omitempty"`
 	StartedAt int64    `json:"started_at"`
 	EndedAt   int64    `json:"ended_at,omitempty"`
@@ -156,16 +158,22 @@ func pruneJobDirs(jobsDir string, keep int) error {
 		at  int64
 	}
 	var done []ended
+	inUse := map[string]bool{} // the dirs later jobs run in (resumed jobs)
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		rec, err := readJobRecord(filepath.Join(jobsDir, e.Name(), "job.json"))
+		dir := filepath.Join(jobsDir, e.Name())
+		rec, err := readJobRecord(filepath.Join(dir, "job.json"))
+		if err == nil && rec.Workdir != "" && !strings.HasPrefix(rec.Workdir+string(filepath.Separator), dir+string(filepath.Separator)) {
+			inUse[jobDirOf(jobsDir, rec.Workdir)] = true
+		}
 		if err != nil || rec.Exit == nil {
 			continue
 		}
-		done = append(done, ended{filepath.Join(jobsDir, e.Name()), rec.EndedAt})
+		done = append(done, ended{dir, rec.EndedAt})
 	}
+	done = slices.DeleteFunc(done, func(d ended) bool { return inUse[d.dir] })
 	if len(done) <= keep {
 		return nil
 	}
@@ -216,7 +224,11 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 		cmd.Args[0] = r.Program // as typed: "./run.sh", "go"
 	}
 	cmd.Dir = wd
-	cmd.Env = driverEnv(os.Environ(), r.Env, append([]string{"TROUPE_ADDRESS=" + n.r.grpcAddr(), "TROUPE_TOKEN=" + n.cfg.Token, EnvJobID + "=" + string(id)}, n.driverTLSEnv()...))
+	jobEnv := append([]string{"TROUPE_ADDRESS=" + n.r.grpcAddr(), "TROUPE_TOKEN=" + n.cfg.Token, EnvJobID + "=" + string(id)}, n.driverTLSEnv()...)
+	if r.Resume != "" {
+		jobEnv = append(jobEnv, EnvResume+"="+r.Resume)
+	}
+	cmd.Env = driverEnv(os.Environ(), r.Env, jobEnv)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding the output pipes open does not hold the job
 	// Its own process group (a stop signals the driver and what it
@@ -259,7 +271,7 @@ func (m *jobManager) run(id scheduler.JobID, dir, wd, bin string, r *SubmitJobRe
 		out.Close()
 		return nil, fmt.Errorf("start driver: %w", err)
 	}
-	rec := &jobRecord{ID: string(id), Name: r.Name, Program: r.Program, Hash: r.Hash, Package: r.Package, Args: r.Args, PID: cmd.Process.Pid, StartedAt: time.Now().UnixNano()}
+	rec := &jobRecord{ID: string(id), Name: r.Name, Program: r.Program, Hash: r.Hash, Package: r.Package, Args: r.Args, Workdir: wd, PID: cmd.Process.Pid, StartedAt: time.Now().UnixNano()}
 	if err := writeJobRecord(filepath.Join(dir, "job.json"), rec); err != nil {
 		n.log.Warn("job record", "job", id, "err", err)
 	}
@@ -275,7 +287,7 @@ func driverEnv(base, user, job []string) []string {
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "TROUPE_ADDRESS", "TROUPE_TOKEN", EnvJobID, worker.EnvVar, "TROUPE_WORKER_HOST":
+		case "TROUPE_ADDRESS", "TROUPE_TOKEN", EnvJobID, EnvResume, worker.EnvVar, "TROUPE_WORKER_HOST":
 			continue
 		}
 		out = append(out, kv)

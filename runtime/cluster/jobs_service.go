@@ -49,18 +49,32 @@ func (m *jobManager) submit(ctx context.Context, r *SubmitJobRequest) (*SubmitJo
 	if err := pruneJobDirs(jobsDir, keptJobs); err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.log.Warn("removing old job directories", "err", err)
 	}
+	var resumeWD string // the earlier job's working dir the new one continues in
+	if r.Resume != "" {
+		if resumeWD, err = m.resumeDir(jobsDir, r.Resume); err != nil {
+			return nil, transport.Status(codes.FailedPrecondition, err)
+		}
+	}
 	id := scheduler.JobID(newJobID())
 	dir := filepath.Join(jobsDir, string(id))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, status.Errorf(codes.Internal, "job dir: %v", err)
 	}
 	bin, wd := stored, dir
+	if resumeWD != "" {
+		wd = resumeWD
+	}
 	if r.Package != "" {
 		now := time.Now()
 		os.Chtimes(stored, now, now) // recently used: pruned last
 		prunePackages(filepath.Dir(stored), keptPackages)
-		wd = filepath.Join(dir, "wd")
-		if err := unpackPackage(stored, wd); err != nil {
+		unpack := unpackPackage
+		if resumeWD != "" {
+			unpack = unpackOver
+		} else {
+			wd = filepath.Join(dir, "wd")
+		}
+		if err := unpack(stored, wd); err != nil {
 			os.RemoveAll(dir)
 			return nil, transport.Status(codes.Internal, fmt.Errorf("job %s: unpack working dir %.12s: %w", id, r.Package, err))
 		}
