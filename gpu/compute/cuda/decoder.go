@@ -126,9 +126,9 @@ func (b *Backend) gqaDims(op string, B, T, NH, KVH, HD int, scale float32) bool 
 }
 
 // GQAttentionForward implements compute.Backend with flash attention
-// (kernel flash_attn_forward): att[0:B*NH*T] receives each row's
-// log-sum-exp, not the probabilities, and is read only by
-// GQAttentionBackward.
+// (kernel flash_attn_forward): att receives each row's log-sum-exp (and,
+// where it fits, a copy of out), not the probabilities, and is read only
+// by GQAttentionBackward.
 func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionForward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -139,12 +139,12 @@ func (b *Backend) GQAttentionForward(out, att, q, k, v compute.Buffer, B, T, NH,
 	if b.err != nil {
 		return
 	}
-	b.flashForward(o, a, qd, kd, vd, B, T, NH, KVH, HD, scale) // a receives the log-sum-exp (flash.go)
+	b.attForward(o, a, qd, kd, vd, B, T, NH, KVH, HD, scale) // a receives the log-sum-exp (flash.go)
 }
 
 // GQAttentionBackward implements compute.Backend with flash attention
-// (kernels flash_attn_backward_dq then flash_attn_backward_dkv), from the
-// log-sum-exp GQAttentionForward left in att.
+// (kernels flash_attn_backward_dq then flash_attn_backward_dkv), from what
+// GQAttentionForward left in att.
 func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
 	const op = "GQAttentionBackward"
 	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) || !b.dims(op, B, NH, T, T) {
@@ -156,7 +156,7 @@ func (b *Backend) GQAttentionBackward(dq, dk, dv, dout, q, k, v, att compute.Buf
 	if b.err != nil {
 		return
 	}
-	b.flashBackward(dqd, dkd, dvd, do, qd, kd, vd, 0, a, B, T, NH, KVH, HD, scale)
+	b.attBackward(dqd, dkd, dvd, do, qd, kd, vd, a, B, T, NH, KVH, HD, scale)
 }
 
 // GQAttentionDecode implements compute.Backend with a split-KV flash

@@ -1,11 +1,15 @@
 package cuda
 
+import "fmt"
+
 // Flash attention (kernels/flash_attn.cu): the grouped-query attention ops
 // run tiled with an online softmax, so no T×T matrix is written or read.
 // The forward saves each row's log-sum-exp (B,NH,T) at the start of the
 // contract's att buffer instead of the probabilities (the buffer keeps the
 // contract's (B,NH,T,T) size so callers allocate as for any backend); the
-// backward recomputes the probabilities from q, k and it. The decode step
+// backward recomputes the probabilities from q, k and it. Where the buffer
+// has room (T > HD), a copy of out follows, so the backward computes
+// D = rowsum(dO∘O) directly instead of in an extra pass over the keys. The decode step
 // splits long caches over several blocks and combines their partial
 // results.
 
@@ -29,6 +33,30 @@ func faGrid(B, T, NH, KVH int) [3]uint32 {
 func (b *Backend) flashForward(out, lse, q, k, v uintptr, B, T, NH, KVH, HD int, scale float32) {
 	b.launch("flash_attn_forward", faGrid(B, T, NH, KVH), faBlock,
 		ptr(out), ptr(lse), ptr(q), ptr(k), ptr(v), B, T, NH, KVH, HD, scale)
+}
+
+// attSavesOut reports whether the contract's att (B,NH,T,T) holds the
+// log-sum-exp (B,NH,T) and a copy of out (B,T,NH,HD): T*T >= T*(1+HD).
+func attSavesOut(T, HD int) bool { return T > HD }
+
+// attForward is GQAttentionForward's body: flash forward with the
+// log-sum-exp at att[0:B*NH*T], then out copied behind it if it fits.
+func (b *Backend) attForward(out, att, q, k, v uintptr, B, T, NH, KVH, HD int, scale float32) {
+	b.flashForward(out, att, q, k, v, B, T, NH, KVH, HD, scale)
+	if attSavesOut(T, HD) && b.err == nil {
+		if err := b.dev.DtoD(att+uintptr(4*B*NH*T), out, 4*B*T*NH*HD); err != nil {
+			b.fail(fmt.Errorf("GQAttentionForward: save out: %w: %v", ErrDevice, err))
+		}
+	}
+}
+
+// attBackward is GQAttentionBackward's body over what attForward saved.
+func (b *Backend) attBackward(dq, dk, dv, dout, q, k, v, att uintptr, B, T, NH, KVH, HD int, scale float32) {
+	var out uintptr
+	if attSavesOut(T, HD) {
+		out = att + uintptr(4*B*NH*T)
+	}
+	b.flashBackward(dq, dk, dv, dout, q, k, v, out, att, B, T, NH, KVH, HD, scale)
 }
 
 // flashBackward accumulates dq, dk, dv. With out != 0, D = rowsum(dO∘O) is

@@ -51,9 +51,19 @@ var flashCases = []gqaCase{
 	{"hd128_g4_t31", 1, 31, 8, 2, 128}, // keys one short of two tiles
 	{"hd10_g3_t33", 1, 33, 6, 2, 10},   // group of 3, keys one past two tiles
 	{"hd6_g2_t1", 2, 1, 4, 2, 6},       // a single position (the tiny Llama's head size)
+	{"hd64_g2_t65", 1, 65, 4, 2, 64},   // T > HD: att also keeps a copy of out
 }
 
 func TestOpFlashAttention(t *testing.T) {
+	saves := 0
+	for _, c := range flashCases {
+		if attSavesOut(c.T, c.HD) {
+			saves++
+		}
+	}
+	if saves == 0 || saves == len(flashCases) {
+		t.Fatalf("%d of %d cases keep out in att: both backward paths must be covered", saves, len(flashCases))
+	}
 	for i, c := range flashCases {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPair(t, uint64(60+i))
@@ -75,6 +85,9 @@ func TestOpFlashAttention(t *testing.T) {
 				}
 			}
 
+			// The backward may read only what the forward kept in att: the
+			// caller is free to reuse out in between.
+			p.e.Upload(out.e, p.randn(B*T*NH*HD, 1))
 			dout := p.rand(B*T*NH*HD, 1)
 			dq, dk, dv := p.rand(B*T*NH*HD, 1), p.rand(B*T*KVH*HD, 1), p.rand(B*T*KVH*HD, 1)
 			p.e.GQAttentionBackward(dq.e, dk.e, dv.e, dout.e, q.e, k.e, v.e, att.e, B, T, NH, KVH, HD, scale)
