@@ -170,9 +170,9 @@ type Backend interface {
 	// q (B,T,NH,HD), k, v (B,T,KVH,HD); att (B,NH,T,T) receives what the
 	// backward needs: gpu/compute/cpu stores the softmax probabilities
 	// att[b,h,t,s] = softmax_{s<=t}(q_t·k_s*scale) (zero for s>t), while
-	// gpu/compute/cuda (flash attention) stores only each row's log-sum-exp
-	// in att[0:B*NH*T], so callers pass att to GQAttentionBackward and do not
-	// read it. out (B,T,NH,HD) = sum_s softmax*v_s. scale is usually
+	// gpu/compute/cuda (flash attention) stores each row's log-sum-exp in
+	// att[0:B*NH*T] (and a copy of out behind it where it fits), so callers
+	// pass att to GQAttentionBackward and do not read it. out (B,T,NH,HD) = sum_s softmax*v_s. scale is usually
 	// 1/sqrt(HD).
 	GQAttentionForward(out, att, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
 	// GQAttentionBackward accumulates dq, dk, dv (shapes of q, k, v) from
