@@ -118,6 +118,36 @@ type runState struct {
 	Result    Result          `json:"result"`
 }
 
+// ErrState reports a checkpoint's trainer.json that cannot be decoded or
+// is not valid.
+var ErrState = errors.New("trainer: bad checkpoint state")
+
+// decodeRunState decodes and checks trainer.json: this format, a step ≥ 0,
+// an algorithm, options that are a JSON object, no unknown fields.
+func decodeRunState(b []byte) (runState, error) {
+	var st runState
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return runState{}, fmt.Errorf("%w: %v", ErrState, err)
+	}
+	if dec.More() {
+		return runState{}, fmt.Errorf("%w: data after the state", ErrState)
+	}
+	var opts map[string]any
+	switch {
+	case st.Format != stateFormat:
+		return runState{}, fmt.Errorf("%w: format %d (this program reads %d)", ErrState, st.Format, stateFormat)
+	case st.Step < 0:
+		return runState{}, fmt.Errorf("%w: step %d", ErrState, st.Step)
+	case st.Algo == "":
+		return runState{}, fmt.Errorf("%w: no algorithm", ErrState)
+	case json.Unmarshal(st.Options, &opts) != nil || opts == nil:
+		return runState{}, fmt.Errorf("%w: options are not a JSON object", ErrState)
+	}
+	return st, nil
+}
+
 // ckptStore is the run's own checkpoint directory.
 func (t *Trainer) ckptStore() *checkpoint.Store {
 	return &checkpoint.Store{Dir: filepath.Join(t.o.OutDir, "checkpoints"), Keep: t.o.KeepCkpts}
@@ -258,13 +288,11 @@ func (t *Trainer) loadCheckpoint(ctx context.Context, dir string) (runState, err
 	if err != nil {
 		return runState{}, fmt.Errorf("%w: %w", ErrResume, err)
 	}
-	var st runState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return runState{}, fmt.Errorf("%w: %s: %v", ErrResume, filepath.Join(dir, stateFile), err)
+	st, err := decodeRunState(b)
+	if err != nil {
+		return runState{}, fmt.Errorf("%w: %s: %w", ErrResume, filepath.Join(dir, stateFile), err)
 	}
 	switch {
-	case st.Format != stateFormat:
-		return st, fmt.Errorf("%w: %s: state format %d (this program reads %d)", ErrResume, dir, st.Format, stateFormat)
 	case st.Algo != t.algo.Name():
 		return st, fmt.Errorf("%w: %s is a %s run, this one runs %s", ErrConfigChanged, dir, st.Algo, t.algo.Name())
 	case !st.Resumable:

@@ -437,3 +437,29 @@ func TestRecoverLostLearner(t *testing.T) {
 	}
 	sameRun(t, ref.OutDir, tr.o.OutDir, []string{"planner", "tool"})
 }
+
+// FuzzDecodeRunState: any bytes decode to a valid state or ErrState, never
+// a panic; a decoded state re-encodes to one that decodes the same.
+func FuzzDecodeRunState(f *testing.F) {
+	f.Add([]byte(`{"format":1,"step":3,"algo":"atgrpo","resumable":true,"options":{"Steps":8,"PPO":{"LR":0.0003}},"result":{"Params":10,"Evals":[{"step":0,"success":0.5,"stderr":0.1,"n":3,"reward":0,"invalid":0}]}}`))
+	f.Add([]byte(`{"format":1,"step":0,"algo":"joyagents","options":{}}`))
+	f.Add([]byte(`{"format":2,"step":1,"algo":"x","options":[]}`))
+	f.Add([]byte(`{"format":1,"step":-1,"algo":"x","options":{}} x`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := decodeRunState(b)
+		if err != nil {
+			if !errors.Is(err, ErrState) {
+				t.Fatalf("error %v is not ErrState", err)
+			}
+			return
+		}
+		again, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st2, err := decodeRunState(again)
+		if err != nil || st2.Step != st.Step || st2.Algo != st.Algo {
+			t.Fatalf("round trip %+v -> %+v %v", st, st2, err)
+		}
+	})
+}
