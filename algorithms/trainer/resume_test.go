@@ -463,3 +463,35 @@ func FuzzDecodeRunState(f *testing.F) {
 		}
 	})
 }
+
+// TestResumeLoRA: LoRA adapters (one actor per role, and every role's
+// adapter on one shared base) resume exactly too: a run stopped after 2
+// steps and resumed for 4 ends as a 4-step run.
+func TestResumeLoRA(t *testing.T) {
+	ctx := context.Background()
+	rt, err := runtime.Init(ctx, runtime.Address(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(context.Background())
+	for _, shared := range []bool{false, true} {
+		o := resumeOptions("atgrpo")
+		o.Steps, o.Eval.Every, o.Model.LoRARank, o.Model.SharedBase = 4, 0, 2, shared
+		ref := o
+		ref.OutDir = filepath.Join(t.TempDir(), "ref")
+		if _, err := Run(ctx, rt, ref); err != nil {
+			t.Fatal(err)
+		}
+		part := o
+		part.OutDir, part.Steps = filepath.Join(t.TempDir(), "run"), 2
+		if _, err := Run(ctx, rt, part); err != nil {
+			t.Fatal(err)
+		}
+		res := o
+		res.OutDir, res.Resume = part.OutDir, part.OutDir
+		if _, err := Run(ctx, rt, res); err != nil {
+			t.Fatalf("shared base %v: %v", shared, err)
+		}
+		sameRun(t, ref.OutDir, part.OutDir, []string{"planner", "tool"})
+	}
+}
