@@ -28,6 +28,7 @@ testdata-llama:
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen.py
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen_lora.py
 	/usr/bin/python3 algorithms/policy/testdata/llama/gen_autocast.py
+	/usr/bin/python3 algorithms/policy/testdata/llama/gen_padded.py
 
 # The node image, FROM scratch, with the binary and the libraries ldd lists.
 image:

@@ -261,6 +261,12 @@ func (l *loaded) vocab() int {
 	return l.tok.Vocab()
 }
 
+// rows is the model's vocab_size: every id it has an embedding and a logit
+// for. Real checkpoints pad it beyond the tokenizer (Qwen2.5: 151,936 rows
+// for 151,665 tokens); transformers accepts and scores every row, so token
+// ids given on the command line may be any id below it.
+func (l *loaded) rows() int { return l.m.VocabSize() }
+
 // decode is the text of ids ("" without a tokenizer).
 func (l *loaded) decode(ids []int32, skipSpecial bool) string {
 	if l.tok == nil {
@@ -298,7 +304,7 @@ func (f *lmFlags) promptTokens(l *loaded, stdin io.Reader) ([]int32, error) {
 		if f.chat {
 			return nil, errors.New("--chat applies to --prompt, not --prompt-ids")
 		}
-		return parseIDs(f.promptIDs, l.vocab())
+		return parseIDs(f.promptIDs, l.rows())
 	}
 	if err := l.needTokenizer(f.model); err != nil {
 		return nil, err
@@ -332,8 +338,11 @@ func (f *lmFlags) promptTokens(l *loaded, stdin io.Reader) ([]int32, error) {
 
 const generateHelp = `Generates a completion of a prompt with a Hugging Face model directory,
 on this machine (CUDA device 0 when usable, else the CPU). Temperature 0 is
-greedy decoding, comparable token for token with transformers'
-generate(do_sample=False). Generation stops at the tokenizer's end tokens
+greedy decoding over every row of the model's vocabulary (vocab_size, which
+real checkpoints pad beyond the tokenizer), comparable token for token with
+transformers' generate(do_sample=False); --tokenizer-ids-only restricts
+greedy and sampled choices to the ids the tokenizer defines, which
+transformers does not do. Generation stops at the tokenizer's end tokens
 (tokenizer_config.json's eos_token and generation_config.json's
 eos_token_id) or after --max-new-tokens.
 
@@ -360,6 +369,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling: the smallest set of tokens with this much probability")
 	seed := fs.Uint64("seed", 0, "sampling seed")
+	tokOnly := fs.Bool("tokenizer-ids-only", false, "choose only ids below the tokenizer's size, never a padding row of the model's vocab_size (default: every row, as transformers' generate)")
 	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -386,8 +396,12 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	limit := 0 // every row, as transformers
+	if *tokOnly {
+		limit = l.vocab()
+	}
 	out, err := l.m.Generate([][]int32{ids}, policy.GenerateOptions{MaxNewTokens: *maxNew, Temperature: float32(*temp),
-		TopK: *topK, TopP: float32(*topP), Seed: *seed, Stop: stop, VocabLimit: l.vocab()})
+		TopK: *topK, TopP: float32(*topP), Seed: *seed, Stop: stop, VocabLimit: limit})
 	if err != nil {
 		return err
 	}
@@ -402,7 +416,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 const logprobsHelp = `Prints the log-probability of every completion token given the prompt
 under a Hugging Face model directory: log_softmax of the logits at the
 position before each token, as transformers computes them from
-model(ids).logits.
+model(ids).logits. Token ids may be any id below the model's vocab_size,
+padding rows beyond the tokenizer included.
 
 Examples:
   troupe logprobs --model models/Qwen2.5-0.5B --prompt 'The capital of France is' --completion ' Paris' --json
@@ -444,7 +459,7 @@ func runLogprobs(args []string, stdout, stderr io.Writer) error {
 	}
 	var cids []int32
 	if *compIDs != "" {
-		if cids, err = parseIDs(*compIDs, l.vocab()); err != nil {
+		if cids, err = parseIDs(*compIDs, l.rows()); err != nil {
 			return err
 		}
 	} else {

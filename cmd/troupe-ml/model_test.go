@@ -151,6 +151,126 @@ func TestGenerateAndLogprobsMatchPyTorch(t *testing.T) {
 	}
 }
 
+// TestPaddedVocabMatchesPyTorch checks the tools on a model whose
+// vocab_size (272) exceeds its tokenizer (267 ids), as real checkpoints'
+// do: logprobs scores ids between the two, greedy generate chooses every row
+// as transformers' generate(do_sample=False) does, and --tokenizer-ids-only
+// keeps to the tokenizer's ids. The references are plain PyTorch
+// (algorithms/policy/testdata/llama/gen_padded.py); the tokenizer is
+// hftest's, written beside a copy of the reference model.
+func TestPaddedVocabMatchesPyTorch(t *testing.T) {
+	ref := filepath.Join("..", "..", "algorithms", "policy", "testdata", "llama", "padded", "qwen2")
+	b, err := os.ReadFile(filepath.Join(ref, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type greedy []struct {
+		Prompt    []int32 `json:"prompt"`
+		NewTokens []int32 `json:"new_tokens"`
+	}
+	var r struct {
+		TokenizerVocab  int       `json:"tokenizer_vocab"`
+		Tokens          [][]int32 `json:"tokens"`
+		Greedy          greedy    `json:"greedy"`
+		GreedyTokenizer greedy    `json:"greedy_tokenizer"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.TokenizerVocab != hftest.Vocab {
+		t.Fatalf("reference made for a %d-id tokenizer, hftest's has %d", r.TokenizerVocab, hftest.Vocab)
+	}
+	dir, err := hftest.Write(t.TempDir(), hftest.Options{ModelType: "qwen2", NoChat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		data, err := os.ReadFile(filepath.Join(ref, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	padded := func(xs []int32) bool {
+		for _, x := range xs {
+			if int(x) >= hftest.Vocab {
+				return true
+			}
+		}
+		return false
+	}
+	gen := func(prompt []int32, extra ...string) []int32 {
+		t.Helper()
+		var out, errb bytes.Buffer
+		args := append([]string{"--model", dir, "--backend", "cpu", "--prompt-ids", ids(prompt), "--max-new-tokens", "8", "--json"}, extra...)
+		if err := runGenerate(args, &out, &errb); err != nil {
+			t.Fatalf("generate %v: %v: %s", extra, err, errb.String())
+		}
+		var res GenerateOutput
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.IDs
+	}
+	sawPadded, sawDiff := false, false
+	for i, g := range r.Greedy {
+		if got := gen(g.Prompt); ids(got) != ids(g.NewTokens) {
+			t.Errorf("greedy from %v: troupe %v, PyTorch (every row) %v", g.Prompt, got, g.NewTokens)
+		}
+		m := r.GreedyTokenizer[i]
+		got := gen(m.Prompt, "--tokenizer-ids-only")
+		if ids(got) != ids(m.NewTokens) || padded(got) {
+			t.Errorf("--tokenizer-ids-only from %v: troupe %v, PyTorch (ids below %d) %v", m.Prompt, got, r.TokenizerVocab, m.NewTokens)
+		}
+		sawPadded = sawPadded || padded(g.NewTokens)
+		sawDiff = sawDiff || ids(g.NewTokens) != ids(m.NewTokens)
+	}
+	if !sawPadded || !sawDiff {
+		t.Fatalf("the reference never chooses a padding row (%v) or never differs when masked (%v): the test cannot fail", sawPadded, sawDiff)
+	}
+	ck, err := hf.Open(filepath.Join(ref, "reference.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	B, T := len(r.Tokens), len(r.Tokens[0])
+	want := make([]float32, B*(T-1))
+	if err := ck.ReadF32("logprobs", []int{B, T - 1}, want); err != nil {
+		t.Fatal(err)
+	}
+	for b, row := range r.Tokens {
+		split := T / 2
+		if !padded(row[split:]) {
+			t.Fatalf("row %d's completion %v holds no padding id", b, row[split:])
+		}
+		var out, errb bytes.Buffer
+		if err := runLogprobs([]string{"--model", dir, "--backend", "cpu", "--prompt-ids", ids(row[:split]),
+			"--completion-ids", ids(row[split:]), "--json"}, &out, &errb); err != nil {
+			t.Fatalf("logprobs of row %d: %v: %s", b, err, errb.String())
+		}
+		var res LogprobsOutput
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Logprobs) != T-split {
+			t.Fatalf("%d log-probs for %d completion tokens", len(res.Logprobs), T-split)
+		}
+		for i, lp := range res.Logprobs {
+			if w := want[b*(T-1)+split-1+i]; math.Abs(float64(lp-w)) > 1e-4 {
+				t.Errorf("row %d, completion token %d (id %d): troupe %v, PyTorch %v", b, i, row[split+i], lp, w)
+			}
+		}
+	}
+	// Beyond vocab_size is still refused, with the model's size named.
+	var out, errb bytes.Buffer
+	err = runLogprobs([]string{"--model", dir, "--backend", "cpu", "--prompt-ids", "1", "--completion-ids", "272"}, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "0..271") {
+		t.Fatalf("id 272 of a 272-row model: %v", err)
+	}
+}
+
 // On a model directory with a tokenizer and chat template, text in and out.
 func TestGenerateChat(t *testing.T) {
 	dir, err := hftest.Write(t.TempDir(), hftest.Options{})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -38,7 +39,12 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if help, err := cli.ParseFlags(fs, args); help || err != nil {
 		return err
 	}
-	if *model == "" || (*text == "") == (*idList == "") {
+	// --text '' is the empty string to encode (transformers encodes it
+	// too: the post-processor's special tokens alone), so whether a flag
+	// was given decides, not whether it is empty.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *model == "" || given["text"] == given["ids"] {
 		fmt.Fprintln(stderr, "troupe tokenize: give --model and one of --text or --ids")
 		fs.Usage()
 		return cli.ErrUsage
@@ -47,7 +53,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if *idList != "" {
+	if given["ids"] {
 		if *chat {
 			return fmt.Errorf("--chat applies to --text, not --ids")
 		}

@@ -45,6 +45,19 @@ func TestTokenizeCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Text != "two words" || len(res.IDs) == 0 || len(res.IDs) != len(res.Tokens) || strings.Join(res.Tokens, "") != "twoĠwords" {
 		t.Fatalf("json %q: %+v %v", out, res, err)
 	}
+	// The empty string encodes (to no ids with this tokenizer, which adds
+	// no BOS), as transformers' tokenizer("") does; it is not a usage error.
+	out, err = run("", "--model", tokenizerDir, "--text", "", "--json")
+	if err != nil {
+		t.Fatalf("--text '': %v", err)
+	}
+	res.IDs, res.Tokens, res.Text = nil, nil, "x"
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Text != "" || res.IDs == nil || len(res.IDs) != 0 {
+		t.Fatalf("--text '' --json: %q: %+v %v", out, res, err)
+	}
+	if out, err = run("", "--model", tokenizerDir, "--text", ""); err != nil || out != "\n" {
+		t.Fatalf("--text '': %q %v", out, err)
+	}
 	// --chat renders the template first; specials are skipped on request.
 	dir := t.TempDir()
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
@@ -86,6 +99,7 @@ func TestTokenizeCommand(t *testing.T) {
 		"no model":    {[]string{"--text", "x"}, "usage error"},
 		"both":        {[]string{"--model", tokenizerDir, "--text", "x", "--ids", "1"}, "usage error"},
 		"neither":     {[]string{"--model", tokenizerDir}, "usage error"},
+		"both, empty": {[]string{"--model", tokenizerDir, "--text", "", "--ids", ""}, "usage error"},
 		"missing dir": {[]string{"--model", filepath.Join(dir, "nope"), "--text", "x"}, "no such file"},
 		"bad id":      {[]string{"--model", tokenizerDir, "--ids", "1,x"}, `"x" is not a token id`},
 		"id too big":  {[]string{"--model", tokenizerDir, "--ids", "99999"}, "outside the vocabulary"},
