@@ -98,24 +98,33 @@ __device__ __forceinline__ void fa_load_keys(float (*dst)[FA_LD], const float* b
 // fa_attend runs the online-softmax tile loop over keys [kbeg, kend) of one
 // row tile whose Q rows are in Qs: key row s of k is kbase[s*stride], of v
 // vbase[s*stride]. limit[e] is the last key row (inclusive) pair e's row may
-// attend. On return acc holds thread (tid/8)'s unnormalised output channels
-// and ms, ls the rows' running max and sum.
+// attend. Rows nvalid.. of the tile are padding: their products are skipped
+// (a decode's group has fewer query heads than the tile has rows). On return
+// acc holds thread (tid/8)'s unnormalised output channels and ms, ls the
+// rows' running max and sum.
 __device__ __forceinline__ void fa_attend(float (*Qs)[FA_LD], float (*Ks)[FA_LD], float (*Vs)[FA_LD],
                                           float (*Ps)[FA_BC + 1], float* ms, float* ls, float* as,
                                           const float* kbase, const float* vbase, long stride, int kbeg, int kend,
-                                          const int* limit, int HD, float scale, float* acc) {
+                                          const int* limit, int nvalid, int HD, float scale, float* acc) {
     const int tid = threadIdx.x, j = tid % FA_BC, ib = tid / 8, sub = tid % 8;
     for (int k0 = kbeg; k0 < kend; k0 += FA_BC) {
         __syncthreads();  // the previous tile's readers are done (and ms/ls/Qs are initialised)
         fa_load_keys(Ks, kbase, stride, k0, kend, HD);
         fa_load_keys(Vs, vbase, stride, k0, kend, HD);
         __syncthreads();
-        float dots[2];
-        fa_dot2(Qs[tid / FA_BC], Qs[tid / FA_BC + 8], Ks[j], HD, dots[0], dots[1]);
+        // The rows of a half-warp are uniform, so these branches do not
+        // diverge within one.
+        const int i0 = tid / FA_BC;
+        float dots[2] = {0.0f, 0.0f};
+        if (i0 + 8 < nvalid) {
+            fa_dot2(Qs[i0], Qs[i0 + 8], Ks[j], HD, dots[0], dots[1]);
+        } else if (i0 < nvalid) {
+            fa_dot2(Qs[i0], Qs[i0], Ks[j], HD, dots[0], dots[1]);
+        }
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int i = tid / FA_BC + 8 * e, s = k0 + j;
-            const float sc = (s <= limit[e] && s < kend) ? dots[e] * scale : NEG_INF;
+            const int i = i0 + 8 * e, s = k0 + j;
+            const float sc = (i < nvalid && s <= limit[e] && s < kend) ? dots[e] * scale : NEG_INF;
             const float mold = ms[i];
             const float mnew = fmaxf(mold, half_max(sc));
             const float p = (sc == NEG_INF) ? 0.0f : expf(sc - mnew);
@@ -130,6 +139,7 @@ __device__ __forceinline__ void fa_attend(float (*Qs)[FA_LD], float (*Ks)[FA_LD]
             }
         }
         __syncthreads();
+        if (ib >= nvalid) continue;  // padding row (no barrier below)
         const float a = as[ib];
 #pragma unroll
         for (int m = 0; m < FA_CPT; m++) acc[m] *= a;
@@ -172,7 +182,8 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     float acc[FA_CPT];
 #pragma unroll
     for (int m = 0; m < FA_CPT; m++) acc[m] = 0.0f;
-    fa_attend(Qs, Ks, Vs, Ps, ms, ls, as, kbase, vbase, kstride, 0, kend, limit, HD, scale, acc);
+    fa_attend(Qs, Ks, Vs, Ps, ms, ls, as, kbase, vbase, kstride, 0, kend, limit, imin(FA_BR, R - r0), HD, scale,
+              acc);
 
     const int ib = tid / 8, sub = tid % 8, r = r0 + ib;
     if (r >= R) return;
@@ -438,7 +449,8 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     float acc[FA_CPT];
 #pragma unroll
     for (int m = 0; m < FA_CPT; m++) acc[m] = 0.0f;
-    fa_attend(Qs, Ks, Vs, Ps, ms, ls, as, kbase, kbase + KD, 2 * KD, kbeg, kend, limit, HD, scale, acc);
+    fa_attend(Qs, Ks, Vs, Ps, ms, ls, as, kbase, kbase + KD, 2 * KD, kbeg, kend, limit, imin(FA_BR, G - h0), HD,
+              scale, acc);
 
     const int ib = tid / 8, sub = tid % 8;
     if (h0 + ib >= G) return;
