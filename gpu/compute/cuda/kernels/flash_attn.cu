@@ -20,7 +20,8 @@
 // The softmax is online: per row the running max m and sum l live in
 // shared memory, and B rescales its accumulators by exp(m_old - m_new).
 // Shared rows are padded to FA_LD floats, so phase A's 16 different key rows
-// fall in 16 different banks.
+// fall in 16 different banks. The two rows of a thread's pairs share each
+// key load (1.5 shared loads per FMA); B loads P once per FA_CPT products.
 //
 // Backward (FlashAttention-2 without atomics, deterministic):
 //   flash_attn_backward_dq: per row tile, P = exp(s - lse) recomputed from
@@ -70,10 +71,9 @@ __device__ __forceinline__ void fa_dot2(const float* a0, const float* a1, const 
     s1 = x1;
 }
 
-// fa_load_rows stages FA_BR rows of HD floats; row i comes from src +
-// rowOff(i) where rowOff is given as base pointer per row via the flattened
-// (t, h) mapping. Rows past R repeat row R-1 (their results are never
-// stored). src has rows (B,T,NH,HD).
+// fa_load_qrows stages the FA_BR rows r0.. of the flattened sequence of
+// (b, g) from src (B,T,NH,HD): row r is position r/G, query head g*G + r%G.
+// Rows past R repeat row R-1 (padding: their results are never stored).
 __device__ __forceinline__ void fa_load_qrows(float (*dst)[FA_LD], const float* src, int b, int g, int r0, int R,
                                               int G, int T, int NH, int HD) {
     for (int x = threadIdx.x; x < FA_BR * HD; x += FA_THREADS) {
