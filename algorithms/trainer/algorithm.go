@@ -133,7 +133,7 @@ func (a *ATGRPO) Start(ctx context.Context, t *Trainer) error {
 		NewEnv: t.NewEnv(-1),
 	}
 	if o.EnvActors > 0 {
-		pool, err := envs.SpawnPool(ctx, t.Runtime(), o.EnvActors, envs.HostConfig{Env: o.Env, Config: t.EnvConfig()})
+		pool, err := envs.SpawnPool(ctx, t.Runtime(), o.EnvActors, envs.HostConfig{Env: o.Env, Config: t.EnvConfig()}, t.restartOptions()...)
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,8 @@ func (j *JoyAgents) Start(ctx context.Context, t *Trainer) error {
 	jc := j.Config
 	jc.G, jc.Envs, jc.MaxTurns, jc.Seed = o.K, o.Envs, t.Budget(), o.Seed
 	jc.Memory.HintMax = t.MaxNewTokens() - 1
-	ja, err := agent.SpawnJoyAgents(ctx, t.Runtime(), t.Team(), agent.JoyConfig{Config: jc, Env: o.Env, EnvConfig: t.EnvConfig(), EnvActors: o.EnvActors})
+	ja, err := agent.SpawnJoyAgents(ctx, t.Runtime(), t.Team(), agent.JoyConfig{Config: jc, Env: o.Env, EnvConfig: t.EnvConfig(), EnvActors: o.EnvActors,
+		MemoryOptions: t.restartOptions(), EnvOptions: t.restartOptions()})
 	if err != nil {
 		return err
 	}

@@ -425,6 +425,16 @@ func (t *Trainer) checkLearners(ctx context.Context) error {
 	return nil
 }
 
+// restartOptions are the spawn options of the actors an algorithm adds to
+// the team (a memory, environment hosts): with Options.Recover they are
+// restarted when lost too, and the recovery restores what they held.
+func (t *Trainer) restartOptions() []actors.Option {
+	if !t.o.Recover {
+		return nil
+	}
+	return []actors.Option{actors.MaxRestarts(recoverLimit)}
+}
+
 // recoverFrom restores the run from its last checkpoint after err, a
 // policy actor lost in step s and restarted by the runtime: every policy
 // (the restarted one from its constructor's weights, the others from

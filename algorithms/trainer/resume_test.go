@@ -398,13 +398,19 @@ func (w *crashWriter) Write(b []byte) (int, error) {
 // is detected; the run restores its last checkpoint, replays the steps
 // since and ends as a run without the crash did.
 func TestRecoverLostLearner(t *testing.T) {
+	for _, algo := range []string{"atgrpo", "joyagents"} {
+		t.Run(algo, func(t *testing.T) { testRecoverLostLearner(t, algo) })
+	}
+}
+
+func testRecoverLostLearner(t *testing.T, algo string) {
 	ctx := context.Background()
 	rt, err := runtime.Init(ctx, runtime.Address(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Shutdown(context.Background())
-	o := resumeOptions("atgrpo")
+	o := resumeOptions(algo)
 	o.CkptEvery, o.Recover = 2, true
 	ref := o
 	ref.OutDir = filepath.Join(t.TempDir(), "ref")
