@@ -216,6 +216,9 @@ func TestOpFusedErrors(t *testing.T) {
 		{"adamw short buffer", func(e *Backend, x, big compute.Buffer, ids compute.IntBuffer) {
 			e.AdamWUpdateMulti([]compute.AdamWTensor{{Params: big, Grads: big, M: big, V: x, N: 100}}, compute.AdamW{LR: 1, Step: 1})
 		}, compute.ErrShape},
+		{"adamw negative size", func(e *Backend, x, big compute.Buffer, ids compute.IntBuffer) {
+			e.AdamWUpdateMulti([]compute.AdamWTensor{{Params: x, Grads: x, M: x, V: x, N: -1}}, compute.AdamW{LR: 1, Step: 1})
+		}, compute.ErrShape},
 		{"adamw nil buffer", func(e *Backend, x, big compute.Buffer, ids compute.IntBuffer) {
 			e.AdamWUpdateMulti([]compute.AdamWTensor{{Params: big, Grads: nil, M: big, V: big, N: 4}}, compute.AdamW{LR: 1, Step: 1})
 		}, compute.ErrBuffer},
