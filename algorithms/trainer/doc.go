@@ -71,6 +71,16 @@
 // job, so environment host actors (Options.EnvActors) can make it too.
 // Observations and actions use the characters of envs.Alphabet.
 //
+// # Checkpoints and resuming
+//
+// With Options.CkptEvery the run commits resumable checkpoints (package
+// checkpoint: atomic, with SHA-256 sums) of everything the rest of the run
+// depends on, and Options.Resume continues from the last complete one with
+// the same metrics and final weights as a run that never stopped (resume.go
+// says what a checkpoint holds). An own Algorithm resumes when it
+// implements Resumable (its state between steps beside the policies);
+// Options.Recover restores the last checkpoint after a lost policy actor.
+//
 // # Evaluation discipline
 //
 // Every default was tuned on the validation range (ValidationSeed..); the
