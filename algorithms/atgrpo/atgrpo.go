@@ -102,6 +102,11 @@ type Config struct {
 	// do not change, except under FilterUID and Dr. MAS, which recompute
 	// them over the kept samples).
 	Filter rl.GroupFilter
+	// Grouping and Sampler are the paper's ablations (ablation.go): the
+	// key advantages are computed within (default AgentTurn, (env, role,
+	// turn)) and tree or independent sampling (default Tree).
+	Grouping Grouping
+	Sampler  Sampling
 }
 
 // DefaultConfig is K = 4, α = 1, 8 environments, at most 32 rounds, GRPO
@@ -124,6 +129,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Filter.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if c.Grouping < AgentTurn || c.Grouping > Trajectory || c.Sampler < Tree || c.Sampler > Independent {
+		return fmt.Errorf("%w: grouping %d, sampler %d", ErrConfig, c.Grouping, c.Sampler)
+	}
+	if c.Grouping == Trajectory && c.Sampler != Independent {
+		return fmt.Errorf("%w: trajectory-level grouping needs independent sampling (a tree has one trajectory per instance)", ErrConfig)
 	}
 	return nil
 }
@@ -188,6 +199,9 @@ func TreeRollouts(ctx context.Context, cfg Config, pols *Policies, es []envs.Env
 	}
 	if _, err := checkRoles(es); err != nil {
 		return nil, nil, err
+	}
+	if cfg.Sampler == Independent {
+		return independentLocal(ctx, cfg, pols, es, step)
 	}
 	// The same sampler as over environment actors, on a batch that steps es
 	// themselves; each es[e] then becomes the instance of its chosen branch.

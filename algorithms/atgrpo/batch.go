@@ -19,6 +19,9 @@ import (
 // same rollouts and buffers for the same environments (TestBatchMatches
 // checks this).
 func TreeRolloutsBatch(ctx context.Context, cfg Config, pols *Policies, b envs.Batch, ep envs.Episodes, step int64) ([]Rollout, map[string][]rl.Sample, error) {
+	if cfg.Sampler == Independent {
+		return nil, nil, fmt.Errorf("%w: independent sampling copies local environments (TreeRollouts), not a batch's", ErrConfig)
+	}
 	rolls, buffers, _, err := treeRollouts(ctx, cfg, pols, b, ep, step)
 	return rolls, buffers, err
 }
@@ -133,6 +136,12 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 	for e, st := range states {
 		rolls[e].Success = st.Success
 		rolls[e].Turns = st.Turn
+	}
+	if cfg.Grouping != AgentTurn {
+		var err error
+		if buffers, err = regroup(cfg, rolls); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	return rolls, buffers, refs, nil
 }

@@ -85,6 +85,11 @@ type ATGRPO struct {
 	Filter rl.GroupFilter
 	// DrMAS normalises advantages per (environment instance, agent).
 	DrMAS bool
+	// Grouping, Sampler and Advantage are the ablations (ablations.go);
+	// zero values are AT-GRPO's.
+	Grouping  atgrpo.Grouping
+	Sampler   atgrpo.Sampling
+	Advantage grpo.AdvantageMode
 
 	name   string
 	tr     *agent.ATGRPO
@@ -99,6 +104,9 @@ func newATGRPO(o Options) (Algorithm, error) {
 	}
 	a := &ATGRPO{Filter: rl.GroupFilter{Method: method, Ratio: o.ATGRPO.FilterRatio}, DrMAS: o.DrMAS, name: "atgrpo"}
 	if err := a.Filter.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Grouping, a.Sampler, a.Advantage, err = atgrpoVariant(o); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -127,8 +135,8 @@ func (a *ATGRPO) SingleAgent() bool { return a.single }
 func (a *ATGRPO) Start(ctx context.Context, t *Trainer) error {
 	o := t.Options()
 	a.tr = &agent.ATGRPO{
-		Config: atgrpo.Config{K: o.K, Alpha: 1, Envs: o.Envs, MaxTurns: t.Budget(), Advantage: grpo.StdNormalized, Seed: o.Seed,
-			DrMAS: a.DrMAS, Filter: a.Filter},
+		Config: atgrpo.Config{K: o.K, Alpha: 1, Envs: o.Envs, MaxTurns: t.Budget(), Advantage: a.Advantage, Seed: o.Seed,
+			DrMAS: a.DrMAS, Filter: a.Filter, Grouping: a.Grouping, Sampler: a.Sampler},
 		Team:   t.Team(),
 		NewEnv: t.NewEnv(-1),
 	}

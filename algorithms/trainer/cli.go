@@ -48,6 +48,7 @@ func Main(prog, doc string, o Options) {
 	fs.IntVar(&o.PPO.MiniBatch, "minibatch", o.PPO.MiniBatch, "PPO mini-batch in samples, one optimiser step each (0: 16, verl's ppo_mini_batch_size in PettingLLMs; -1: the whole batch in one step)")
 	fs.BoolVar(&o.PPO.Shuffle, "shuffle", o.PPO.Shuffle, "shuffle each batch before splitting it into mini-batches (verl: off)")
 	fs.StringVar(&o.PPO.Aggregation, "agg", o.PPO.Aggregation, "loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm (Dr. GRPO)")
+	fs.StringVar(&o.Advantage, "adv", o.Advantage, "advantages: std (GRPO, default) or mean (Dr. GRPO's r − mean; add --agg seq-mean-token-sum-norm for Dr. GRPO's constant length normalisation)")
 	fs.BoolVar(&o.DrMAS, "drmas", o.DrMAS, "Dr. MAS: normalise advantages per (environment instance, agent) instead of per group")
 	fs.StringVar(&o.Model.Init, "init", o.Model.Init, "start from checkpoint directories PREFIX<policy> instead of the warm start (e.g. runs/planpath-atgrpo/warm-)")
 	fs.IntVar(&o.Warm.Episodes, "warm-episodes", o.Warm.Episodes, "expert episodes for the warm start (0: none)")
@@ -83,6 +84,8 @@ func Main(prog, doc string, o Options) {
 	} else {
 		fs.StringVar(&o.ATGRPO.Filter, "filter", o.ATGRPO.Filter, "PettingLLMs group filter: none, mean (drop the lowest-mean groups), std, dapo (drop equal-reward groups) or uid")
 		fs.Float64Var(&o.ATGRPO.FilterRatio, "filter-ratio", o.ATGRPO.FilterRatio, "share of groups the filter drops (mean, std; uid: of each group's samples)")
+		fs.StringVar(&o.ATGRPO.Grouping, "grouping", o.ATGRPO.Grouping, "advantage group key (ablations): agent-turn (AT-GRPO, default), agent, turn, or trajectory (trajectory-level GRPO, with --sampler independent)")
+		fs.StringVar(&o.ATGRPO.Sampler, "sampler", o.ATGRPO.Sampler, "sampler (ablation): tree (AT-GRPO, default) or independent (K independent episodes per grid)")
 	}
 	fs.Float64Var(&o.Model.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
 	backend := os.Getenv("TROUPE_BACKEND")

@@ -55,10 +55,15 @@ type Options struct {
 	SampleTemp float32
 	// DrMAS normalises advantages per (environment instance, agent), as
 	// Dr. MAS does, instead of per group.
-	DrMAS  bool
-	PPO    PPOOptions
-	ATGRPO ATGRPOOptions
-	Joy    JoyOptions
+	DrMAS bool
+	// Advantage is how group rewards become advantages: "std" (default,
+	// GRPO's (r − mean)/(std + 1e-6)) or "mean" (Dr. GRPO's r − mean; with
+	// PPO.Aggregation "seq-mean-token-sum-norm", Dr. GRPO's constant length
+	// normalisation, it is Dr. GRPO).
+	Advantage string
+	PPO       PPOOptions
+	ATGRPO    ATGRPOOptions
+	Joy       JoyOptions
 
 	Warm WarmOptions
 	Eval EvalOptions
@@ -146,6 +151,14 @@ type ATGRPOOptions struct {
 	// "", "mean", "std", "dapo", "uid").
 	Filter      string
 	FilterRatio float64
+	// Grouping and Sampler are the AT-GRPO paper's ablations (atgrpo
+	// ablation.go): the advantage's group key, "agent-turn" (default:
+	// (env, role, turn)), "agent" (env, role), "turn" (env, turn) or
+	// "trajectory" (trajectory-level GRPO, needs Sampler "independent"),
+	// and the sampler, "tree" (default) or "independent" (K independent
+	// episodes per grid, about the tree's number of samples).
+	Grouping string
+	Sampler  string
 }
 
 // JoyOptions are JoyAgents-R1's own settings.

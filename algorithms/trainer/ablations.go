@@ -1,0 +1,41 @@
+package trainer
+
+import (
+	"fmt"
+
+	"troupe/algorithms/atgrpo"
+	"troupe/algorithms/grpo"
+)
+
+// advantageMode reads Options.Advantage: "" or "std" is GRPO's, "mean"
+// Dr. GRPO's.
+func advantageMode(s string) (grpo.AdvantageMode, error) {
+	switch s {
+	case "", "std":
+		return grpo.StdNormalized, nil
+	case "mean":
+		return grpo.MeanCentered, nil
+	}
+	return 0, fmt.Errorf("%w: unknown advantage %q (std, mean)", ErrAlgorithm, s)
+}
+
+// atgrpoVariant reads the AT-GRPO ablations of o: the group key, the
+// sampler and the advantage mode (defaults: AT-GRPO's).
+func atgrpoVariant(o Options) (atgrpo.Grouping, atgrpo.Sampling, grpo.AdvantageMode, error) {
+	g, err := atgrpo.ParseGrouping(o.ATGRPO.Grouping)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("%w: %v", ErrAlgorithm, err)
+	}
+	s, err := atgrpo.ParseSampling(o.ATGRPO.Sampler)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("%w: %v", ErrAlgorithm, err)
+	}
+	if g == atgrpo.Trajectory && s != atgrpo.Independent {
+		return 0, 0, 0, fmt.Errorf("%w: --grouping trajectory needs --sampler independent (a tree has one trajectory per grid)", ErrAlgorithm)
+	}
+	if s == atgrpo.Independent && (o.EnvActors > 0 || o.Async.RolloutWorkers > 0) {
+		return 0, 0, 0, fmt.Errorf("%w: --sampler independent copies environments in the driver: no --env-actors or rollout workers", ErrAlgorithm)
+	}
+	m, err := advantageMode(o.Advantage)
+	return g, s, m, err
+}
