@@ -115,6 +115,7 @@ func TestOpFlashDecode(t *testing.T) {
 		t.Run(fmt.Sprintf("g%d_hd%d_maxT%d", c.NH/c.KVH, c.HD, c.maxT), func(t *testing.T) {
 			p := newPair(t, uint64(70+i))
 			B, maxT, NH, KVH, HD := c.B, c.maxT, c.NH, c.KVH, c.HD
+			p.e.cfg.decodeChunk = 16 // as on the emulator, also on a GPU: several splits
 			if d := p.e.decodeChunk(B, maxT, NH, KVH); ceilDiv(maxT, d) < 2 {
 				t.Fatalf("decode chunk %d leaves one split for maxT %d", d, maxT)
 			}
