@@ -23,7 +23,8 @@ import (
 // wall or off the grid (the agent stays, the rest of the action is dropped)
 // or an unparseable action, GoalReward (+1) on reaching the goal and
 // ShortestBonus (+0.5) if the valid moves taken equal the BFS shortest path
-// length. The tool's step earns no team reward.
+// length. The tool's step earns no team reward (Config.ToolTeam: the team
+// reward its suggestion would earn if the planner executed it).
 //
 // Local rewards judge each role's own output against BFS: PathLocalGood
 // (+0.3) when every move is legal and brings the agent one step nearer the
@@ -76,6 +77,7 @@ type planPath struct {
 	planDid  string // canonical last planner action, "-" or "?"
 	planHit  bool   // the last planner action hit a wall
 	toolDirs []int  // parsed tool suggestion (nil when invalid); immutable
+	toolTeam bool   // Config.ToolTeam
 }
 
 var (
@@ -121,7 +123,7 @@ func newPlanPath(cfg Config, seed int64) (Env, error) {
 			w:         c.w, h: c.h, moves: c.moves,
 			blocked: blocked, dist: dist,
 			agent: start, goal: goal, shortest: dist[start],
-			toolSays: "-", planDid: "-",
+			toolSays: "-", planDid: "-", toolTeam: cfg.ToolTeam,
 		}, nil
 	}
 	return nil, fmt.Errorf("%w: planpath %dx%d rate %.2f: start and goal never connected", ErrGenerate, c.w, c.h, c.rate)
@@ -253,6 +255,9 @@ func (p *planPath) Step(role, action string) Step {
 			p.toolDirs, p.toolSays = nil, "?"
 			st.Info = "invalid: unparseable suggestion"
 		}
+		if p.toolTeam {
+			st.Team = p.moveTeam(dirs, ok)
+		}
 		p.advance()
 		st.Done = p.done
 		return st
@@ -292,6 +297,33 @@ func (p *planPath) Step(role, action string) Step {
 	p.advance()
 	st.Done = p.done
 	return st
+}
+
+// moveTeam is the team reward the planner's Step would earn for dirs (ok:
+// they parsed), without moving: the tool's team reward under
+// Config.ToolTeam.
+func (p *planPath) moveTeam(dirs []int, ok bool) float64 {
+	if !ok {
+		return InvalidPenalty
+	}
+	team, agent, taken := 0.0, p.agent, p.taken
+	for _, d := range dirs {
+		n := neighbor(p.w, p.h, agent, d)
+		if n < 0 || p.blocked[n] {
+			return team + InvalidPenalty
+		}
+		team += StepCost + ShapingScale*float64(manhattan(p.w, agent, p.goal)-manhattan(p.w, n, p.goal))
+		agent = n
+		taken++
+		if agent == p.goal {
+			team += GoalReward
+			if taken == p.shortest {
+				team += ShortestBonus
+			}
+			break
+		}
+	}
+	return team
 }
 
 // ExpertAction is the optimal action: the tool suggests the first Moves

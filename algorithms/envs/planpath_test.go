@@ -205,3 +205,61 @@ func TestPlanPathGenerationReachable(t *testing.T) {
 		t.Fatalf("negative rate still has obstacles: %q", e.Observe("tool"))
 	}
 }
+
+// With Config.ToolTeam the tool earns the team reward the planner earns
+// when it then plays the tool's suggestion (goal, shortest bonus, walls,
+// garbage included), and the suggestion moves nothing.
+func TestPlanPathToolTeam(t *testing.T) {
+	for _, c := range []struct {
+		moves int
+		path  string // the planner's moves, one action each
+		tool  []string
+	}{
+		{1, "DDRRRDDR", nil}, // the shortest path: +1.5 at the goal
+		{1, "RLDDRRRDDR", nil},
+		{2, "DD", []string{"DD", "RR", "xyz", "UU", "RR"}},
+		{1, "R", []string{"R", "R", "", "L"}},
+	} {
+		p := planPathFromLayout(t, testGrid, c.moves, 20)
+		p.toolTeam = true
+		for i, m := range c.path {
+			action := string(m)
+			if c.moves == 2 {
+				action = c.path
+			}
+			// Off-path suggestions first, on a clone, then the one played.
+			for _, s := range c.tool {
+				q := p.Clone().(*planPath)
+				agent := q.agent
+				got := q.Step("tool", s).Team
+				want := q.Clone().(*planPath).Step("planner", s).Team
+				if !near(got, want) || q.agent != agent {
+					t.Errorf("%q turn %d: tool %q team %.3f, the planner's move %.3f (agent %d -> %d)", c.path, i, s, got, want, agent, q.agent)
+				}
+			}
+			q := p.Clone().(*planPath)
+			q.Step("tool", action)
+			want := q.Step("planner", action).Team
+			if got := p.Step("tool", action).Team; !near(got, want) {
+				t.Errorf("%q turn %d: tool %q team %.3f, planner %.3f", c.path, i, action, got, want)
+			}
+			p.Step("planner", action)
+			if c.moves == 2 {
+				break
+			}
+		}
+	}
+	// Off by default (and through envs.New): the tool earns no team reward.
+	e, err := New("planpath", Config{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.(Expert).ExpertAction("tool")
+	if st := e.Step("tool", a); st.Team != 0 {
+		t.Fatalf("default tool team reward %v", st.Team)
+	}
+	e, _ = New("planpath", Config{ToolTeam: true}, 1)
+	if st := e.Step("tool", a); st.Team <= 0 {
+		t.Fatalf("ToolTeam: the expert's suggestion earns team %v, want > 0", st.Team)
+	}
+}

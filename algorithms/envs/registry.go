@@ -52,6 +52,12 @@ type Config struct {
 	// number. Observations keep their format; the absent role's slot always
 	// shows "-".
 	Single bool
+	// ToolTeam gives planpath's tool the team reward its suggestion would
+	// earn if the planner executed it (the team reward after the planner's
+	// move when the planner follows the tool), so the team weight α acts on
+	// the tool's reward too. Off (default): the tool's step earns no team
+	// reward.
+	ToolTeam bool
 }
 
 // Preset is a named configuration of an environment, so scripts and the
