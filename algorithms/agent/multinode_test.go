@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 // startNode starts one node of a loopback cluster with two simulated GPUs
 // and the custom resource label (a per-node tag to place actors with).
-func startNode(t *testing.T, id string, role cluster.Role, tok, label string, join []string) *cluster.Node {
+func startNode(t testing.TB, id string, role cluster.Role, tok, label string, join []string) *cluster.Node {
 	t.Helper()
 	cfg := cluster.Config{NodeID: id, Role: role, DataDir: t.TempDir(),
 		BindAddr: fmt.Sprintf("127.0.0.1:%d", testnet.Port(t, "127.0.0.1")), GossipPort: testnet.Port(t, "127.0.0.1"), RaftPort: testnet.Port(t, "127.0.0.1"),

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"troupe/actors"
 	"troupe/algorithms/policy"
 	"troupe/runtime"
+	"troupe/runtime/cluster"
 )
 
 // qwen05BAdapterConfig is a policy of the Qwen2.5-0.5B shape (hidden 896,
@@ -131,6 +133,77 @@ func TestWeightSyncTeams(t *testing.T) {
 		tl, err := w.Timelines(ctx)
 		if err != nil || tl["planner"].Version != 5 || tl["planner"].Sync <= 0 {
 			t.Fatalf("worker %d: timeline %+v, %v", i, tl, err)
+		}
+	}
+}
+
+// BenchmarkWeightSyncQwen05BProcesses is BenchmarkWeightSyncQwen05B across
+// processes of one host: a two-node loopback cluster, the learner in node
+// a's worker process and the 4 rollout workers in node b's, so each pull
+// fetches the published set from the learner's process in 1 MiB chunks,
+// the 4 at the same time. It holds 5 BF16 bases (about 3.6 GB).
+//
+//	go test ./algorithms/agent -run '^$' -bench WeightSyncQwen05BProcesses -benchtime 20x
+func BenchmarkWeightSyncQwen05BProcesses(b *testing.B) {
+	const tok = "weight-sync-bench"
+	head := startNode(b, "head", cluster.RoleHead, tok, "node-a", nil)
+	startNode(b, "w1", cluster.RoleWorker, tok, "node-b", []string{head.Addr()})
+	b.Setenv("TROUPE_TOKEN", tok)
+	ctx := context.Background()
+	rt, err := runtime.Init(ctx, runtime.Address(head.Addr()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Shutdown(context.Background())
+	waitNodes(b, rt, 2)
+	cfg := qwen05BAdapterConfig()
+	tc := TeamConfig{Roles: []string{cfg.Name}, PerRole: true, Policy: cfg,
+		SpawnOptions: []actors.Option{actors.Resources(map[string]float64{"node-a": 0.1})}}
+	learner, err := SpawnTeam(ctx, rt, tc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer learner.Kill(context.Background())
+	var workers []*Team
+	for i := 0; i < 4; i++ {
+		tc.SpawnOptions = []actors.Option{actors.Resources(map[string]float64{"node-b": 0.1})}
+		tc.Named, tc.NamePrefix = true, fmt.Sprintf("rollout%d-", i)
+		w, err := SpawnTeam(ctx, rt, tc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Kill(context.Background())
+		workers = append(workers, w)
+	}
+	if _, err := syncOnce(ctx, learner, workers, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := syncOnce(ctx, learner, workers, int64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitNodes waits until the cluster has n live nodes.
+func waitNodes(tb testing.TB, rt interface {
+	Status(context.Context) (runtime.Status, error)
+}, n int) {
+	tb.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := rt.Status(context.Background())
+		alive := 0
+		for _, nd := range st.Nodes {
+			if nd.State == "alive" {
+				alive++
+			}
+		}
+		if err == nil && alive == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("cluster never had %d live nodes: %+v %v", n, st.Nodes, err)
 		}
 	}
 }
