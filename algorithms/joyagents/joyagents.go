@@ -97,6 +97,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -173,10 +174,14 @@ func (c RewardConfig) Of(o Outcome) Reward {
 
 // Config configures a JoyAgents-R1 step.
 type Config struct {
-	G         int                // alternatives per node (group size)
-	Envs      int                // backbone trajectories per step
-	MaxTurns  int                // rounds after which an episode is cut off
-	TopK      int                // groups kept by marginal-benefit selection; 0 = all
+	G        int // alternatives per node (group size)
+	Envs     int // backbone trajectories per step
+	MaxTurns int // rounds after which an episode is cut off
+	TopK     int // groups kept by marginal-benefit selection; 0 = all
+	// TopFrac > 0 replaces TopK by a per-agent selection: each agent keeps
+	// its ceil(TopFrac × n) groups of largest variance out of its n
+	// (SelectTopFrac), so every agent's update has data as the step grows.
+	TopFrac   float64
 	Advantage grpo.AdvantageMode // GRPO or Dr. GRPO advantages
 	DrMAS     bool               // Dr. MAS: normalise per (backbone, agent), every node pooled, instead of per group
 	Reward    RewardConfig
@@ -209,6 +214,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxTurns = %d, want >= 1", ErrConfig, c.MaxTurns)
 	case c.TopK < 0:
 		return fmt.Errorf("%w: TopK = %d, want >= 0 (0 = all)", ErrConfig, c.TopK)
+	case !(c.TopFrac >= 0 && c.TopFrac <= 1):
+		return fmt.Errorf("%w: TopFrac = %v, want 0..1 (0: TopK)", ErrConfig, c.TopFrac)
 	case c.UseMemory && c.Memory.Capacity < 1:
 		return fmt.Errorf("%w: memory capacity %d, want >= 1", ErrConfig, c.Memory.Capacity)
 	case c.UseMemory && !(c.Memory.Tail >= 0 && c.Memory.Tail < 0.5):
@@ -677,6 +684,26 @@ func SelectTopK(groups []*Group, k int) ([]*Group, []string) {
 	return sel, agents
 }
 
+// SelectTopFrac is marginal-benefit selection per agent: of each agent's
+// (role's) n groups it keeps the ceil(frac × n) with the largest reward
+// variance (ties in input order), agents in sorted order, and returns them
+// with the sorted names of the agents that own them. frac ≥ 1 keeps all.
+func SelectTopFrac(groups []*Group, frac float64) ([]*Group, []string) {
+	byRole := map[string][]*Group{}
+	for _, g := range groups {
+		byRole[g.Role] = append(byRole[g.Role], g)
+	}
+	var sel []*Group
+	agents := slices.Sorted(maps.Keys(byRole))
+	for _, role := range agents {
+		gs := slices.Clone(byRole[role])
+		sort.SliceStable(gs, func(i, j int) bool { return gs[i].Variance > gs[j].Variance })
+		k := int(math.Ceil(frac * float64(len(gs))))
+		sel = append(sel, gs[:min(k, len(gs))]...)
+	}
+	return sel, agents
+}
+
 // Buffers turns selected groups into per-policy sample buffers.
 func Buffers(groups []*Group) map[string][]rl.Sample {
 	out := map[string][]rl.Sample{}
@@ -875,7 +902,13 @@ func (t *Trainer) Train(ctx context.Context, r *Rollouts) (StepStats, error) {
 	st.Groups = len(groups)
 	st.Counts = smp.Counts
 	Assign(groups, cfg.Advantage, cfg.DrMAS)
-	sel, agents := SelectTopK(groups, cfg.TopK)
+	var sel []*Group
+	var agents []string
+	if cfg.TopFrac > 0 {
+		sel, agents = SelectTopFrac(groups, cfg.TopFrac)
+	} else {
+		sel, agents = SelectTopK(groups, cfg.TopK)
+	}
 	st.Selected, st.Agents = len(sel), agents
 	bufs := Buffers(sel)
 	var advs []float64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -386,5 +387,41 @@ func TestRewardRisesOnRelay(t *testing.T) {
 		if last < first+rise || after.SuccessRate < 0.75 || after.SuccessRate < before.SuccessRate+0.3 {
 			t.Errorf("%s: did not learn: reward %.2f → %.2f, success %.2f → %.2f", variant.name, first, last, before.SuccessRate, after.SuccessRate)
 		}
+	}
+}
+
+// SelectTopFrac keeps each agent's ceil(frac × n) groups of largest
+// variance, so an agent with few high-variance groups still trains.
+func TestSelectTopFracPerAgent(t *testing.T) {
+	// a: n0 0.25, n2 0.25, n4 0; b: n1 1.27, n3 4/3, n5 0.
+	gs := groupsOf(append(slices.Clone(wantTotals), []float64{1, 1, 1}, []float64{2, 2, 2})...)
+	for _, c := range []struct {
+		frac   float64
+		nodes  []int
+		agents string
+	}{
+		{0.1, []int{0, 3}, "a,b"},              // one each: top-K = 1 would keep n3 alone
+		{0.5, []int{0, 2, 3, 1}, "a,b"},        // two each (ceil 1.5)
+		{0.67, []int{0, 2, 4, 3, 1, 5}, "a,b"}, // ceil(2.01) = 3 each
+		{1, []int{0, 2, 4, 3, 1, 5}, "a,b"},    // all, by variance within each agent
+	} {
+		sel, agents := SelectTopFrac(gs, c.frac)
+		var nodes []int
+		for _, g := range sel {
+			nodes = append(nodes, g.Node)
+		}
+		want := c.nodes
+		if !equalInts(nodes, want) || strings.Join(agents, ",") != c.agents {
+			t.Errorf("frac %v: nodes %v agents %v, want %v %s", c.frac, nodes, agents, want, c.agents)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.TopFrac = 0.25
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("TopFrac 0.25: %v", err)
+	}
+	cfg.TopFrac = 1.5
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("TopFrac 1.5: %v", err)
 	}
 }

@@ -36,3 +36,23 @@ func TestATGRPOVariantOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestJoyAgentsSelectionAndAdvantageOptions(t *testing.T) {
+	a, err := newJoyAgents(Options{Advantage: "mean", Joy: JoyOptions{TopFrac: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := a.(*JoyAgents).Config; c.TopFrac != 0.5 || c.Advantage != grpo.MeanCentered {
+		t.Fatalf("TopFrac %v, advantage %v", c.TopFrac, c.Advantage)
+	}
+	a, err = newJoyAgents(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := a.(*JoyAgents).Config; c.TopFrac != 0 || c.Advantage != grpo.StdNormalized {
+		t.Fatalf("defaults: TopFrac %v, advantage %v", c.TopFrac, c.Advantage)
+	}
+	if _, err := newJoyAgents(Options{Advantage: "z"}); !errors.Is(err, ErrAlgorithm) {
+		t.Fatalf("unknown advantage: %v", err)
+	}
+}

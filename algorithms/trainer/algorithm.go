@@ -200,7 +200,10 @@ func newJoyAgents(o Options) (Algorithm, error) {
 		return nil, fmt.Errorf("%w: the group filter is AT-GRPO's (PettingLLMs); JoyAgents-R1 selects groups by top-K", ErrAlgorithm)
 	}
 	jc := joyagents.DefaultConfig()
-	jc.UseMemory, jc.DrMAS = o.Joy.Memory, o.DrMAS
+	jc.UseMemory, jc.DrMAS, jc.TopFrac = o.Joy.Memory, o.DrMAS, o.Joy.TopFrac
+	if jc.Advantage, err = advantageMode(o.Advantage); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.Joy.TopK > 0:
 		jc.TopK = o.Joy.TopK

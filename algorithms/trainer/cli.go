@@ -75,6 +75,7 @@ func Main(prog, doc string, o Options) {
 	*hint, *reuse = !o.Joy.NoHint, !o.Joy.NoReuse
 	if o.Algo == "joyagents" {
 		fs.IntVar(&o.Joy.TopK, "topk", o.Joy.TopK, "JoyAgents marginal-benefit top-K groups by reward variance (0: 5; -1: all)")
+		fs.Float64Var(&o.Joy.TopFrac, "top-frac", o.Joy.TopFrac, "JoyAgents marginal-benefit selection per agent: each agent keeps this fraction of its groups, largest reward variance first (0: --topk over all groups)")
 		fs.BoolVar(&o.Joy.Memory, "memory", o.Joy.Memory, "JoyAgents memory: evolved from the groups, read when an agent acts")
 		fs.BoolVar(hint, "hint", *hint, "memory: add the retrieved answer to the prompt")
 		fs.BoolVar(reuse, "reuse", *reuse, "memory: answer a near-duplicate situation from memory without sampling")

@@ -163,8 +163,12 @@ type ATGRPOOptions struct {
 
 // JoyOptions are JoyAgents-R1's own settings.
 type JoyOptions struct {
-	TopK   int  // top-K groups (0: joyagents.DefaultTopK; -1: all)
-	Memory bool // the agents' memory
+	TopK int // top-K groups (0: joyagents.DefaultTopK; -1: all)
+	// TopFrac > 0 selects per agent instead of TopK: each agent keeps the
+	// ceil(TopFrac × n) of its n groups with the largest reward variance
+	// (joyagents.SelectTopFrac).
+	TopFrac float64
+	Memory  bool // the agents' memory
 	// NoHint and NoReuse turn off the two ways an agent reads its memory:
 	// retrieved answers in the prompt, and reuse of a near-duplicate's
 	// answer without sampling.
