@@ -8,6 +8,7 @@ import (
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/rl"
+	"troupe/algorithms/rl/toyenv"
 )
 
 // byIndex is a policy whose i-th prompt of a call gets action i of its
@@ -144,6 +145,31 @@ func TestIndependentSampling(t *testing.T) {
 	for _, s := range []string{"agent-turn", "agent", "turn", "trajectory"} {
 		if g, err := ParseGrouping(s); err != nil || g.String() != s {
 			t.Errorf("ParseGrouping(%q) = %v, %v", s, g, err)
+		}
+	}
+}
+
+// Evaluate reports which episode of the range succeeded, so two
+// evaluations on the same grids can be paired.
+func TestEvaluateSolvedPerEpisode(t *testing.T) {
+	evenWins := func(i int, _ int64) (envs.Env, error) {
+		win := "b3"
+		if i%2 == 0 {
+			win = "b1" // the script's first b action
+		}
+		return toyenv.NewTable([]string{"a", "b"}, 2, table, win), nil
+	}
+	st, err := Evaluate(context.Background(), Shared(script()), evenWins, 5, 8, 1, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, true, false, true}
+	if len(st.Solved) != len(want) || !near(st.SuccessRate, 0.6) {
+		t.Fatalf("solved %v, success %v", st.Solved, st.SuccessRate)
+	}
+	for i := range want {
+		if st.Solved[i] != want[i] {
+			t.Fatalf("solved %v, want %v", st.Solved, want)
 		}
 	}
 }

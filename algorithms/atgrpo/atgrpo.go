@@ -228,6 +228,9 @@ type EvalStats struct {
 	RoleReward  map[string]float64 // mean Σ (α·team + local) per episode, by role
 	Turns       float64            // mean rounds per episode
 	Invalid     float64            // fraction of actions that were invalid
+	// Solved[i] reports whether episode i (seed i of the range) succeeded:
+	// two evaluations on the same range can be compared grid by grid.
+	Solved []bool
 }
 
 // StdErr is the standard error √(p(1−p)/n) of a success rate p measured
@@ -303,7 +306,9 @@ func Evaluate(ctx context.Context, pols *Policies, newEnv EnvFactory, n, maxTurn
 			break
 		}
 	}
-	for _, env := range es {
+	st.Solved = make([]bool, n)
+	for i, env := range es {
+		st.Solved[i] = env.Success()
 		if env.Success() {
 			st.SuccessRate++
 		}

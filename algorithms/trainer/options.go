@@ -281,6 +281,9 @@ type Point struct {
 // Test is the test-range evaluation of one set of policies.
 type Test struct {
 	Greedy, Sampled Point
+	// GreedySolved[i] and SampledSolved[i] report whether test grid i
+	// (seed TestSeed+i) was solved, so two runs' tests pair grid by grid.
+	GreedySolved, SampledSolved []bool `json:",omitempty"`
 }
 
 // Result summarises a run.

@@ -35,12 +35,15 @@ type Trainer struct {
 	algo Algorithm
 	team *agent.Team
 
-	ecfg     envs.Config // the environment's configuration (Single applied)
-	roles    []string
-	ctxLen   int // the policies' context: observation, action and hint room
-	maxNew   int // the longest action in tokens, EOS included
-	budget   int // the turn cap of training and evaluation episodes
-	hintRoom int
+	ecfg envs.Config // the environment's configuration (Single applied)
+	// lastSolved is the last evaluation's episode outcomes (evalOn), for
+	// Test's per-grid record.
+	lastSolved []bool
+	roles      []string
+	ctxLen     int // the policies' context: observation, action and hint room
+	maxNew     int // the longest action in tokens, EOS included
+	budget     int // the turn cap of training and evaluation episodes
+	hintRoom   int
 
 	start   time.Time
 	cpu0    time.Duration
@@ -323,6 +326,7 @@ func (t *Trainer) evalOn(ctx context.Context, pols *rl.Policies, seed int64, n i
 		return Point{}, err
 	}
 	p := Point{Step: step, Success: es.SuccessRate, StdErr: es.StdErr, Episodes: n, Reward: es.TeamReturn, Invalid: es.Invalid}
+	t.lastSolved = es.Solved
 	if reused != nil {
 		if acts, re := reused(); acts > 0 {
 			p.Reused = float64(re) / float64(acts)
@@ -369,9 +373,9 @@ func (t *Trainer) Test(ctx context.Context, step int) (*Test, error) {
 			return nil, fmt.Errorf("test: %w", err)
 		}
 		if greedy {
-			out.Greedy = p
+			out.Greedy, out.GreedySolved = p, t.lastSolved
 		} else {
-			out.Sampled = p
+			out.Sampled, out.SampledSolved = p, t.lastSolved
 		}
 		t.record(StepRecord{Kind: "test", Step: step, Success: p.Success, TeamReturn: p.Reward, Invalid: p.Invalid,
 			Split: "test", Decode: decode, Episodes: p.Episodes, StdErr: p.StdErr})

@@ -33,6 +33,9 @@ func TestRunWritesEverything(t *testing.T) {
 		if res.WarmTest == nil || res.FinalTest == nil || res.FinalTest.Greedy.Episodes != 3 || res.FinalTest.Sampled.Episodes != 3 {
 			t.Fatalf("%s: test evaluations %+v %+v", algo, res.WarmTest, res.FinalTest)
 		}
+		if f := res.FinalTest; len(f.GreedySolved) != 3 || len(f.SampledSolved) != 3 || len(res.WarmTest.GreedySolved) != 3 {
+			t.Fatalf("%s: per-grid test outcomes %v %v", algo, f.GreedySolved, f.SampledSolved)
+		}
 		for _, f := range []string{"metrics.jsonl", "curves.png", "curves.svg", "tool/config.json", "planner/config.json", "warm-tool/config.json", "checkpoints/step-00000001/policies/planner/config.json", "checkpoints/step-00000001/policies/planner/optimizer.safetensors", "checkpoints/step-00000002/manifest.json"} {
 			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 				t.Errorf("%s: %v", algo, err)
