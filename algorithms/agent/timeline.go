@@ -18,14 +18,16 @@ type phaseClock struct {
 // since adds the time since t0 to *d: defer p.clock.since(&p.clock.x, time.Now()).
 func (c *phaseClock) since(d *time.Duration, t0 time.Time) { *d += time.Since(t0) }
 
-// PhaseTimes are a policy actor's cumulative busy times by phase, and the
-// version of the weights it last imported (0 when it never did).
+// PhaseTimes are a policy actor's cumulative busy times by phase, the
+// version of the weights it last imported (0 when it never did) and the
+// tokens it generated.
 type PhaseTimes struct {
 	Rollout, Train, Sync, Collective time.Duration
 	Version                          int64
+	GenTokens                        int64 // tokens generated so far
 }
 
 // Timeline reports the actor's cumulative PhaseTimes.
 func (p *Policy) Timeline(ctx context.Context, _ struct{}) (PhaseTimes, error) {
-	return PhaseTimes{Rollout: p.clock.rollout, Train: p.clock.train, Sync: p.clock.sync, Collective: p.clock.collective, Version: p.version}, nil
+	return PhaseTimes{Rollout: p.clock.rollout, Train: p.clock.train, Sync: p.clock.sync, Collective: p.clock.collective, Version: p.version, GenTokens: p.gen}, nil
 }

@@ -476,6 +476,20 @@ func (a *asyncATGRPO) timelineTeams() []timelineTeam {
 	return out
 }
 
+// workerTokens is the tokens the rollout workers generated, as of their
+// last snapshots (lost workers' included).
+func (a *asyncATGRPO) workerTokens() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n int64
+	for _, l := range a.lanes {
+		for _, pt := range l.snap {
+			n += pt.GenTokens
+		}
+	}
+	return n
+}
+
 // SyncRecord is a step's weight sync: the learner's export and the
 // workers' pulls made since the previous step.
 type SyncRecord struct {

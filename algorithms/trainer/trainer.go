@@ -421,7 +421,7 @@ func (t *Trainer) Step(ctx context.Context, s int) (StepRecord, error) {
 	}
 	r.StepWall = time.Since(ts).Seconds()
 	r.Timeline = t.timeline(ctx, before, ts)
-	r.TokensPerS = float64(totalTokens(ctx, t.team)-t.tokens0) / time.Since(t.t0).Seconds()
+	r.TokensPerS = float64(totalTokens(ctx, t.team)+t.workerTokens()-t.tokens0) / time.Since(t.t0).Seconds()
 	t.rs.annotate(&r)
 	t.record(r)
 	return r, nil
@@ -567,7 +567,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	res.Steps = o.Steps
 	res.TrainWall = time.Since(t.t0)
 	if o.Steps > start {
-		res.TokensPerS = float64(totalTokens(ctx, t.team)-t.tokens0) / res.TrainWall.Seconds()
+		res.TokensPerS = float64(totalTokens(ctx, t.team)+t.workerTokens()-t.tokens0) / res.TrainWall.Seconds()
 		res.StepWall = res.TrainWall / time.Duration(o.Steps-start)
 	}
 	pf, err := t.Evaluate(ctx, o.Steps, false)
