@@ -151,6 +151,11 @@ type Config struct {
 	// on CPUs with AVX512_BF16, log-probs to about 1e-2 instead of 1e-4.
 	// See policy.Llama.SetComputeDType.
 	ComputeBF16 bool
+	// ReplicaGroup, if set, names the collective group of the policy's
+	// data-parallel replicas (TeamConfig.Replicas) this actor is one of:
+	// its updates train on its shard of every mini-batch and sum the
+	// gradients over the group (see replicas.go).
+	ReplicaGroup string
 	// Backend is "auto" (or ""), "cpu" or "cuda": see backends.ForPlacement.
 	// With auto the actor computes on the GPU it was placed on (CUDA on a
 	// real GPU, the CPU metered against a simulated one) and on the CPU
@@ -172,6 +177,9 @@ type Policy struct {
 
 	clock   phaseClock // where the actor's time went (Timeline)
 	version int64      // the version of the last ImportWeights
+
+	group       replicaGroup // the replicas' group when set directly (tests); else Config.ReplicaGroup's
+	replicaHash uint64       // the trainable weights' hash after the last data-parallel update
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).

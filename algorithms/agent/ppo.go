@@ -73,6 +73,10 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 	for i := range order {
 		order[i] = i
 	}
+	dp, err := p.dataParallel(ctx)
+	if err != nil {
+		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
+	}
 	var acc statAcc
 	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
 		if p.cfg.Shuffle {
@@ -86,9 +90,14 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 				return st, err
 			}
 			idx := order[lo:min(lo+mb, len(order))]
-			if err := p.miniBatchStep(keep, seqs, offs, idx, isw, &acc); err != nil {
+			if err := p.miniBatchStep(ctx, dp, keep, seqs, offs, idx, isw, &acc); err != nil {
 				return st, fmt.Errorf("update %s: epoch %d mini-batch at %d: %w", p.cfg.Name, epoch, lo, err)
 			}
+		}
+	}
+	if dp != nil {
+		if err := p.mergeReplicas(ctx, dp, &acc); err != nil {
+			return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
 		}
 	}
 	st.Stats = acc.stats()
@@ -142,8 +151,11 @@ func (p *Policy) proximal(keep []rl.Sample, seqs [][]int32, offs []int) ([]rl.Sa
 // miniBatchStep is one optimiser step on the samples keep[idx]: the loss is
 // aggregated over the mini-batch exactly (micro-batch losses rescaled to
 // their share), then AdamW. isw, when set, holds every sample's per-token
-// importance weights (proximal).
-func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx []int, isw [][]float64, acc *statAcc) error {
+// importance weights (proximal). With dp (a data-parallel replica, see
+// replicas.go) it computes the gradient of its shard of idx only, still
+// scaled by shares of the whole idx, and sums the gradients over the
+// replicas before the step.
+func (p *Policy) miniBatchStep(ctx context.Context, dp *dataParallel, keep []rl.Sample, seqs [][]int32, offs []int, idx []int, isw [][]float64, acc *statAcc) error {
 	if err := p.model.ZeroGrad(); err != nil {
 		return err
 	}
@@ -152,8 +164,9 @@ func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx
 		totalTok += len(keep[i].Completion.Tokens)
 	}
 	var loss, pgLoss float64
-	for lo := 0; lo < len(idx); lo += p.cfg.MicroBatch {
-		chunk := idx[lo:min(lo+p.cfg.MicroBatch, len(idx))]
+	mine := dp.shard(idx)
+	for lo := 0; lo < len(mine); lo += p.cfg.MicroBatch {
+		chunk := mine[lo:min(lo+p.cfg.MicroBatch, len(mine))]
 		tokens := make([][]int32, len(chunk))
 		for k, i := range chunk {
 			tokens[k] = seqs[i]
@@ -205,6 +218,11 @@ func (p *Policy) miniBatchStep(keep []rl.Sample, seqs [][]int32, offs []int, idx
 		acc.addTokens(res.Stats)
 		for _, t := range tokens {
 			p.train += int64(len(t))
+		}
+	}
+	if dp != nil {
+		if err := dp.reduceGrads(ctx, p); err != nil {
+			return err
 		}
 	}
 	norm, err := p.model.Step()

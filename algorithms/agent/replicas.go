@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"troupe/algorithms/policy"
+)
+
+// This file makes a policy data-parallel: a role's policy runs as N
+// replica actors (TeamConfig.Replicas) that start from the same weights
+// and stay bit-identical. Every replica receives the whole batch of an
+// update and walks it exactly as one actor would (the same filtering,
+// epochs, seeded shuffles and PPO mini-batches), but computes the
+// gradient of its own shard of each mini-batch only: rank r of N takes the
+// r-th contiguous N-th of the mini-batch. Each micro-batch's loss is scaled
+// by its share of the whole mini-batch (its tokens over the mini-batch's
+// tokens with a token-mean loss, its sequences over the mini-batch's
+// otherwise), so the shards' gradients sum to the gradient of the whole
+// mini-batch; an allreduce sums them (the trainable weights' alone: the
+// adapters' with LoRA), and every replica takes the same optimizer step on
+// the same bits. Shards of different token counts therefore make the same
+// update as one actor with the whole batch, to float rounding of the sum.
+//
+// After the update the replicas exchange their loss statistics (exactly,
+// as integer chunks through an allgather, summed in rank order) and a hash
+// of their trainable weights: every replica returns the same statistics,
+// and one whose weights differ from another's fails the update with
+// ErrReplicasDiverged.
+
+// ErrReplicasDiverged reports replicas of one policy whose weights are no
+// longer bit-identical after an update: a bug or a faulty device, never a
+// rounding matter (they apply the same step to the same bits).
+var ErrReplicasDiverged = errors.New("agent: policy replicas diverged")
+
+// replicaGroup is what a replica uses of its collective group
+// (collective.Group implements it).
+type replicaGroup interface {
+	Rank() int
+	Size() int
+	Allreduce(ctx context.Context, buf []float32, op collectiveOp) error
+	Allgather(ctx context.Context, send, recv []float32) error
+}
+
+// dataParallel is one update's data-parallel state: the group and the time
+// spent waiting in it.
+type dataParallel struct {
+	g    replicaGroup
+	wait time.Duration
+}
+
+// shard is this replica's contiguous part of a mini-batch's indices.
+func (dp *dataParallel) shard(idx []int) []int {
+	if dp == nil {
+		return idx
+	}
+	n, r := dp.g.Size(), dp.g.Rank()
+	return idx[r*len(idx)/n : (r+1)*len(idx)/n]
+}
+
+// reduceGrads sums the accumulated gradients of the trainable weights over
+// the replicas and puts the sum back, so the next Step is the same step on
+// every replica.
+func (dp *dataParallel) reduceGrads(ctx context.Context, p *Policy) error {
+	if m := p.lora(); m != nil {
+		ad := m.Adapter(m.ActiveAdapter())
+		g, err := ad.Gradients()
+		if err != nil {
+			return err
+		}
+		if g == nil { // no backward yet (ZeroGrad allocates them; kept for safety)
+			g = make([]float32, ad.NumParams())
+		}
+		if err := dp.allreduce(ctx, g); err != nil {
+			return err
+		}
+		return ad.SetGradients(g)
+	}
+	m, ok := p.model.(gradModel)
+	if !ok {
+		return fmt.Errorf("%w: replicas of a %s model: no flat gradients", ErrConfig, p.model.Family())
+	}
+	g, err := m.Gradients()
+	if err != nil {
+		return err
+	}
+	if err := dp.allreduce(ctx, g); err != nil {
+		return err
+	}
+	return m.SetGradients(g)
+}
+
+// gradModel is a model whose accumulated gradients move as a flat array
+// (*policy.Llama).
+type gradModel interface {
+	Gradients() ([]float32, error)
+	SetGradients([]float32) error
+}
+
+var _ gradModel = (*policy.Llama)(nil)
+
+func (dp *dataParallel) allreduce(ctx context.Context, buf []float32) error {
+	t0 := time.Now()
+	defer func() { dp.wait += time.Since(t0) }()
+	if err := dp.g.Allreduce(ctx, buf, opSum); err != nil {
+		return fmt.Errorf("allreduce of %d gradients: %w", len(buf), err)
+	}
+	return nil
+}
+
+// replicaSums are the parts of an update's statistics that the replicas
+// add up (each over its own shards), and the hash of the weights after it.
+type replicaSums struct {
+	tokens                             int
+	clip, kl, approxKL, entropy, ratio float64
+	loss, pgLoss                       float64
+	hash                               uint64
+}
+
+func (s replicaSums) words() []uint64 {
+	return []uint64{uint64(s.tokens), math.Float64bits(s.clip), math.Float64bits(s.kl), math.Float64bits(s.approxKL),
+		math.Float64bits(s.entropy), math.Float64bits(s.ratio), math.Float64bits(s.loss), math.Float64bits(s.pgLoss), s.hash}
+}
+
+func sumsFromWords(w []uint64) replicaSums {
+	f := math.Float64frombits
+	return replicaSums{tokens: int(w[0]), clip: f(w[1]), kl: f(w[2]), approxKL: f(w[3]), entropy: f(w[4]), ratio: f(w[5]),
+		loss: f(w[6]), pgLoss: f(w[7]), hash: w[8]}
+}
+
+// wordChunks is how many float32 carry one 64-bit word: 16-bit chunks,
+// integers every float32 holds exactly, so a gather moves them bit for bit
+// whatever the transport does with NaN payloads.
+const wordChunks = 4
+
+// merge exchanges the replicas' sums and weight hashes: acc becomes the
+// sum over replicas (in rank order, the same bits on every replica), and
+// the hashes must all be equal.
+func (dp *dataParallel) merge(ctx context.Context, acc *statAcc, hash uint64) error {
+	mine := replicaSums{tokens: acc.tokens, clip: acc.clip, kl: acc.kl, approxKL: acc.approxKL, entropy: acc.entropy,
+		ratio: acc.ratio, loss: acc.loss, pgLoss: acc.pgLoss, hash: hash}.words()
+	send := make([]float32, len(mine)*wordChunks)
+	for i, w := range mine {
+		for c := range wordChunks {
+			send[i*wordChunks+c] = float32(uint16(w >> (16 * c)))
+		}
+	}
+	n := dp.g.Size()
+	recv := make([]float32, n*len(send))
+	t0 := time.Now()
+	err := dp.g.Allgather(ctx, send, recv)
+	dp.wait += time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("allgather of update statistics: %w", err)
+	}
+	var total replicaSums
+	var hashes []uint64
+	for r := range n {
+		w := make([]uint64, len(mine))
+		for i := range w {
+			for c := range wordChunks {
+				w[i] |= uint64(recv[r*len(send)+i*wordChunks+c]) << (16 * c)
+			}
+		}
+		s := sumsFromWords(w)
+		total.tokens += s.tokens
+		total.clip += s.clip
+		total.kl += s.kl
+		total.approxKL += s.approxKL
+		total.entropy += s.entropy
+		total.ratio += s.ratio
+		total.loss += s.loss
+		total.pgLoss += s.pgLoss
+		hashes = append(hashes, s.hash)
+	}
+	for r, h := range hashes {
+		if h != hashes[0] {
+			return fmt.Errorf("%w: weights hash %016x on replica %d, %016x on replica 0 (this is replica %d of %d)",
+				ErrReplicasDiverged, h, r, hashes[0], dp.g.Rank(), n)
+		}
+	}
+	acc.tokens, acc.clip, acc.kl, acc.approxKL, acc.entropy, acc.ratio = total.tokens, total.clip, total.kl, total.approxKL, total.entropy, total.ratio
+	acc.loss, acc.pgLoss = total.loss, total.pgLoss
+	return nil
+}
+
+// WeightsHash is the FNV-1a hash of the bits of the policy's trainable
+// weights (the active adapter's with LoRA, else all): equal hashes on two
+// replicas mean bit-identical weights.
+func (p *Policy) weightsHash() (uint64, error) {
+	var w []float32
+	var err error
+	if m := p.lora(); m != nil {
+		w, err = m.Adapter(m.ActiveAdapter()).Weights()
+	} else {
+		w, err = p.model.Weights()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("weights hash: %w", err)
+	}
+	return hashF32(w), nil
+}
+
+func hashF32(w []float32) uint64 {
+	h := fnv.New64a()
+	var b [4096]byte
+	for lo := 0; lo < len(w); lo += len(b) / 4 {
+		chunk := w[lo:min(lo+len(b)/4, len(w))]
+		for i, x := range chunk {
+			u := math.Float32bits(x)
+			b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		}
+		h.Write(b[:4*len(chunk)])
+	}
+	return h.Sum64()
+}
+
+// dataParallel returns the update's data-parallel state, nil for a policy
+// that is not one of several replicas.
+func (p *Policy) dataParallel(ctx context.Context) (*dataParallel, error) {
+	g := p.group
+	if g == nil {
+		if p.cfg.ReplicaGroup == "" {
+			return nil, nil
+		}
+		var err error
+		if g, err = groupOf(ctx, p.cfg.ReplicaGroup); err != nil {
+			return nil, err
+		}
+	}
+	if g.Size() < 2 {
+		return nil, nil
+	}
+	return &dataParallel{g: g}, nil
+}
+
+// mergeReplicas ends a data-parallel update: the statistics summed over
+// the replicas, the weights checked identical, the time spent in the
+// group's collectives moved from the train phase to the collective one.
+func (p *Policy) mergeReplicas(ctx context.Context, dp *dataParallel, acc *statAcc) error {
+	defer func() {
+		p.clock.collective += dp.wait
+		p.clock.train -= dp.wait // the deferred train clock adds the whole update
+	}()
+	h, err := p.weightsHash()
+	if err != nil {
+		return err
+	}
+	if err := dp.merge(ctx, acc, h); err != nil {
+		return err
+	}
+	p.replicaHash = h
+	return nil
+}

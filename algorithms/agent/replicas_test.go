@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"troupe/algorithms/grpo"
+	"troupe/algorithms/policy"
+	"troupe/algorithms/rl"
+)
+
+// replicaUpdate builds n replicas of cfg, joins them in one local group
+// and runs update on each at once (every replica gets the same batch);
+// it returns the replicas and their stats.
+func replicaUpdate(t *testing.T, cfg Config, n int, batch []rl.Sample, update func(*Policy) (rl.UpdateStats, error)) ([]*Policy, []rl.UpdateStats) {
+	t.Helper()
+	groups := newLocalGroups(n)
+	ps := make([]*Policy, n)
+	for r := range ps {
+		ps[r] = newTiny(t, cfg)
+		ps[r].group = groups[r]
+	}
+	sts := make([]rl.UpdateStats, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sts[r], errs[r] = update(ps[r])
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", r, err)
+		}
+	}
+	return ps, sts
+}
+
+// trainable is a policy's trainable weights: the active adapter's or all.
+func trainable(t *testing.T, p *Policy) []float32 {
+	t.Helper()
+	var w []float32
+	var err error
+	if m := p.lora(); m != nil {
+		w, err = m.Adapter(m.ActiveAdapter()).Weights()
+	} else {
+		w, err = p.model.Weights()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// raggedBatch is ppoBatch with completions cut to 1, 2 or 3 tokens (their
+// log-probs are those of the prefixes), so shards differ in tokens.
+func raggedBatch(t *testing.T, p *Policy) []rl.Sample {
+	b := ppoBatch(t, p)
+	for i := range b {
+		c := &b[i].Completion
+		n := min(len(c.Tokens), 1+(i*7%5)%3)
+		c.Tokens, c.LogProbs = c.Tokens[:n], c.LogProbs[:n]
+	}
+	return b
+}
+
+// TestReplicasMatchOneActor: N replicas, each computing the gradient of its
+// shard of every PPO mini-batch (shards of different token counts), make
+// the update one actor makes with the whole batch, to float tolerance, for
+// the token-mean and sequence-mean losses, with several mini-batches and
+// shuffled epochs; the replicas end bit-identical and report the one
+// actor's statistics.
+func TestReplicasMatchOneActor(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		agg  grpo.Aggregation
+		n    int
+		lora bool
+	}{
+		{grpo.TokenMean, 2, false}, {grpo.TokenMean, 3, false}, {grpo.SeqMean, 2, false},
+		{grpo.TokenMean, 2, true}, {grpo.TokenMean, 3, true},
+	} {
+		t.Run(fmt.Sprintf("%v/n=%d/lora=%v", tc.agg, tc.n, tc.lora), func(t *testing.T) {
+			cfg := tinyConfig()
+			if tc.lora {
+				cfg = loraConfig()
+			}
+			cfg.Optim = policy.DefaultOptim()
+			cfg.Optim.LR = 1e-2
+			cfg.MiniBatch, cfg.Epochs, cfg.Shuffle, cfg.MicroBatch = 12, 2, true, 5
+			cfg.Loss = grpo.Config{Epsilon: 0.2, Aggregation: tc.agg, ConstNorm: 3}
+			one := newTiny(t, cfg)
+			batch := raggedBatch(t, one)
+			lens := map[int]bool{}
+			for _, s := range batch {
+				lens[len(s.Completion.Tokens)] = true
+			}
+			if len(lens) < 2 {
+				t.Fatalf("the batch's completions all have the same length (%v): shards would not differ in tokens", lens)
+			}
+			want, err := one.Update(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w1 := trainable(t, one)
+			ps, sts := replicaUpdate(t, cfg, tc.n, batch, func(p *Policy) (rl.UpdateStats, error) { return p.Update(ctx, batch) })
+			w0 := trainable(t, ps[0])
+			var maxd float64
+			for i := range w1 {
+				maxd = max(maxd, math.Abs(float64(w1[i]-w0[i])))
+			}
+			if maxd > 2e-5 {
+				t.Fatalf("replica 0's weights differ from one actor's by up to %g", maxd)
+			}
+			for r, p := range ps {
+				wr := trainable(t, p)
+				for i := range wr {
+					if math.Float32bits(wr[i]) != math.Float32bits(w0[i]) {
+						t.Fatalf("replica %d weight %d = %v, replica 0 has %v: not bit-identical", r, i, wr[i], w0[i])
+					}
+				}
+				if sts[r] != sts[0] {
+					t.Fatalf("replica %d stats %+v, replica 0 %+v", r, sts[r], sts[0])
+				}
+				if p.model.Steps() != one.model.Steps() && p.lora() == nil {
+					t.Fatalf("replica %d took %d steps, one actor %d", r, p.model.Steps(), one.model.Steps())
+				}
+			}
+			got := sts[0]
+			if got.OptSteps != want.OptSteps || got.Samples != want.Samples || got.Sequences != want.Sequences || got.Tokens != want.Tokens {
+				t.Fatalf("replicas: %+v, one actor: %+v", got, want)
+			}
+			for _, f := range [][2]float64{{got.Loss, want.Loss}, {got.PGLoss, want.PGLoss}, {got.ClipFrac, want.ClipFrac},
+				{got.ApproxKL, want.ApproxKL}, {got.Entropy, want.Entropy}, {got.RatioMean, want.RatioMean}, {got.GradNorm, want.GradNorm}} {
+				if math.Abs(f[0]-f[1]) > 1e-4*(1+math.Abs(f[1])) {
+					t.Fatalf("replicas' stats %+v, one actor's %+v", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicasSharedBase: a shared-base replica (one adapter per role)
+// updates each adapter data-parallel, as one shared-base actor does.
+func TestReplicasSharedBase(t *testing.T) {
+	ctx := context.Background()
+	cfg := loraConfig()
+	cfg.Adapters = []string{"planner", "tool"}
+	cfg.MiniBatch = 8
+	one := newTiny(t, cfg)
+	batch := raggedBatch(t, one)
+	bufs := map[string][]rl.Sample{"planner": batch[:16], "tool": batch[16:]}
+	if _, err := one.UpdateAdapters(ctx, bufs); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := replicaUpdate(t, cfg, 2, batch, func(p *Policy) (rl.UpdateStats, error) {
+		_, err := p.UpdateAdapters(ctx, bufs)
+		return rl.UpdateStats{}, err
+	})
+	for _, ad := range cfg.Adapters {
+		w1, _ := one.lora().Adapter(ad).Weights()
+		for r, p := range ps {
+			wr, _ := p.lora().Adapter(ad).Weights()
+			for i := range w1 {
+				if math.Abs(float64(w1[i]-wr[i])) > 2e-5 {
+					t.Fatalf("adapter %s replica %d weight %d: %v, one actor %v", ad, r, i, wr[i], w1[i])
+				}
+			}
+		}
+	}
+}
+
+// TestReplicasDivergedFails: replicas whose weights differ fail the update
+// on every replica with ErrReplicasDiverged.
+func TestReplicasDivergedFails(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig()
+	groups := newLocalGroups(2)
+	ps := []*Policy{newTiny(t, cfg), newTiny(t, cfg)}
+	w, _ := ps[1].model.Weights()
+	w[0] += 1e-3
+	if err := ps[1].model.SetWeights(w); err != nil {
+		t.Fatal(err)
+	}
+	batch := ppoBatch(t, ps[0])
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, p := range ps {
+		p.group = groups[r]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = p.Update(ctx, batch)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, ErrReplicasDiverged) {
+			t.Fatalf("replica %d: %v, want ErrReplicasDiverged", r, err)
+		}
+	}
+}
