@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,7 +185,7 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 		}()
 	}
 	t.logf("rollout workers: %d per policy (%d chunks a step), max staleness %d, decoupled PPO (importance weight cap %v)",
-		a.opts.RolloutWorkers, a.chunks, a.opts.MaxStaleness, t.teamCfg.Policy.ISCap)
+		a.opts.RolloutWorkers, a.chunks, a.opts.MaxStaleness, cmp.Or(t.teamCfg.Policy.ISCap, agent.DefaultISCap))
 	return nil
 }
 
