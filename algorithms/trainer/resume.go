@@ -435,8 +435,9 @@ func (t *Trainer) restartOptions() []actors.Option {
 	return []actors.Option{actors.MaxRestarts(recoverLimit)}
 }
 
-// recoverFrom restores the run from its last checkpoint after err, a
-// policy actor lost in step s and restarted by the runtime: every policy
+// recoverFrom restores the run from its last checkpoint after err, in
+// step s, when a policy actor was lost and restarted by the runtime (err
+// says so, or the actors' incarnations do): every policy
 // (the restarted one from its constructor's weights, the others from
 // weights that moved on) and the algorithm's state go back to the
 // checkpoint, metrics.jsonl is cut back to it, and the run replays the
@@ -444,8 +445,15 @@ func (t *Trainer) restartOptions() []actors.Option {
 // checkpoint's step. Other errors, and losses beyond recoverLimit, are
 // returned as they are.
 func (t *Trainer) recoverFrom(ctx context.Context, s int, err error) (int, error) {
-	if !t.o.Recover || !t.checkpointing() || !errors.Is(err, actors.ErrActorRestarted) || t.rs.recovered >= recoverLimit {
+	if !t.o.Recover || !t.checkpointing() || t.rs.recovered >= recoverLimit {
 		return 0, err
+	}
+	if !errors.Is(err, actors.ErrActorRestarted) {
+		// the error may not say so (a cause formatted, not wrapped): the
+		// incarnations do
+		if lerr := t.checkLearners(ctx); !errors.Is(lerr, actors.ErrActorRestarted) {
+			return 0, err
+		}
 	}
 	t0 := time.Now()
 	dir, m, skipped, lerr := t.ckptStore().Latest()
