@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"troupe/actors"
 	"troupe/algorithms/rl"
@@ -24,6 +26,27 @@ type Client struct {
 	// Adapter, if set, names the actor's LoRA adapter (the role) every call
 	// of this client uses: one actor with one adapter per role.
 	Adapter string
+	// Replicas, if not nil, are H's data-parallel replicas
+	// (TeamConfig.Replicas), H first: Sample and LogProbs calls go to them
+	// in turn (they hold the same weights, so which one serves a call does
+	// not change its result), Update to all of them.
+	Replicas *Replicas
+}
+
+// Replicas are the actors of one data-parallel policy, rank 0 first, and
+// the turn of the next call.
+type Replicas struct {
+	Handles []actors.Handle[Policy]
+	next    atomic.Uint64
+}
+
+// pick is the actor the next sampling or scoring call goes to.
+func (c *Client) pick() actors.Handle[Policy] {
+	if c.Replicas == nil || len(c.Replicas.Handles) == 0 {
+		return c.H
+	}
+	hs := c.Replicas.Handles
+	return hs[(c.Replicas.next.Add(1)-1)%uint64(len(hs))]
 }
 
 var (
@@ -36,7 +59,7 @@ func NewClient(h actors.Handle[Policy]) *Client { return &Client{H: h} }
 
 // Sample implements rl.Sampler.
 func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
+	out, err := actors.Call(ctx, c.pick(), (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
 		Greedy: c.Greedy, NoLogProbs: c.NoLogProbs, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: sample: %w", c.H, err)
@@ -46,7 +69,7 @@ func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64
 
 // LogProbs implements rl.Scorer.
 func (c *Client) LogProbs(ctx context.Context, prompts []string, completions []rl.Completion) ([][]float32, error) {
-	out, err := actors.Call(ctx, c.H, (*Policy).LogProbs, LogProbsRequest{Prompts: prompts, Completions: completions, Adapter: c.Adapter}).Get(ctx)
+	out, err := actors.Call(ctx, c.pick(), (*Policy).LogProbs, LogProbsRequest{Prompts: prompts, Completions: completions, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: log-probs: %w", c.H, err)
 	}
@@ -55,14 +78,29 @@ func (c *Client) LogProbs(ctx context.Context, prompts []string, completions []r
 
 // Update implements rl.Learner.
 func (c *Client) Update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
-	var out rl.UpdateStats
-	var err error
-	if c.Adapter != "" {
-		out, err = actors.Call(ctx, c.H, (*Policy).UpdateAdapter, AdapterUpdate{Adapter: c.Adapter, Batch: batch}).Get(ctx)
-	} else {
-		out, err = actors.Call(ctx, c.H, (*Policy).Update, batch).Get(ctx)
+	hs := []actors.Handle[Policy]{c.H}
+	if c.Replicas != nil && len(c.Replicas.Handles) > 0 {
+		hs = c.Replicas.Handles // every replica trains, on its shard
 	}
-	if err != nil {
+	futs := make([]*actors.Future[rl.UpdateStats], len(hs))
+	for r, h := range hs {
+		if c.Adapter != "" {
+			futs[r] = actors.Call(ctx, h, (*Policy).UpdateAdapter, AdapterUpdate{Adapter: c.Adapter, Batch: batch})
+		} else {
+			futs[r] = actors.Call(ctx, h, (*Policy).Update, batch)
+		}
+	}
+	var out rl.UpdateStats
+	var errs []error
+	for r, f := range futs {
+		st, err := f.Get(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		} else if r == 0 {
+			out = st
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("policy actor %v: update: %w", c.H, err)
 	}
 	return out, nil

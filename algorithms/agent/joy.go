@@ -67,11 +67,17 @@ func NewJoyGraph(team *Team, mem *joyagents.MemoryClient) (*JoyGraph, error) {
 	}
 	g, in := actors.NewGraph[joyagents.UpdateRequest]()
 	var outs []*actors.GraphNode[joyagents.UpdatePart]
+	// Data-parallel replicas (TeamConfig.Replicas) are a node each: they
+	// train together and report the same parts.
 	if team.shared {
-		outs = append(outs, actors.Node(g, "update-"+rl.SharedName, team.Handles[team.Names[0]], (*Policy).UpdateJoyAdapters, in))
+		for r, h := range team.replicasOf(team.Handles[team.Names[0]]) {
+			outs = append(outs, actors.Node(g, replicaName("update-"+rl.SharedName, r), h, (*Policy).UpdateJoyAdapters, in))
+		}
 	} else {
 		for _, name := range team.Names {
-			outs = append(outs, actors.Node(g, "update-"+name, team.Handles[name], (*Policy).UpdateJoy, in))
+			for r, h := range team.replicasOf(team.Handles[name]) {
+				outs = append(outs, actors.Node(g, replicaName("update-"+name, r), h, (*Policy).UpdateJoy, in))
+			}
 		}
 	}
 	if mem != nil {

@@ -15,15 +15,18 @@ func (p *Policy) Placement(ctx context.Context, _ struct{}) (actors.ActorInfo, e
 	return info, nil
 }
 
-// Placements reports every policy actor's placement by policy name.
+// Placements reports every policy actor's placement by policy name (and
+// every data-parallel replica's, see Team.Timelines for the keys).
 func (t *Team) Placements(ctx context.Context) (map[string]actors.ActorInfo, error) {
 	out := map[string]actors.ActorInfo{}
 	for _, name := range t.Names {
-		info, err := actors.Call(ctx, t.Handles[name], (*Policy).Placement, struct{}{}).Get(ctx)
-		if err != nil {
-			return out, fmt.Errorf("placement of %s: %w", name, err)
+		for r, h := range t.replicasOf(t.Handles[name]) { // replica r > 0 under name-r<r>
+			info, err := actors.Call(ctx, h, (*Policy).Placement, struct{}{}).Get(ctx)
+			if err != nil {
+				return out, fmt.Errorf("placement of %s: %w", replicaName(name, r), err)
+			}
+			out[replicaName(name, r)] = info
 		}
-		out[name] = info
 	}
 	return out, nil
 }

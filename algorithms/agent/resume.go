@@ -165,7 +165,7 @@ func (t *Team) LoadState(ctx context.Context, dir string) error {
 		if t.lora {
 			req.Adapter = name
 		}
-		if _, err := actors.Call(ctx, t.Handles[name], (*Policy).LoadState, req).Get(ctx); err != nil {
+		if _, err := callReplicas(ctx, t, t.Handles[name], (*Policy).LoadState, req); err != nil {
 			return fmt.Errorf("load state %s: %w", name, err)
 		}
 	}

@@ -71,18 +71,19 @@ func (p *Published) Release() {
 }
 
 // Pull imports the published version into every actor of t (a team of
-// the same shape and keys), all actors at once, and returns how long it
-// took.
+// the same shape and keys; every replica of a data-parallel one), all
+// actors at once, and returns how long it took.
 func (t *Team) Pull(ctx context.Context, p *Published) (time.Duration, error) {
 	t0 := time.Now()
-	as := t.Actors()
-	futs := make(map[string]*actors.Future[int64], len(as))
-	for key, h := range as {
+	futs := map[string]*actors.Future[int64]{}
+	for key, h0 := range t.Actors() {
 		set, ok := p.Sets[key]
 		if !ok {
 			return 0, fmt.Errorf("%w: pull: version %d has no weights for %q", ErrConfig, p.Version, key)
 		}
-		futs[key] = actors.CallRef(ctx, h, (*Policy).ImportWeights, set)
+		for r, h := range t.replicasOf(h0) {
+			futs[replicaName(key, r)] = actors.CallRef(ctx, h, (*Policy).ImportWeights, set)
+		}
 	}
 	var errs []error
 	for key, f := range futs {
@@ -93,9 +94,10 @@ func (t *Team) Pull(ctx context.Context, p *Published) (time.Duration, error) {
 	return time.Since(t0), errors.Join(errs...)
 }
 
-// Timelines reports every actor's cumulative PhaseTimes by actor key.
+// Timelines reports every actor's cumulative PhaseTimes by actor key
+// (replica r > 0 of a data-parallel policy under key-r<r>).
 func (t *Team) Timelines(ctx context.Context) (map[string]PhaseTimes, error) {
-	as := t.Actors()
+	as := t.allActors()
 	futs := make(map[string]*actors.Future[PhaseTimes], len(as))
 	for key, h := range as {
 		futs[key] = actors.Call(ctx, h, (*Policy).Timeline, struct{}{})

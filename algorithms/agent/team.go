@@ -47,6 +47,14 @@ type TeamConfig struct {
 	// the same results on a seeded run; the shared base holds the weights
 	// once.
 	SharedBase bool
+	// Replicas, if > 1, runs every policy actor (a role's, the shared
+	// policy's or the shared base) as that many data-parallel replicas
+	// (replicas.go): they sample in turn, each trains on its shard of every
+	// mini-batch, their gradients are summed by allreduce in a collective
+	// group and they stay bit-identical. Replicas that reserve resources
+	// (SpawnOptions' GPUs) are placed through a packed placement group, one
+	// bundle each. Replica r > 0 of actor NAME is named NAME-r<r>.
+	Replicas int
 }
 
 // Team is a set of spawned policy actors and the rl.Policies routing roles
@@ -59,6 +67,9 @@ type Team struct {
 	update   *actors.Compiled[map[string][]rl.Sample, []NamedStats]
 	lora     bool // policies train LoRA adapters named after their policy
 	shared   bool // SharedBase: every name's handle is the one actor
+	// replicas holds each policy key's replicas with TeamConfig.Replicas
+	// > 1 (Handles holds rank 0); nil without.
+	replicas map[string]*replicaSet
 }
 
 // SpawnTeam spawns the policy actors on rt and compiles the update graph:
@@ -68,6 +79,9 @@ type Team struct {
 func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, error) {
 	if len(cfg.Roles) == 0 {
 		return nil, fmt.Errorf("%w: team without roles", ErrConfig)
+	}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("%w: %d replicas per policy", ErrConfig, cfg.Replicas)
 	}
 	names := []string{rl.SharedName}
 	if cfg.PerRole {
@@ -106,16 +120,13 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 		}
 		pc.Checkpoint = cfg.Checkpoints[name]
 		opts := append(slices.Clip(cfg.SpawnOptions), cfg.RoleOptions[name]...)
-		if cfg.Named {
-			opts = append(opts, actors.Name(cfg.NamePrefix+name))
-		}
-		h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
+		h, err := t.spawnPolicy(ctx, rt, cfg, name, pc, opts)
 		if err != nil {
 			t.Kill(context.Background())
 			return nil, fmt.Errorf("spawn policy %s: %w", name, err)
 		}
 		t.Handles[name] = h
-		t.Clients[name] = NewClient(h)
+		t.Clients[name] = &Client{H: h, Replicas: t.replicaList(h)}
 		pols[name] = t.Clients[name]
 	}
 	t.Names = append([]string(nil), names...)
@@ -128,7 +139,9 @@ func SpawnTeam(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*Team, e
 	g, in := actors.NewGraph[map[string][]rl.Sample]()
 	var outs []*actors.GraphNode[NamedStats]
 	for _, name := range t.Names {
-		outs = append(outs, actors.Node(g, "update-"+name, t.Handles[name], (*Policy).UpdateFrom, in))
+		for r, h := range t.replicasOf(t.Handles[name]) {
+			outs = append(outs, actors.Node(g, replicaName("update-"+name, r), h, (*Policy).UpdateFrom, in))
+		}
 	}
 	c, err := actors.Compile[map[string][]rl.Sample](g, actors.Gather(g, "stats", outs...))
 	if err != nil {
@@ -151,7 +164,7 @@ func (t *Team) Update(ctx context.Context, buffers map[string][]rl.Sample) (map[
 	var res []NamedStats
 	var err error
 	if t.shared {
-		res, err = actors.Call(ctx, t.Handles[t.Names[0]], (*Policy).UpdateAdapters, buffers).Get(ctx)
+		res, err = callReplicas(ctx, t, t.Handles[t.Names[0]], (*Policy).UpdateAdapters, buffers)
 	} else {
 		res, err = t.update.Run(ctx, buffers)
 	}
@@ -178,7 +191,9 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 		}
 		byName[name] = append(byName[name], Example{Prompt: ex.Obs, Answer: ex.Action})
 	}
-	futs := map[string]*actors.Future[SFTStats]{}
+	// Every replica runs the same warm start (the same examples, seed and
+	// optimizer): they stay bit-identical.
+	futs := map[string][]*actors.Future[SFTStats]{}
 	for _, name := range t.Names {
 		if len(byName[name]) == 0 {
 			continue
@@ -188,21 +203,23 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 		if t.lora {
 			r.Adapter = name
 		}
-		futs[name] = actors.Call(ctx, t.Handles[name], (*Policy).SFT, r)
+		for _, h := range t.replicasOf(t.Handles[name]) {
+			futs[name] = append(futs[name], actors.Call(ctx, h, (*Policy).SFT, r))
+		}
 	}
 	out := map[string]SFTStats{}
 	var errs []error
 	for _, name := range t.Names {
-		f, ok := futs[name]
-		if !ok {
-			continue
+		for r, f := range futs[name] {
+			s, err := f.Get(ctx)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("sft %s: %w", replicaName(name, r), err))
+				continue
+			}
+			if r == 0 {
+				out[name] = s
+			}
 		}
-		s, err := f.Get(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sft %s: %w", name, err))
-			continue
-		}
-		out[name] = s
 	}
 	return out, errors.Join(errs...)
 }
@@ -264,7 +281,7 @@ func (t *Team) evalPolicies(tmpl Client) *rl.Policies {
 	m := map[string]rl.Policy{}
 	for name, c := range t.Clients {
 		cl := tmpl
-		cl.H, cl.Adapter = c.H, c.Adapter
+		cl.H, cl.Adapter, cl.Replicas = c.H, c.Adapter, c.Replicas
 		m[name] = &cl
 	}
 	if _, ok := m[rl.SharedName]; ok && len(m) == 1 {
@@ -275,6 +292,7 @@ func (t *Team) evalPolicies(tmpl Client) *rl.Policies {
 
 // Kill ends the team's actors.
 func (t *Team) Kill(ctx context.Context) {
+	t.killReplicas(ctx)
 	if t.shared {
 		if len(t.Names) > 0 {
 			_ = actors.Kill(ctx, t.Handles[t.Names[0]])
@@ -293,18 +311,16 @@ func spawnSharedBase(ctx context.Context, rt actors.Runtime, cfg TeamConfig) (*T
 	pc.Name, pc.Adapters = rl.SharedName, slices.Clone(cfg.Roles)
 	opts := slices.Clip(cfg.SpawnOptions)
 	opts = append(opts, cfg.RoleOptions[rl.SharedName]...)
-	if cfg.Named {
-		opts = append(opts, actors.Name(cfg.NamePrefix+rl.SharedName))
-	}
-	h, err := actors.Spawn[Policy](ctx, rt, TypeName, pc, opts...)
+	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}, lora: true, shared: true}
+	h, err := t.spawnPolicy(ctx, rt, cfg, rl.SharedName, pc, opts)
 	if err != nil {
+		t.killReplicas(context.Background())
 		return nil, fmt.Errorf("spawn policy %s: %w", rl.SharedName, err)
 	}
-	t := &Team{Handles: map[string]actors.Handle[Policy]{}, Clients: map[string]*Client{}, lora: true, shared: true}
 	pols := map[string]rl.Policy{}
 	for _, r := range cfg.Roles {
 		t.Handles[r] = h
-		t.Clients[r] = &Client{H: h, Adapter: r}
+		t.Clients[r] = &Client{H: h, Adapter: r, Replicas: t.replicaList(h)}
 		pols[r] = t.Clients[r]
 	}
 	t.Names = slices.Sorted(slices.Values(cfg.Roles))
