@@ -245,7 +245,8 @@ func (t *Team) Save(ctx context.Context, dir, prefix string, meta map[string]str
 	return out, nil
 }
 
-// Weights reports every policy's WeightStats.
+// Weights reports every policy's WeightStats (with data-parallel replicas,
+// rank 0's, with the tokens of all of them).
 func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
 	out := map[string]WeightStats{}
 	for _, name := range t.Names {
@@ -258,6 +259,13 @@ func (t *Team) Weights(ctx context.Context) (map[string]WeightStats, error) {
 		}
 		if err != nil {
 			return out, fmt.Errorf("weights %s: %w", name, err)
+		}
+		for r, h := range t.replicasOf(t.Handles[name])[1:] { // the same weights; their own tokens
+			wr, err := actors.Call(ctx, h, (*Policy).Weights, struct{}{}).Get(ctx)
+			if err != nil {
+				return out, fmt.Errorf("weights %s: %w", replicaName(name, r+1), err)
+			}
+			w.GenTokens, w.TrainTok = w.GenTokens+wr.GenTokens, w.TrainTok+wr.TrainTok
 		}
 		out[name] = w
 	}

@@ -89,6 +89,7 @@ func Main(prog, doc string, o Options) {
 		fs.StringVar(&o.ATGRPO.Grouping, "grouping", o.ATGRPO.Grouping, "advantage group key (ablations): agent-turn (AT-GRPO, default), agent, turn, or trajectory (trajectory-level GRPO, with --sampler independent)")
 		fs.StringVar(&o.ATGRPO.Sampler, "sampler", o.ATGRPO.Sampler, "sampler (ablation): tree (AT-GRPO, default) or independent (K independent episodes per grid)")
 	}
+	fs.IntVar(&o.Model.Replicas, "replicas-per-role", o.Model.Replicas, "data-parallel replicas of every policy actor (one GPU each where there are GPUs): each trains on its shard of every mini-batch, gradients averaged by allreduce (0 or 1: one actor)")
 	fs.Float64Var(&o.Model.GPUsPerPolicy, "gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
 	backend := os.Getenv("TROUPE_BACKEND")
 	if backend == "" {

@@ -127,6 +127,11 @@ type ModelOptions struct {
 	// GPUsPerPolicy is the GPUs each policy actor asks for (fractions share
 	// a GPU); negative means 1 when the cluster has GPUs and 0 otherwise.
 	GPUsPerPolicy float64
+	// Replicas > 1 runs every policy actor as that many data-parallel
+	// replicas (agent.TeamConfig.Replicas; --replicas-per-role): each
+	// trains on its shard of every mini-batch and their gradients are
+	// summed by allreduce. 0 or 1: one actor.
+	Replicas int
 }
 
 // PPOOptions are the policy update's settings, as verl names them.
@@ -351,6 +356,13 @@ type StepRecord struct {
 	// Timeline is where every policy actor's time went during the step,
 	// by "<policy>/<policy|learner|rolloutN>".
 	Timeline map[string]Phases `json:"timeline,omitempty"`
+	// With data-parallel replicas (Model.Replicas): the share of the step
+	// the team's actors spent in their collectives (mean over the actors
+	// of collective seconds / step seconds), and every policy's weights
+	// hash after the step (the same on all its replicas, or the step
+	// fails).
+	CollectiveFrac float64           `json:"collective_frac,omitempty"`
+	ReplicaHash    map[string]string `json:"replica_hash,omitempty"`
 	// With rollout workers: how many samples were how many versions
 	// stale ("0", "1", ...), and the step's weight sync.
 	Staleness  map[string]int `json:"staleness,omitempty"`

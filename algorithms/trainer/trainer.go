@@ -169,7 +169,7 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 	if err != nil {
 		return err
 	}
-	tc := agent.TeamConfig{Roles: t.roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.Model.SharedBase}
+	tc := agent.TeamConfig{Roles: t.roles, PerRole: o.PerRole, Policy: pc, Named: true, NamePrefix: o.ActorPrefix, SharedBase: o.Model.SharedBase, Replicas: o.Model.Replicas}
 	if gpus > 0 {
 		tc.SpawnOptions = append(tc.SpawnOptions, actors.GPUs(gpus))
 	}
@@ -421,6 +421,9 @@ func (t *Trainer) Step(ctx context.Context, s int) (StepRecord, error) {
 	}
 	r.StepWall = time.Since(ts).Seconds()
 	r.Timeline = t.timeline(ctx, before, ts)
+	if err := t.checkReplicas(ctx, &r); err != nil {
+		return r, fmt.Errorf("%s step %d: %w", t.algo.Name(), s, err)
+	}
 	r.TokensPerS = float64(totalTokens(ctx, t.team)+t.workerTokens()-t.tokens0) / time.Since(t.t0).Seconds()
 	t.rs.annotate(&r)
 	t.record(r)
