@@ -181,3 +181,27 @@ func TestRenumber(t *testing.T) {
 		t.Fatalf("renumbered %+v, sample %+v", rolls, s)
 	}
 }
+
+// TestSynchronousTimeline: a synchronous step records every policy actor's
+// sampling and training, and no staleness or weight sync.
+func TestSynchronousTimeline(t *testing.T) {
+	ctx := context.Background()
+	tr, err := New(ctx, embedded(t), asyncOptions(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(ctx)
+	r, err := tr.Step(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"planner/policy", "tool/policy"} {
+		p := r.Timeline[k]
+		if p.Rollout <= 0 || p.Train <= 0 || p.Sync != 0 || p.Wall <= 0 || p.Busy() <= 0 || p.Busy() > 1 {
+			t.Errorf("timeline %s = %+v", k, p)
+		}
+	}
+	if len(r.Timeline) != 2 || r.Staleness != nil || r.WeightSync != nil {
+		t.Fatalf("synchronous step %+v", r)
+	}
+}
