@@ -71,6 +71,7 @@ func TestRolloutWorkersLoseOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkStep(t, r, 0)
+	t.Logf("step 1: %.1f ms", 1000*r.StepWall)
 	a := tr.algo.(*asyncATGRPO)
 	if err := actors.Kill(ctx, a.lanes[0].team.Handles["planner"]); err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestRolloutWorkersLoseOne(t *testing.T) {
 		}
 		checkStep(t, r, 0)
 		pulls += r.WeightSync.Pulls
+		t.Logf("step %d after the kill: %.1f ms", s, 1000*r.StepWall) // the stall, with -v
 	}
 	a.mu.Lock()
 	dead, alive := a.lanes[0].dead, a.alive
