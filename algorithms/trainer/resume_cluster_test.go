@@ -206,3 +206,63 @@ func TestRecoverLearnerNodeLost(t *testing.T) {
 	tr.Close(context.Background())
 	sameRun(t, ref.OutDir, run.OutDir, []string{"planner", "tool"})
 }
+
+// TestResumeAfterKillOnCluster: the exact-resume test with the driver on a
+// two-node loopback cluster (the policy actors in the nodes' worker
+// processes): the driver is SIGKILLed after a checkpoint, its job ends and
+// its actors go; a new driver resumes and ends as an uninterrupted run.
+func TestResumeAfterKillOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a two-node cluster, worker processes and drivers")
+	}
+	o := resumeOptions("atgrpo")
+	o.Model.GPUsPerPolicy = 0
+	ref := o
+	ref.OutDir = filepath.Join(t.TempDir(), "ref")
+	c := startChild(t, ref)
+	c.wait(t)
+
+	const tok = "trainer-driver-kill"
+	head := startNode(t, "head", cluster.RoleHead, tok, nil, 0)
+	startNode(t, "w1", cluster.RoleWorker, tok, []string{head.Addr()}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt := clusterDriver(t, ctx, tok, head.Addr(), 2)
+	env := []string{"TROUPE_ADDRESS=" + head.Addr(), "TROUPE_TOKEN=" + tok}
+	run := o
+	run.OutDir = filepath.Join(t.TempDir(), "run")
+	startChild(t, run, env...).killAfter(t, 4)
+	// The killed driver's job ends when its lease runs out, and its actors
+	// with it: their names are free again for the new driver.
+	t0 := time.Now()
+	for {
+		st, err := rt.Status(ctx)
+		alive := 0
+		for _, a := range st.Actors {
+			if a.State != "DEAD" && (a.Name == "planner" || a.Name == "tool") {
+				alive++
+			}
+		}
+		if err == nil && alive == 0 {
+			break
+		}
+		if time.Since(t0) > time.Minute {
+			t.Fatalf("the killed driver's actors are still there: %v %v", st.Actors, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the killed driver's actors were gone %.1fs after the kill", time.Since(t0).Seconds())
+	res := run
+	res.Resume = run.OutDir
+	c = startChild(t, res, env...)
+	c.wait(t)
+	if !strings.Contains(c.output(), "resume: from ") {
+		t.Fatalf("no resume:\n%s", c.output())
+	}
+	for _, line := range strings.Split(c.output(), "\n") {
+		if strings.HasPrefix(line, "resume:") {
+			t.Logf("driver on a cluster killed after step 4; %s", line)
+		}
+	}
+	sameRun(t, ref.OutDir, run.OutDir, []string{"planner", "tool"})
+}

@@ -58,7 +58,11 @@ func childRun(js string) int {
 	}
 	o.Log = os.Stdout
 	ctx := context.Background()
-	rt, err := runtime.Init(ctx, runtime.Address(""))
+	var opts []runtime.Option
+	if os.Getenv("TROUPE_ADDRESS") == "" {
+		opts = append(opts, runtime.Address("")) // embedded, whatever the environment
+	}
+	rt, err := runtime.Init(ctx, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -90,16 +94,16 @@ type child struct {
 	err   error // the process's end, after done
 }
 
-// startChild starts the test binary as the run o; the test's cleanup kills
-// it if it is still running.
-func startChild(t *testing.T, o Options) *child {
+// startChild starts the test binary as the run o, with env added to its
+// environment; the test's cleanup kills it if it is still running.
+func startChild(t *testing.T, o Options, env ...string) *child {
 	t.Helper()
 	js, err := json.Marshal(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+	cmd.Env = append(append(os.Environ(), childEnv+"="+string(js)), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
