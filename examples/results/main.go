@@ -8,8 +8,17 @@
 // standard error, next to the validation range the defaults were tuned on
 // and the cell's wall time.
 //
-//	go run ./examples/results                       # every cell of both sizes (hours on 2 cores)
-//	go run ./examples/results --sizes 6 --cells atgrpo-perrole,single
+// Each cell runs for --seeds training seeds; the table reports the mean
+// and its standard error across seeds, and differences paired per seed and
+// per test grid. Every (size, warm-start group, seed) has one saved warm
+// start from which each cell of the group, its reference included, starts
+// RL (fresh AdamW moments for all). Finished runs are kept in
+// <out>/results.json and skipped when the program runs again, so the table
+// can be built over several runs (--ckpt-every also resumes a run stopped
+// mid-way); each run prints its wall time.
+//
+//	go run ./examples/results --seeds 3             # every cell of both sizes, 3 seeds (days on 2 cores)
+//	go run ./examples/results --sizes 6 --cells atgrpo-perrole,atgrpo-perrole-traj --seeds 3
 //	go run ./examples/results --tiny                # a few steps of everything: checks the program end to end
 package main
 
@@ -21,9 +30,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +65,7 @@ type outcome struct {
 	Size   int
 	Desc   string
 	Versus string
+	Seed   int64 // the run's training seed (warm start and RL)
 	Result trainer.Result
 	Opt    trainer.Options
 }
@@ -70,18 +80,19 @@ type settings struct {
 	EvalEpisodes             int
 	TestEpisodes             int
 	EvalEvery                int
+	WeakEpisodes             int // expert episodes of the weak warm start (room to learn)
 }
 
 func defaultSettings() settings {
 	return settings{Steps: 40, Seed: 1, Layers: 2, Width: 64, LR: 3e-4, WarmEpisodes: 800, WarmEpochs: 16,
-		EvalEpisodes: 100, TestEpisodes: 1000, EvalEvery: 10}
+		EvalEpisodes: 100, TestEpisodes: 1000, EvalEvery: 10, WeakEpisodes: 40}
 }
 
 // tinySettings run every cell in seconds to check the program end to end
 // (the numbers mean nothing).
 func tinySettings() settings {
 	return settings{Steps: 2, Seed: 1, Layers: 1, Width: 16, LR: 3e-4, WarmEpisodes: 12, WarmEpochs: 2,
-		EvalEpisodes: 8, TestEpisodes: 16, EvalEvery: 1}
+		EvalEpisodes: 8, TestEpisodes: 16, EvalEvery: 1, WeakEpisodes: 4}
 }
 
 func main() {
@@ -103,6 +114,10 @@ func main() {
 	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
 	gpusPer := flag.Float64("gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
 	backend := flag.String("backend", envOr("TROUPE_BACKEND", "auto"), "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
+	seeds := flag.Int("seeds", 1, "training seeds per cell (--seed, --seed+1, ...); the table reports the mean and its standard error across seeds, and differences paired per seed and grid")
+	redo := flag.Bool("redo", false, "retrain cells that results.json in --out already holds (default: keep them, so a stopped run resumes where it stopped)")
+	ckptEvery := flag.Int("ckpt-every", 0, "checkpoint every cell every N RL steps and resume a cell stopped mid-run from its last checkpoint (0: none; a stopped cell restarts)")
+	weak := flag.Int("weak-episodes", 0, "expert episodes of the weak warm start of the room-to-learn cells (0: 40, or 4 with --tiny)")
 	flag.Parse()
 	if *tiny {
 		s = tinySettings()
@@ -124,6 +139,13 @@ func main() {
 	}
 	if *lr > 0 {
 		s.LR = float32(*lr)
+	}
+	if *weak > 0 {
+		s.WeakEpisodes = *weak
+	}
+	if *seeds < 1 {
+		fmt.Fprintf(os.Stderr, "results: --seeds %d: want at least 1\n", *seeds)
+		os.Exit(2)
 	}
 	notesFile = *notes
 	if *from != "" {
@@ -169,98 +191,18 @@ func main() {
 		fatal(err)
 	}
 	defer rt.Shutdown(context.Background())
-	start := time.Now()
-	var outs []outcome
-	done := map[string]bool{}
-	// Running a subset of cells keeps the other cells of an earlier run in
-	// the same output directory, so cells can be (re)run one at a time.
-	var kept []outcome
-	if len(want) > 0 {
-		if data, err := os.ReadFile(filepath.Join(*out, "results.json")); err == nil {
-			var sv saved
-			if json.Unmarshal(data, &sv) == nil {
-				for _, o := range sv.Outcomes {
-					if !want[o.ID] && !want[o.Name] {
-						kept = append(kept, o)
-					}
-				}
-			}
-		}
-	}
 	var selected []cell
 	for _, c := range all {
 		if len(want) == 0 || want[c.ID] || want[c.Name] {
 			selected = append(selected, c)
 		}
 	}
-	// finished[id] is closed when cell id of this run has written its
-	// checkpoints; a cell starting from another's warm start waits for it.
-	finished := map[string]chan struct{}{}
-	for _, c := range selected {
-		finished[c.ID] = make(chan struct{})
-	}
-	var (
-		mu  sync.Mutex // outs, done, the markdown
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, max(1, *jobs))
-	)
 	jobsUsed = max(1, *jobs)
 	tinyRun = *tiny
-	for _, c := range selected {
-		from := ""
-		if c.InitFrom != "" {
-			from = sizeID(c.Size, c.InitFrom)
-		}
-		if ch, ok := finished[from]; ok {
-			<-ch
-		}
-		sem <- struct{}{}
-		o := c.Opt
-		o.OutDir = filepath.Join(*out, c.ID)
-		o.Progress, o.Log = os.Stderr, os.Stdout
-		if jobsUsed > 1 {
-			// Interleaved progress bars are unreadable: cells log lines only,
-			// each prefixed with its cell.
-			o.Progress, o.Log = nil, &prefixWriter{prefix: "[" + c.ID + "] ", w: os.Stdout}
-		}
-		if from != "" {
-			// Start from that cell's warm start when it ran here (this run
-			// or an earlier one); otherwise warm-start from scratch.
-			prefix := filepath.Join(*out, from, "warm-")
-			mu.Lock()
-			ran := done[from]
-			mu.Unlock()
-			if m, _ := filepath.Glob(prefix + "*"); ran || len(m) > 0 {
-				o.Model.Init = prefix
-			}
-		}
-		fmt.Printf("== %s: %s\n", c.ID, c.Desc)
-		wg.Add(1)
-		o.ActorPrefix = c.ID + "/"
-		go func(c cell, o trainer.Options) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			res, err := trainer.Run(ctx, rt, o)
-			if err != nil {
-				fatal(fmt.Errorf("cell %s: %w", c.ID, err))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			outs = append(outs, outcome{ID: c.ID, Name: c.Name, Size: c.Size, Desc: c.Desc, Versus: c.Versus, Result: res, Opt: o})
-			done[c.ID] = true
-			close(finished[c.ID])
-			// Write after every cell so an interrupted run still leaves a table.
-			merged := order(all, append(append([]outcome(nil), kept...), outs...))
-			if err := copyPlots(*out, merged); err != nil {
-				fatal(err)
-			}
-			if err := write(*doc, *out, merged, time.Since(start)); err != nil {
-				fatal(err)
-			}
-		}(c, o)
+	p := plan{out: *out, doc: *doc, all: all, seeds: seedRange(s.Seed, *seeds), redo: *redo, jobs: jobsUsed, ckptEvery: *ckptEvery}
+	if err := p.run(ctx, rt, selected); err != nil {
+		fatal(err)
 	}
-	wg.Wait()
-	fmt.Printf("wrote %s (%d cells, %s)\n", *doc, len(outs), time.Since(start).Round(time.Second))
 }
 
 func fatal(err error) {
@@ -312,11 +254,14 @@ func rewrite(from, doc, out string) error {
 func order(all []cell, outs []outcome) []outcome {
 	var res []outcome
 	for _, c := range all {
+		var mine []outcome
 		for _, o := range outs {
 			if o.ID == c.ID {
-				res = append(res, o)
+				mine = append(mine, o)
 			}
 		}
+		slices.SortStableFunc(mine, func(a, b outcome) int { return cmp.Compare(a.Seed, b.Seed) })
+		res = append(res, mine...)
 	}
 	return res
 }
@@ -377,10 +322,62 @@ func cells(s settings, size int) []cell {
 		{Name: "joyagents", Desc: "JoyAgents-R1, per-role (G = 6, top-5 groups by reward variance, memory read as hints and near-duplicate reuse, pooled 2.5% thresholds); warm start with 30% hinted examples",
 			Opt: with(joy, func(o *trainer.Options) { o.Name = "JoyAgents-R1" })},
 	}
+	// The AT-GRPO paper's own ablations, against AT-GRPO in both regimes:
+	// other group keys, and independent (non-tree) sampling with about the
+	// tree's number of samples (K episodes per grid).
+	for _, reg := range []string{"perrole", "shared"} {
+		ref := "atgrpo-" + reg
+		for _, a := range []struct {
+			name, desc string
+			f          func(*trainer.Options)
+		}{
+			{"traj", "trajectory-level GRPO (K independent episodes per grid, each action gets its episode's return advantage)", func(o *trainer.Options) {
+				o.ATGRPO.Grouping, o.ATGRPO.Sampler = "trajectory", "independent"
+			}},
+			{"agentkey", "agent-only key (env, role): turns pooled", func(o *trainer.Options) { o.ATGRPO.Grouping = "agent" }},
+			{"turnkey", "turn-only key (env, turn): agents pooled", func(o *trainer.Options) { o.ATGRPO.Grouping = "turn" }},
+			{"indep", "independent sampling, AT-GRPO's key (K episodes per grid, one action per turn)", func(o *trainer.Options) { o.ATGRPO.Sampler = "independent" }},
+		} {
+			var refOpt trainer.Options
+			for _, c := range cs {
+				if c.Name == ref {
+					refOpt = c.Opt
+				}
+			}
+			name := refOpt.Name
+			cs = append(cs, cell{Name: ref + "-" + a.name, Desc: "AT-GRPO " + reg + ", " + a.desc, InitFrom: ref, Versus: ref,
+				Opt: with(refOpt, func(o *trainer.Options) { a.f(o); o.Name = name + ", " + a.desc })})
+		}
+	}
 	for _, a := range []struct {
 		name, desc string
 		f          func(*trainer.Options)
 	}{
+		{"drgrpo", "Dr. GRPO (mean-centred advantages, constant length normalisation)", func(o *trainer.Options) {
+			o.Advantage, o.PPO.Aggregation = "mean", "seq-mean-token-sum-norm"
+		}},
+		{"k8", "K = 8 branches per node (PettingLLMs' setting)", func(o *trainer.Options) { o.K = 8 }},
+		{"dapo", "zero-variance groups dropped (DAPO's filter)", func(o *trainer.Options) { o.ATGRPO.Filter = "dapo" }},
+		{"toolteam", "the tool earns the team reward of its suggestion (α acts on it)", func(o *trainer.Options) { o.EnvConfig.ToolTeam = true }},
+	} {
+		cs = append(cs, cell{Name: "atgrpo-perrole-" + a.name, Desc: "AT-GRPO per-role, " + a.desc, InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
+			Opt: with(base, func(o *trainer.Options) { o.PerRole = true; a.f(o); o.Name = "AT-GRPO per-role, " + a.desc })})
+	}
+	// Room to learn: a weak warm start (s.WeakEpisodes expert episodes), where
+	// RL has to do the work; the paper's claim is that AT-GRPO's margin over
+	// single-agent GRPO grows there.
+	weak := func(o *trainer.Options) { o.Warm.Episodes = s.WeakEpisodes }
+	cs = append(cs,
+		cell{Name: "single-weak", Desc: fmt.Sprintf("single agent + GRPO from a weak warm start (%d expert episodes)", s.WeakEpisodes),
+			Opt: with(base, func(o *trainer.Options) { weak(o); o.Algo, o.Name = "grpo", "single agent + GRPO, weak warm start" })},
+		cell{Name: "atgrpo-perrole-weak", Desc: fmt.Sprintf("AT-GRPO per-role from a weak warm start (%d expert episodes)", s.WeakEpisodes), Versus: "single-weak",
+			Opt: with(base, func(o *trainer.Options) { weak(o); o.PerRole, o.Name = true, "AT-GRPO per-role, weak warm start" })},
+	)
+	for _, a := range []struct {
+		name, desc string
+		f          func(*trainer.Options)
+	}{
+		{"joyagents-frac", "top-50% of each agent's groups by reward variance", func(o *trainer.Options) { o.Joy.TopFrac = 0.5 }},
 		{"joyagents-top1", "top-1 group per step", func(o *trainer.Options) { o.Joy.TopK = 1 }},
 		{"joyagents-top2", "top-2 groups per step", func(o *trainer.Options) { o.Joy.TopK = 2 }},
 		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *trainer.Options) { o.Joy.TopK = -1 }},
@@ -441,8 +438,13 @@ func copyPlots(out string, outs []outcome) error {
 	if err := os.MkdirAll(plotsDir, 0o755); err != nil {
 		return err
 	}
+	copied := map[string]bool{}
 	for _, o := range outs {
-		data, err := os.ReadFile(filepath.Join(out, o.ID, "curves.png"))
+		if copied[o.ID] { // the first seed's curves
+			continue
+		}
+		copied[o.ID] = true
+		data, err := os.ReadFile(filepath.Join(o.Opt.OutDir, "curves.png"))
 		if err != nil {
 			continue // a cell without a plot (no output dir) is skipped
 		}
@@ -474,8 +476,9 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 	fmt.Fprintf(&b, "embedded cluster, policies as actors, and evaluated with independent rollouts (one action per turn, no\n")
 	fmt.Fprintf(&b, "branching) on the **test range** of grids (seeds %d.., never used for a decision: every default was\n", trainer.TestSeed)
 	fmt.Fprintf(&b, "tuned on the validation range, seeds %d..), **greedy** (as the paper decodes) and **sampled** at\n", trainer.ValidationSeed)
-	fmt.Fprintf(&b, "temperature 1. Success = the planner reaches the goal within the turn budget; ± is one standard error\n")
-	fmt.Fprintf(&b, "√(p(1−p)/n) over the n test grids. Wall time is the cell's own (warm start, RL, evaluations).\n")
+	fmt.Fprintf(&b, "temperature 1. Success = the planner reaches the goal within the turn budget. Each cell is trained with\n")
+	fmt.Fprintf(&b, "one or more seeds (`--seeds`); each (grid size, warm-start group, seed) has one supervised warm start, saved, from\n")
+	fmt.Fprintf(&b, "which every cell of the group (its reference included) starts RL. Wall time is a run's own (RL and evaluations).\n")
 	if jobsUsed > 1 {
 		fmt.Fprintf(&b, "Cells were trained up to %d at a time (`--jobs`), so a cell's wall time includes the others' load.\n", jobsUsed)
 	}
@@ -486,95 +489,115 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		}
 	}
 	for _, size := range sizes {
-		by := map[string]outcome{}
-		var list []outcome
+		by := map[string][]outcome{} // runs of each cell, seed order
+		var names []string
 		for _, o := range outs {
 			if o.Size == size {
-				by[o.Name] = o
-				list = append(list, o)
+				if _, ok := by[o.Name]; !ok {
+					names = append(names, o.Name)
+				}
+				by[o.Name] = append(by[o.Name], o)
 			}
 		}
 		n := 0
-		for _, o := range list {
-			if t := o.Result.FinalTest; t != nil {
-				n = t.Greedy.Episodes
+		for _, name := range names {
+			for _, o := range by[name] {
+				if t := o.Result.FinalTest; t != nil {
+					n = t.Greedy.Episodes
+				}
 			}
 		}
 		fmt.Fprintf(&b, "\n## Plan-Path %d×%d\n\n", size, size)
-		fmt.Fprintf(&b, "Test range: n = %d grids per cell and decoding. The paper's column is its Qwen3-1.7B on its 10×10 grid.\n\n", n)
-		fmt.Fprintf(&b, "| method | test, greedy | test, sampled | validation (sampled) | paper | policies × params | RL steps | wall time (step) |\n")
+		fmt.Fprintf(&b, "Test range: n = %d grids per run and decoding. Each row is the mean over its training seeds ± the standard error\n", n)
+		fmt.Fprintf(&b, "across seeds (with one seed: the grids' binomial SE, which leaves out run-to-run training variance).\n")
+		fmt.Fprintf(&b, "The paper's column is its Qwen3-1.7B on its 10×10 grid.\n\n")
+		fmt.Fprintf(&b, "| method | test, greedy | test, sampled | validation (sampled) | paper | policies × params | RL steps | wall time per run |\n")
 		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---|---:|---:|\n")
-		row := func(name, key string, o outcome, warm bool) {
-			r := o.Result
-			t := r.FinalTest
-			val := r.Final.Success
-			steps := fmt.Sprint(r.Steps)
-			wall := fmt.Sprintf("%s (%.2fs)", r.Wall.Round(time.Second), r.StepWall.Seconds())
-			if warm {
-				t, val, steps = r.WarmTest, r.WarmSuccess, "0 (warm start)"
-				wall = r.WarmWall.Round(time.Second).String() + " (SFT)"
-			} else if o.Opt.Model.Init != "" {
-				wall += " + shared warm start"
+		row := func(label, key string, runs []outcome, warm bool) {
+			sm := summarize(runs, warm)
+			if sm.seeds == 0 {
+				return
 			}
-			greedy, sampled := "—", "—"
-			if t != nil {
-				greedy, sampled = "**"+point(t.Greedy)+"**", point(t.Sampled)
-				if t.Greedy.Reused > 0 {
-					greedy += fmt.Sprintf(" (%.0f%% from memory)", 100*t.Greedy.Reused)
-				}
+			steps := fmt.Sprint(sm.steps)
+			wall := sm.wall.Round(time.Second).String()
+			if warm {
+				steps, wall = "0 (warm start)", wall+" (SFT)"
+			}
+			greedy := "**" + cellText(sm.greedy, sm.greedySE, sm.seeds, sm.binomial) + "**"
+			if sm.reused > 0 {
+				greedy += fmt.Sprintf(" (%.0f%% from memory)", 100*sm.reused)
 			}
 			pp := paper[key]
 			if pp == "" {
 				pp = "—"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d × %dk (L%d C%d) | %s | %s |\n", name, greedy, sampled, pct(val), pp,
-				r.Policies, r.Params/1000, o.Opt.Model.Layers, o.Opt.Model.Width, steps, wall)
+			o := runs[0]
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d × %dk (L%d C%d) | %s | %s |\n", label, greedy, cellText(sm.sampled, sm.sampledSE, sm.seeds, sm.binomial),
+				pct(sm.validation), pp, sm.policy, sm.params/1000, o.Opt.Model.Layers, o.Opt.Model.Width, steps, wall)
 		}
-		if o, ok := by["single"]; ok {
-			row("single agent, untrained¹", "single/warm", o, true)
-			row("single agent + GRPO", "single", o, false)
-		}
-		if o, ok := by["atgrpo-shared"]; ok {
-			row("multi-agent, untrained¹ (shared)", "atgrpo-shared/warm", o, true)
-			row("AT-GRPO, shared policy", "atgrpo-shared", o, false)
-		}
-		if o, ok := by["atgrpo-perrole"]; ok {
-			row("multi-agent, untrained¹ (per-role)", "atgrpo-perrole/warm", o, true)
-			row("**AT-GRPO, per-role policies** (the main job)", "atgrpo-perrole", o, false)
-		}
-		for _, id := range []string{"atgrpo-perrole-drmas", "atgrpo-perrole-filter", "atgrpo-perrole-onestep"} {
-			if o, ok := by[id]; ok {
-				row(strings.TrimSuffix(o.Opt.Name, fmt.Sprintf(" (%dx%d)", size, size)), id, o, false)
+		label := func(o outcome) string { return strings.TrimSuffix(o.Opt.Name, fmt.Sprintf(" (%dx%d)", size, size)) }
+		shown := map[string]bool{}
+		for _, r := range []struct{ name, warm, rl string }{
+			{"single", "single agent, untrained¹", "single agent + GRPO"},
+			{"atgrpo-shared", "multi-agent, untrained¹ (shared)", "AT-GRPO, shared policy"},
+			{"atgrpo-perrole", "multi-agent, untrained¹ (per-role)", "**AT-GRPO, per-role policies** (the main job's recipe)"},
+		} {
+			if runs, ok := by[r.name]; ok {
+				row(r.warm, r.name+"/warm", runs, true)
+				row(r.rl, r.name, runs, false)
+				shown[r.name] = true
 			}
 		}
-		if o, ok := by["joyagents"]; ok {
-			row("multi-agent, untrained¹ (per-role, hinted warm start)", "joyagents/warm", o, true)
+		if runs, ok := by["joyagents"]; ok {
+			row("multi-agent, untrained¹ (per-role, hinted warm start)", "joyagents/warm", runs, true)
 		}
-		for _, o := range list {
-			if strings.HasPrefix(o.Name, "joyagents") {
-				row(strings.TrimSuffix(o.Opt.Name, fmt.Sprintf(" (%dx%d)", size, size)), o.Name, o, false)
+		for _, w := range []string{"single-weak", "atgrpo-perrole-weak"} {
+			if runs, ok := by[w]; ok {
+				row(label(runs[0])+", untrained¹", w+"/warm", runs, true)
 			}
 		}
-		// Ablations: each against its reference, greedy test success.
-		var abl []string
-		for _, o := range list {
-			ref, ok := by[o.Versus]
-			if o.Versus == "" || !ok || o.Result.FinalTest == nil || ref.Result.FinalTest == nil {
-				continue
+		for _, name := range names {
+			if !shown[name] {
+				row(label(by[name][0]), name, by[name], false)
 			}
-			a, r := o.Result.FinalTest.Greedy, ref.Result.FinalTest.Greedy
-			d := a.Success - r.Success
-			se := math.Hypot(a.StdErr, r.StdErr)
-			verdict := "no effect measurable here (|Δ| < 2 SE)"
-			if math.Abs(d) >= 2*se && se > 0 {
-				verdict = "an effect (|Δ| ≥ 2 SE)"
-			}
-			abl = append(abl, fmt.Sprintf("| %s vs %s | %+.1f ± %.1f points | %s |", o.Name, o.Versus, 100*d, 100*se, verdict))
 		}
-		if len(abl) > 0 {
-			fmt.Fprintf(&b, "\nAblations (greedy test success, difference to the reference cell; ± one standard error of the difference;\n")
-			fmt.Fprintf(&b, "the cells start from the same warm start, so the difference is the mechanism's, up to sampling noise):\n\n")
-			fmt.Fprintf(&b, "| ablation | Δ success | verdict |\n|---|---:|---|\n%s\n", strings.Join(abl, "\n"))
+		// Comparisons, each paired per seed and per grid on the same test grids.
+		var cmpRows []string
+		add := func(what string, c comparison) {
+			if c.seeds > 0 {
+				cmpRows = append(cmpRows, fmt.Sprintf("| %s | %s | %s |", what, c.text(), c.verdict()))
+			}
+		}
+		for _, name := range names {
+			runs := by[name]
+			add(name+": RL gain (final − its warm start)", compare(runs, runs, false, true))
+		}
+		for _, name := range names {
+			o := by[name][0]
+			if ref, ok := by[o.Versus]; ok && o.Versus != "" {
+				add(name+" − "+o.Versus, compare(by[name], ref, false, false))
+			}
+		}
+		if a, ok := by["atgrpo-perrole"]; ok {
+			if s1, ok := by["single"]; ok {
+				add("atgrpo-perrole − single", compare(a, s1, false, false))
+			}
+			if sh, ok := by["atgrpo-shared"]; ok {
+				add("atgrpo-perrole − atgrpo-shared", compare(a, sh, false, false))
+			}
+		}
+		if a, ok := by["atgrpo-shared"]; ok {
+			if s1, ok := by["single"]; ok {
+				add("atgrpo-shared − single", compare(a, s1, false, false))
+			}
+		}
+		if len(cmpRows) > 0 {
+			fmt.Fprintf(&b, "\nDifferences in greedy test success (points), paired: per seed the mean over the same test grids of\n")
+			fmt.Fprintf(&b, "(solved by A) − (solved by B), then the mean over seeds. \"SE seeds\" is its standard error across seeds (training\n")
+			fmt.Fprintf(&b, "variance included: the one that decides); \"SE grids\" the per-grid paired error within seeds (evaluation noise alone).\n")
+			fmt.Fprintf(&b, "An ablation and its reference start RL from the same saved warm start with fresh AdamW moments and share the seed's\n")
+			fmt.Fprintf(&b, "random streams, so the difference is the mechanism's plus training noise.\n\n")
+			fmt.Fprintf(&b, "| comparison | Δ | SE seeds | SE grids | Δ per seed | verdict |\n|---|---:|---:|---:|---|---|\n%s\n", strings.Join(cmpRows, "\n"))
 		}
 	}
 	fmt.Fprintf(&b, "\n¹ \"Untrained\" means warm-started only: a randomly initialised tiny model scores 0%%, so every policy is\n")
@@ -586,13 +609,17 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		for _, p := range o.Result.Evals {
 			parts = append(parts, fmt.Sprintf("%d: %.0f%%", p.Step, 100*p.Success))
 		}
-		fmt.Fprintf(&b, "| %s | %s |\n", o.ID, strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "| %s | %s |\n", runKey(o.ID, o.Seed), strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(&b, "\nThis run wrote every cell's metrics (`<cell>/metrics.jsonl`: per step clip fraction, approximate KL,\n")
 	fmt.Fprintf(&b, "entropy, gradient norm, zero-advantage share, memory use), plot and checkpoints under `%s`.\n", out)
 	fmt.Fprintf(&b, "Learning curves, copied next to the results program:\n\n")
+	plotted := map[string]bool{}
 	for _, o := range outs {
-		fmt.Fprintf(&b, "- %s: [%s.png](../%s/%s.png)\n", o.Opt.Name, o.ID, plotsDir, o.ID)
+		if !plotted[o.ID] {
+			plotted[o.ID] = true
+			fmt.Fprintf(&b, "- %s (seed %d): [%s.png](../%s/%s.png)\n", o.Opt.Name, o.Seed, o.ID, plotsDir, o.ID)
+		}
 	}
 	fmt.Fprintf(&b, "\n## How the cells were made\n\n")
 	if len(outs) > 0 {

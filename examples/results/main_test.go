@@ -15,14 +15,28 @@ func TestWriteAndRewrite(t *testing.T) {
 	doc := filepath.Join(dir, "results.md")
 	plotsDir = filepath.Join(dir, "plots")
 	var outs []outcome
+	// solved marks the first k of 100 grids solved.
+	solved := func(k int) []bool {
+		s := make([]bool, 100)
+		for i := range k {
+			s[i] = true
+		}
+		return s
+	}
 	for _, size := range []int{6, 10} {
 		for i, c := range cells(defaultSettings(), size) {
-			test := func(p float64) *trainer.Test {
-				return &trainer.Test{Greedy: trainer.Point{Success: p, StdErr: 0.01, Episodes: 1000}, Sampled: trainer.Point{Success: p - 0.05, StdErr: 0.01, Episodes: 1000}}
+			for seed := int64(1); seed <= 3; seed++ {
+				test := func(k int) *trainer.Test {
+					p := float64(k) / 100
+					return &trainer.Test{Greedy: trainer.Point{Success: p, StdErr: 0.01, Episodes: 100}, Sampled: trainer.Point{Success: p - 0.05, StdErr: 0.01, Episodes: 100},
+						GreedySolved: solved(k)}
+				}
+				// Cell i solves 50 + i (+ seed − 2) grids: i points above the
+				// first cell at every seed, a spread of 1 point across seeds.
+				r := trainer.Result{Params: 107648, Policies: 2, WarmSuccess: 0.25, Final: trainer.Point{Step: 40, Success: 0.5},
+					WarmTest: test(30), FinalTest: test(50 + i + int(seed) - 2), Steps: 40, Wall: time.Minute}
+				outs = append(outs, outcome{ID: c.ID, Name: c.Name, Size: c.Size, Desc: c.Desc, Versus: c.Versus, Seed: seed, Result: r, Opt: c.Opt})
 			}
-			r := trainer.Result{Params: 107648, Policies: 2, WarmSuccess: 0.25, Final: trainer.Point{Step: 40, Success: 0.5},
-				WarmTest: test(0.3), FinalTest: test(0.5 + 0.01*float64(i)), Steps: 40, Wall: time.Minute}
-			outs = append(outs, outcome{ID: c.ID, Name: c.Name, Size: c.Size, Desc: c.Desc, Versus: c.Versus, Result: r, Opt: c.Opt})
 		}
 	}
 	if err := write(doc, dir, outs, 3*time.Minute); err != nil {
@@ -30,12 +44,16 @@ func TestWriteAndRewrite(t *testing.T) {
 	}
 	md, _ := os.ReadFile(doc)
 	for _, want := range []string{
-		"## Plan-Path 6×6", "## Plan-Path 10×10", "n = 1000 grids",
-		"| single agent, untrained¹ | **30.0% ± 1.0** | 25.0% ± 1.0 | 25.0% | 5 |",
-		"| single agent + GRPO | **50.0% ± 1.0** | 45.0% ± 1.0 | 50.0% | 11 |",
-		"| atgrpo-perrole-drmas vs atgrpo-perrole | +1.0 ± 1.4 points | no effect measurable here",
-		"| joyagents-drmas vs joyagents | +9.0 ± 1.4 points | an effect",
-		"107k", "JoyAgents-R1, top-1 group per step",
+		"## Plan-Path 6×6", "## Plan-Path 10×10", "n = 100 grids",
+		"| single agent, untrained¹ | **30.0% ± 0.0 (3 seeds)** | 25.0% ± 0.0 (3 seeds) | 25.0% | 5 |",
+		"| single agent + GRPO | **50.0% ± 0.6 (3 seeds)** | 45.0% ± 0.6 (3 seeds) | 50.0% | 11 |",
+		// drmas (cell 3) solves one grid more than its reference (cell 2)
+		// at every seed: SE across seeds 0; per grid 1.0 point within each
+		// seed, 1.0/√3 pooled.
+		"| atgrpo-perrole-drmas − atgrpo-perrole | +1.0 | 0.0 | 0.6 | +1.0, +1.0, +1.0 |",
+		"| single: RL gain (final − its warm start) | +20.0 | 0.6 | ",
+		"an effect (|Δ| ≥ 2 SE across seeds)",
+		"107k", "JoyAgents-R1, top-1 group per step", "AT-GRPO per-role policies, trajectory-level GRPO",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -53,6 +71,10 @@ func TestWriteAndRewrite(t *testing.T) {
 	}
 	if err := rewrite(filepath.Join(dir, "missing.json"), doc, dir); err == nil {
 		t.Fatal("missing results.json accepted")
+	}
+	// Fewer than 3 seeds make no claim.
+	if v := compare(outs[:2], outs[:2], false, true).verdict(); !strings.Contains(v, "no claim") {
+		t.Fatalf("2 seeds: %q", v)
 	}
 	if _, err := parseSizes("6,11"); err == nil {
 		t.Fatal("size 11 accepted")
