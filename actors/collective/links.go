@@ -1,0 +1,78 @@
+package collective
+
+import "context"
+
+// Header describes one message of a collective call. A receiver checks it
+// against the message it expects, so that members making different calls
+// fail with ErrMismatch instead of mixing up buffers.
+type Header struct {
+	Seq   uint64 // the call's number in the group, from 1
+	Kind  Kind   // the operation
+	Op    Op     // the reduction (reductions only)
+	Root  int32  // the root (broadcasts only)
+	Count uint64 // the call's buffer length in elements
+	Chunk uint32 // the message's index within the call, per sender
+}
+
+// Kind is a collective operation, as carried in a Header.
+type Kind uint8
+
+const (
+	KindAllreduce Kind = iota + 1
+	KindBroadcast
+	KindAllgather
+	KindReduceScatter
+	KindBarrier
+	KindAllreduceBF16
+	KindBroadcastBF16
+	kindEnd
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindAllreduce:
+		return "allreduce"
+	case KindBroadcast:
+		return "broadcast"
+	case KindAllgather:
+		return "allgather"
+	case KindReduceScatter:
+		return "reduce-scatter"
+	case KindBarrier:
+		return "barrier"
+	case KindAllreduceBF16:
+		return "allreduce-bf16"
+	case KindBroadcastBF16:
+		return "broadcast-bf16"
+	}
+	return "kind?"
+}
+
+// Valid reports whether k is a known operation.
+func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
+
+// Links are one member's ordered, reliable message streams to every other
+// member of a group: what the collective algorithms run over. Package
+// troupe/runtime/collective implements them over the network; NewLocal in
+// memory.
+//
+// Errors name the peer: a peer that died, closed or stopped answering
+// makes Send and Recv fail with a *MemberError wrapping ErrMemberLost, and
+// once a member is lost every later call fails the same way (the group
+// must be formed again). Links are safe for one sender and one receiver
+// per peer at a time.
+type Links interface {
+	// Send sends one message to member to. It returns once data may be
+	// reused (the peer may not have received it yet).
+	Send(ctx context.Context, to int, h Header, data []byte) error
+	// Recv receives the next message from member from into buf. Its
+	// header must equal h and its payload be len(buf) bytes, or Recv
+	// fails with an error wrapping ErrMismatch.
+	Recv(ctx context.Context, from int, h Header, buf []byte) error
+	// Fail tells every peer that this member's current call failed with
+	// err (a *MemberError naming the member at fault), so that their
+	// pending calls fail with it too instead of waiting for a timeout.
+	Fail(err error)
+	// Close releases the links; the peers see this member as lost.
+	Close() error
+}

@@ -1,0 +1,128 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// NewLocal returns the n members of an in-memory group named name, for
+// goroutines of one process and for tests: member i has rank i. The
+// members run the same algorithms as members over the network.
+func NewLocal(name string, n int) []Group {
+	return NewLocalConfig(name, n, Config{})
+}
+
+// NewLocalConfig is NewLocal with the algorithms' settings (zero fields
+// take their defaults).
+func NewLocalConfig(name string, n int, cfg Config) []Group {
+	if n < 1 {
+		n = 1
+	}
+	h := &memHub{name: name, q: make([][]chan memMsg, n), lostCh: make(chan struct{})}
+	for i := range h.q {
+		h.q[i] = make([]chan memMsg, n)
+		for j := range h.q[i] {
+			if i != j {
+				h.q[i][j] = make(chan memMsg, memQueue)
+			}
+		}
+	}
+	gs := make([]Group, n)
+	for r := range gs {
+		g, err := NewGroup(name, r, n, nil, &memLinks{h: h, rank: r}, cfg)
+		if err != nil {
+			panic(err) // the arguments are valid by construction
+		}
+		gs[r] = g
+	}
+	return gs
+}
+
+// memQueue is how many messages a sender may be ahead of its receiver.
+const memQueue = 64
+
+// memHub is the shared state of an in-memory group.
+type memHub struct {
+	name string
+	q    [][]chan memMsg // q[from][to]
+
+	mu     sync.Mutex // guards lost
+	lost   error      // the first failure, a *MemberError
+	lostCh chan struct{}
+}
+
+type memMsg struct {
+	h    Header
+	data []byte
+}
+
+func (h *memHub) fail(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost == nil {
+		h.lost = err
+		close(h.lostCh)
+	}
+}
+
+func (h *memHub) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
+}
+
+// memLinks is one member's Links in a memHub.
+type memLinks struct {
+	h    *memHub
+	rank int
+}
+
+func (l *memLinks) Send(ctx context.Context, to int, hd Header, data []byte) error {
+	if err := l.h.err(); err != nil {
+		return err
+	}
+	m := memMsg{h: hd, data: append([]byte(nil), data...)}
+	select {
+	case l.h.q[l.rank][to] <- m:
+		return nil
+	case <-l.h.lostCh:
+		return l.h.err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *memLinks) Recv(ctx context.Context, from int, hd Header, buf []byte) error {
+	select {
+	case m := <-l.h.q[from][l.rank]:
+		if m.h != hd || len(m.data) != len(buf) {
+			return &MemberError{Group: l.h.name, Rank: from, Err: fmt.Errorf("%w: got %s, want %s", ErrMismatch, describe(m.h, len(m.data)), describe(hd, len(buf)))}
+		}
+		copy(buf, m.data)
+		return nil
+	case <-l.h.lostCh:
+		return l.h.err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *memLinks) Fail(err error) { l.h.fail(err) }
+
+func (l *memLinks) Close() error {
+	l.h.fail(&MemberError{Group: l.h.name, Rank: l.rank, Err: fmt.Errorf("%w: it left the group", ErrMemberLost)})
+	return nil
+}
+
+// describe names a message for a mismatch error.
+func describe(h Header, bytes int) string {
+	s := fmt.Sprintf("%s #%d of %d elements", h.Kind, h.Seq, h.Count)
+	switch h.Kind {
+	case KindAllreduce, KindAllreduceBF16, KindReduceScatter:
+		s += " (" + h.Op.String() + ")"
+	case KindBroadcast, KindBroadcastBF16:
+		s += fmt.Sprintf(" (root %d)", h.Root)
+	}
+	return s + fmt.Sprintf(", chunk %d of %d bytes", h.Chunk, bytes)
+}
