@@ -75,7 +75,7 @@ func syncOnce(ctx context.Context, learner *Team, workers []*Team, v int64) (*Pu
 // export, put once, and the 4 imports that read it at the same time. The
 // target is under 50 ms an op. It holds 5 BF16 bases (about 3.6 GB).
 //
-//	go test ./algorithms/agent -run '^$' -bench WeightSyncQwen05B -benchtime 20x
+//	go test ./algorithms/agent -run '^$' -bench 'WeightSyncQwen05B$' -benchtime 20x
 func BenchmarkWeightSyncQwen05B(b *testing.B) {
 	ctx := context.Background()
 	rt, err := runtime.Init(ctx, runtime.Address(""))
