@@ -178,8 +178,7 @@ type Policy struct {
 	clock   phaseClock // where the actor's time went (Timeline)
 	version int64      // the version of the last ImportWeights
 
-	group       replicaGroup // the replicas' group when set directly (tests); else Config.ReplicaGroup's
-	replicaHash uint64       // the trainable weights' hash after the last data-parallel update
+	replicaHash uint64 // the trainable weights' hash after the last data-parallel update
 }
 
 // NewPolicy builds a policy from cfg (the actor constructor).

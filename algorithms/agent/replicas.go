@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"troupe/actors/collective"
 	"troupe/algorithms/policy"
 )
 
@@ -37,19 +38,10 @@ import (
 // rounding matter (they apply the same step to the same bits).
 var ErrReplicasDiverged = errors.New("agent: policy replicas diverged")
 
-// replicaGroup is what a replica uses of its collective group
-// (collective.Group implements it).
-type replicaGroup interface {
-	Rank() int
-	Size() int
-	Allreduce(ctx context.Context, buf []float32, op collectiveOp) error
-	Allgather(ctx context.Context, send, recv []float32) error
-}
-
 // dataParallel is one update's data-parallel state: the group and the time
 // spent waiting in it.
 type dataParallel struct {
-	g    replicaGroup
+	g    collective.Group
 	wait time.Duration
 }
 
@@ -106,7 +98,7 @@ var _ gradModel = (*policy.Llama)(nil)
 func (dp *dataParallel) allreduce(ctx context.Context, buf []float32) error {
 	t0 := time.Now()
 	defer func() { dp.wait += time.Since(t0) }()
-	if err := dp.g.Allreduce(ctx, buf, opSum); err != nil {
+	if err := dp.g.Allreduce(ctx, buf, collective.Sum); err != nil {
 		return fmt.Errorf("allreduce of %d gradients: %w", len(buf), err)
 	}
 	return nil
@@ -222,15 +214,12 @@ func hashF32(w []float32) uint64 {
 // dataParallel returns the update's data-parallel state, nil for a policy
 // that is not one of several replicas.
 func (p *Policy) dataParallel(ctx context.Context) (*dataParallel, error) {
-	g := p.group
-	if g == nil {
-		if p.cfg.ReplicaGroup == "" {
-			return nil, nil
-		}
-		var err error
-		if g, err = groupOf(ctx, p.cfg.ReplicaGroup); err != nil {
-			return nil, err
-		}
+	if p.cfg.ReplicaGroup == "" {
+		return nil, nil
+	}
+	g, err := collective.Of(ctx, p.cfg.ReplicaGroup)
+	if err != nil {
+		return nil, fmt.Errorf("replica group: %w", err)
 	}
 	if g.Size() < 2 {
 		return nil, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"troupe/actors/collective"
 	"troupe/algorithms/grpo"
 	"troupe/algorithms/policy"
 	"troupe/algorithms/rl"
@@ -16,13 +17,13 @@ import (
 // replicaUpdate builds n replicas of cfg, joins them in one local group
 // and runs update on each at once (every replica gets the same batch);
 // it returns the replicas and their stats.
-func replicaUpdate(t *testing.T, cfg Config, n int, batch []rl.Sample, update func(*Policy) (rl.UpdateStats, error)) ([]*Policy, []rl.UpdateStats) {
+func replicaUpdate(t *testing.T, cfg Config, n int, batch []rl.Sample, update func(context.Context, *Policy) (rl.UpdateStats, error)) ([]*Policy, []rl.UpdateStats) {
 	t.Helper()
-	groups := newLocalGroups(n)
+	cfg.ReplicaGroup = "replicas"
+	groups := collective.NewLocal(cfg.ReplicaGroup, n)
 	ps := make([]*Policy, n)
 	for r := range ps {
 		ps[r] = newTiny(t, cfg)
-		ps[r].group = groups[r]
 	}
 	sts := make([]rl.UpdateStats, n)
 	errs := make([]error, n)
@@ -31,7 +32,7 @@ func replicaUpdate(t *testing.T, cfg Config, n int, batch []rl.Sample, update fu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sts[r], errs[r] = update(ps[r])
+			sts[r], errs[r] = update(collective.WithGroup(context.Background(), groups[r]), ps[r])
 		}()
 	}
 	wg.Wait()
@@ -110,7 +111,7 @@ func TestReplicasMatchOneActor(t *testing.T) {
 				t.Fatal(err)
 			}
 			w1 := trainable(t, one)
-			ps, sts := replicaUpdate(t, cfg, tc.n, batch, func(p *Policy) (rl.UpdateStats, error) { return p.Update(ctx, batch) })
+			ps, sts := replicaUpdate(t, cfg, tc.n, batch, func(ctx context.Context, p *Policy) (rl.UpdateStats, error) { return p.Update(ctx, batch) })
 			w0 := trainable(t, ps[0])
 			var maxd float64
 			for i := range w1 {
@@ -160,7 +161,7 @@ func TestReplicasSharedBase(t *testing.T) {
 	if _, err := one.UpdateAdapters(ctx, bufs); err != nil {
 		t.Fatal(err)
 	}
-	ps, _ := replicaUpdate(t, cfg, 2, batch, func(p *Policy) (rl.UpdateStats, error) {
+	ps, _ := replicaUpdate(t, cfg, 2, batch, func(ctx context.Context, p *Policy) (rl.UpdateStats, error) {
 		_, err := p.UpdateAdapters(ctx, bufs)
 		return rl.UpdateStats{}, err
 	})
@@ -182,7 +183,8 @@ func TestReplicasSharedBase(t *testing.T) {
 func TestReplicasDivergedFails(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig()
-	groups := newLocalGroups(2)
+	cfg.ReplicaGroup = "replicas"
+	groups := collective.NewLocal(cfg.ReplicaGroup, 2)
 	ps := []*Policy{newTiny(t, cfg), newTiny(t, cfg)}
 	w, _ := ps[1].model.Weights()
 	w[0] += 1e-3
@@ -193,11 +195,10 @@ func TestReplicasDivergedFails(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r, p := range ps {
-		p.group = groups[r]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[r] = p.Update(ctx, batch)
+			_, errs[r] = p.Update(collective.WithGroup(ctx, groups[r]), batch)
 		}()
 	}
 	wg.Wait()
