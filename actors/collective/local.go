@@ -19,15 +19,7 @@ func NewLocalConfig(name string, n int, cfg Config) []Group {
 	if n < 1 {
 		n = 1
 	}
-	h := &memHub{name: name, q: make([][]chan memMsg, n), lostCh: make(chan struct{})}
-	for i := range h.q {
-		h.q[i] = make([]chan memMsg, n)
-		for j := range h.q[i] {
-			if i != j {
-				h.q[i][j] = make(chan memMsg, memQueue)
-			}
-		}
-	}
+	h := newMemHub(name, n)
 	gs := make([]Group, n)
 	for r := range gs {
 		g, err := NewGroup(name, r, n, nil, &memLinks{h: h, rank: r}, cfg)
@@ -37,6 +29,19 @@ func NewLocalConfig(name string, n int, cfg Config) []Group {
 		gs[r] = g
 	}
 	return gs
+}
+
+func newMemHub(name string, n int) *memHub {
+	h := &memHub{name: name, q: make([][]chan memMsg, n), lostCh: make(chan struct{})}
+	for i := range h.q {
+		h.q[i] = make([]chan memMsg, n)
+		for j := range h.q[i] {
+			if i != j {
+				h.q[i][j] = make(chan memMsg, memQueue)
+			}
+		}
+	}
+	return h
 }
 
 // memQueue is how many messages a sender may be ahead of its receiver.
@@ -74,8 +79,10 @@ func (h *memHub) err() error {
 
 // memLinks is one member's Links in a memHub.
 type memLinks struct {
-	h    *memHub
-	rank int
+	h       *memHub
+	rank    int
+	release func() // when not nil, called once by Close
+	once    sync.Once
 }
 
 func (l *memLinks) Send(ctx context.Context, to int, hd Header, data []byte) error {
@@ -111,6 +118,9 @@ func (l *memLinks) Recv(ctx context.Context, from int, hd Header, buf []byte) er
 func (l *memLinks) Fail(err error) { l.h.fail(err) }
 
 func (l *memLinks) Close() error {
+	if l.release != nil {
+		l.once.Do(l.release)
+	}
 	l.h.fail(&MemberError{Group: l.h.name, Rank: l.rank, Err: fmt.Errorf("%w: it left the group", ErrMemberLost)})
 	return nil
 }

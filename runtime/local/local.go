@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"troupe/actors"
+	"troupe/actors/collective"
 	"troupe/gpu"
 	"troupe/runtime/api"
 	"troupe/scheduler"
@@ -260,6 +261,7 @@ func (l *Cluster) applyLocked(c scheduler.Command) {
 
 // died releases a dead actor's resources and name.
 func (a *localActor) died(d *actors.ActorDiedError) {
+	collective.Forget(string(a.id)) // its collective groups' peers see it lost at once
 	l := a.l
 	l.mu.Lock()
 	delete(l.actors, a.id)
@@ -358,8 +360,13 @@ func (a *localActor) Name() string { return a.spec.Name }
 // TypeName implements actors.Ref.
 func (a *localActor) TypeName() string { return a.spec.Type }
 
-// Invoke implements actors.Ref.
-func (a *localActor) Invoke(inv *actors.Invocation) { a.inst.Invoke(inv) }
+// Invoke implements actors.Ref. Calls forming collective groups go to
+// package collective rather than to the actor.
+func (a *localActor) Invoke(inv *actors.Invocation) {
+	if !collective.Control(inv, a.inst) {
+		a.inst.Invoke(inv)
+	}
+}
 
 // Kill implements actors.Ref.
 func (a *localActor) Kill(ctx context.Context, reason string) error {
