@@ -132,7 +132,6 @@ func containsNoGroup(err error) bool {
 	return errors.Is(err, collective.ErrNoGroup) || strings.Contains(err.Error(), collective.ErrNoGroup.Error())
 }
 
-
 func TestCreateBadArgs(t *testing.T) {
 	_, hs := spawnMembers(t, 1)
 	if err := collective.Create(t.Context(), "g"); !errors.Is(err, collective.ErrBadArg) {

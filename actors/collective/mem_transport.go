@@ -62,4 +62,3 @@ func (t *inProcess) release(epoch string) {
 		}
 	}
 }
-
