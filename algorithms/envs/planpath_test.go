@@ -1,6 +1,7 @@
 package envs
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -262,4 +263,69 @@ func TestPlanPathToolTeam(t *testing.T) {
 	if st := e.Step("tool", a); st.Team <= 0 {
 		t.Fatalf("ToolTeam: the expert's suggestion earns team %v, want > 0", st.Team)
 	}
+}
+
+// The situation of an observation recurs across grids: the same local
+// neighbourhood, goal direction and messages on two different grids give the
+// same key, and a different neighbour gives another.
+func TestPlanPathSituationRecursAcrossGrids(t *testing.T) {
+	a := planPathFromLayout(t, testGrid, 1, 20)
+	other := []string{
+		"A.#..#",
+		"..#...",
+		"##....",
+		"......",
+		".....G",
+		"......",
+	}
+	b := planPathFromLayout(t, other, 1, 20)
+	for _, role := range []string{"tool", "planner"} {
+		if role == "planner" {
+			a.Step("tool", "D")
+			b.Step("tool", "D")
+		}
+		sa, err := Situation("planpath", role, a.Observe(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := PlanPathSituation(b.Observe(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Observe(role) == b.Observe(role) || sa != sb {
+			t.Fatalf("%s: situations %q and %q of different grids with the same neighbourhood", role, sa, sb)
+		}
+		want := map[string]string{"tool": "t ---/-A./-.. d:DR p:-", "planner": "p ---/-A./-.. d:DR m:- t:D"}[role]
+		if sa != want {
+			t.Fatalf("%s: situation %q, want %q", role, sa, want)
+		}
+	}
+	// The agent one step right on the first grid: another neighbourhood.
+	c := planPathFromLayout(t, testGrid, 1, 20)
+	c.agent = 1
+	if s, _ := PlanPathSituation(c.Observe("tool")); s == "t ---/-A./-.. d:DR p:-" || s != "t ---/.A#/..# d:DR p:-" {
+		t.Fatalf("moved agent: %q", s)
+	}
+	for _, bad := range []string{"", "p a00 g11", "x a99 g11 n:---- p:- A./..", "t a00 g11 n:---- p:- ../.A"} {
+		if _, err := PlanPathSituation(bad); !errors.Is(err, ErrSituation) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if _, err := Situation("sokoban", "planner", "x"); !errors.Is(err, ErrSituation) || HasSituation("sokoban") || !HasSituation("planpath") {
+		t.Fatalf("sokoban: %v", err)
+	}
+}
+
+func FuzzPlanPathSituation(f *testing.F) {
+	p, _ := New("planpath", Config{}, 3)
+	f.Add(p.Observe("tool"))
+	f.Add(p.Observe("planner"))
+	f.Add("t a00 g11 n:---- p:- A./..")
+	f.Add("p a9 g11 x y z")
+	f.Fuzz(func(t *testing.T, obs string) {
+		s, err := PlanPathSituation(obs)
+		if err == nil && !strings.Contains(s, " d:") {
+			t.Fatalf("%q: situation %q without a direction", obs, s)
+		}
+	})
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"troupe/algorithms/envs"
 )
 
 // ErrMemory reports a malformed memory request (a group whose answers and
@@ -112,7 +114,7 @@ func (b *LocalBank) Advise(_ context.Context, req AdviceRequest) ([]Advice, erro
 		if m == nil {
 			continue
 		}
-		out[i].Hint, out[i].Answer, out[i].Skip = m.Advise(q.Situation, req.Now)
+		out[i].Hint, out[i].Answer, out[i].Skip = m.Advise(b.key(q.Role, q.Situation), req.Now)
 	}
 	return out, nil
 }
@@ -139,16 +141,16 @@ func (b *LocalBank) Evolve(_ context.Context, req EvolveRequest) (EvolveResult, 
 		}
 		var u GroupUpdate
 		if bd, ok := bounds[g.Role]; ok {
-			u = m.ObserveBounds(g.Situation, g.Answers, g.Rewards, bd[0], bd[1], true, req.Now)
+			u = m.ObserveBounds(b.key(g.Role, g.Situation), g.Answers, g.Rewards, bd[0], bd[1], true, req.Now)
 		} else {
-			u = m.Observe(g.Situation, g.Answers, g.Rewards, req.Now)
+			u = m.Observe(b.key(g.Role, g.Situation), g.Answers, g.Rewards, req.Now)
 		}
 		res.Update.Inserted += u.Inserted
 		res.Update.Replaced += u.Replaced
 		res.Update.Removed += u.Removed
 	}
 	for _, f := range req.Feedback {
-		if m := b.Memories[f.Role]; m != nil && m.Feedback(f.Situation, f.Answer, f.Got) {
+		if m := b.Memories[f.Role]; m != nil && m.Feedback(b.key(f.Role, f.Situation), f.Answer, f.Got) {
 			res.Update.Removed++
 		}
 	}
@@ -157,6 +159,19 @@ func (b *LocalBank) Evolve(_ context.Context, req EvolveRequest) (EvolveResult, 
 		res.Sizes[r] = m.Len()
 	}
 	return res, nil
+}
+
+// key is what the memory of role files situation under: its abstraction
+// (MemoryConfig.Abstract) or, without one or when it cannot be read, the
+// raw text.
+func (b *LocalBank) key(role, situation string) string {
+	if b.Config.Abstract == "" {
+		return situation
+	}
+	if s, err := envs.Situation(b.Config.Abstract, role, situation); err == nil {
+		return s
+	}
+	return situation
 }
 
 // pooledBounds returns, under ThresholdPooled, every role's (upper, lower)

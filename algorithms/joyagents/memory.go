@@ -72,6 +72,13 @@ type MemoryConfig struct {
 	// draws fresh grids every step) that is the only place where a
 	// situation recurs.
 	PerStep bool
+	// Abstract, if set, names the environment whose situation abstraction
+	// (envs.Situation) keys the memory instead of the raw observation: on
+	// Plan-Path the local neighbourhood, the goal's direction and the other
+	// agent's last message, which recur across grids, so the memory can
+	// answer on grids it never saw. An observation the abstraction cannot
+	// read keeps its raw text.
+	Abstract string
 }
 
 // DefaultMemoryConfig: 64 entries, the pooled rule with 2.5% tails (the

@@ -1,6 +1,7 @@
 package joyagents
 
 import (
+	"context"
 	"math"
 	"testing"
 )
@@ -203,5 +204,41 @@ func TestFeedback(t *testing.T) {
 	}
 	if es := m.Entries(); len(es) != 1 || es[0].Answer != "b" {
 		t.Errorf("left %+v", es)
+	}
+}
+
+// Keyed on the situation abstraction, the memory answers on a grid it never
+// saw: what the planner learned on one grid is reused on another with the
+// same neighbourhood, goal direction and tool suggestion; keyed on the raw
+// observation it answers nothing there.
+func TestAbstractMemoryAnswersOnFreshGrid(t *testing.T) {
+	seen := "p a00 g44 n:-D-R m:- t:D A.#../..#../...../.#.../....G"
+	fresh := "p a00 g55 n:-D-R m:- t:D A.#.#./..#.../....../....../....../.....G"
+	for _, abstract := range []string{"", "planpath"} {
+		cfg := DefaultMemoryConfig()
+		cfg.Abstract = abstract
+		b := NewLocalBank(cfg)
+		// A group where D stands out (the pooled 2.5% tails keep it).
+		req := EvolveRequest{Now: 1, Roles: []string{"planner"}, Groups: []GroupRecord{
+			{Role: "planner", Situation: seen, Answers: []string{"D", "R", "L", "U", "R", "L"}, Rewards: []float64{1.3, 0, 0, 0, 0, 0}},
+		}}
+		res, err := b.Evolve(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sizes["planner"] == 0 {
+			t.Fatalf("abstract %q: nothing inserted: %+v", abstract, res)
+		}
+		adv, err := b.Advise(context.Background(), AdviceRequest{Now: 1, Queries: []Query{{Role: "planner", Situation: fresh}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered := adv[0].Skip && adv[0].Answer == "D"
+		if abstract == "" && (answered || adv[0].Hint != "") {
+			t.Fatalf("raw keys answered a fresh grid: %+v", adv[0])
+		}
+		if abstract != "" && !answered {
+			t.Fatalf("abstract keys: no answer on a fresh grid with the same situation: %+v (entries %+v)", adv[0], b.Entries("planner"))
+		}
 	}
 }

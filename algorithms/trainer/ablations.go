@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"troupe/algorithms/atgrpo"
+	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
 )
 
@@ -38,4 +39,23 @@ func atgrpoVariant(o Options) (atgrpo.Grouping, atgrpo.Sampling, grpo.AdvantageM
 	}
 	m, err := advantageMode(o.Advantage)
 	return g, s, m, err
+}
+
+// memoryKey reads Options.Joy.MemoryKey: the environment whose situation
+// abstraction keys JoyAgents-R1's memory ("" for the raw observation).
+func memoryKey(o Options) (string, error) {
+	switch o.Joy.MemoryKey {
+	case "", "raw":
+		return "", nil
+	case "situation":
+		env, _, err := envs.Resolve(o.Env, o.EnvConfig)
+		if err != nil {
+			return "", err
+		}
+		if !envs.HasSituation(env) {
+			return "", fmt.Errorf("%w: --memory-key situation: %s has no situation abstraction", ErrAlgorithm, env)
+		}
+		return env, nil
+	}
+	return "", fmt.Errorf("%w: unknown memory key %q (raw, situation)", ErrAlgorithm, o.Joy.MemoryKey)
 }

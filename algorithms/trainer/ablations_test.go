@@ -56,3 +56,24 @@ func TestJoyAgentsSelectionAndAdvantageOptions(t *testing.T) {
 		t.Fatalf("unknown advantage: %v", err)
 	}
 }
+
+func TestJoyAgentsMemoryKeyOption(t *testing.T) {
+	a, err := newJoyAgents(Options{Env: "planpath-10x10", Joy: JoyOptions{MemoryKey: "situation"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.(*JoyAgents).Config.Memory.Abstract; got != "planpath" {
+		t.Fatalf("abstraction %q", got)
+	}
+	if a, _ := newJoyAgents(Options{Env: "planpath"}); a.(*JoyAgents).Config.Memory.Abstract != "" {
+		t.Fatal("default memory key is not the raw observation")
+	}
+	for name, o := range map[string]Options{
+		"no abstraction": {Env: "sokoban", Joy: JoyOptions{MemoryKey: "situation"}},
+		"unknown key":    {Env: "planpath", Joy: JoyOptions{MemoryKey: "grid"}},
+	} {
+		if _, err := newJoyAgents(o); !errors.Is(err, ErrAlgorithm) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -211,6 +211,9 @@ func newJoyAgents(o Options) (Algorithm, error) {
 		jc.TopK = 0 // all groups
 	}
 	jc.Memory.NoHint, jc.Memory.NoReuse, jc.Memory.PerStep = o.Joy.NoHint, o.Joy.NoReuse, o.Joy.MemoryPerStep
+	if jc.Memory.Abstract, err = memoryKey(o); err != nil {
+		return nil, err
+	}
 	switch o.Joy.Threshold {
 	case "", "pooled":
 		jc.Memory.Threshold = joyagents.ThresholdPooled

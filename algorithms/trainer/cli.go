@@ -81,6 +81,7 @@ func Main(prog, doc string, o Options) {
 		fs.BoolVar(reuse, "reuse", *reuse, "memory: answer a near-duplicate situation from memory without sampling")
 		fs.StringVar(&o.Joy.Threshold, "memory-threshold", o.Joy.Threshold, "memory insert/remove rule: pooled (2.5% tails of the step's rewards) or group-z (mean ± 1.96 std in each group)")
 		fs.BoolVar(&o.Joy.EvalNoMemory, "eval-no-memory", o.Joy.EvalNoMemory, "evaluate without reading the memory")
+		fs.StringVar(&o.Joy.MemoryKey, "memory-key", o.Joy.MemoryKey, "what the memory is keyed on: raw (the observation, default) or situation (the environment's abstraction: on planpath the local neighbourhood, the goal's direction and the other agent's last message, which recur across grids)")
 		fs.BoolVar(&o.Joy.MemoryPerStep, "memory-per-step", o.Joy.MemoryPerStep, "evolve the memory once per step (default: after every node position, so the step's later nodes can reuse it)")
 		fs.Float64Var(&o.Warm.Hints, "warm-hints", o.Warm.Hints, "share of warm-start examples shown with a memory hint")
 	} else {

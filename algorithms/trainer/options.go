@@ -186,6 +186,12 @@ type JoyOptions struct {
 	// MemoryPerStep evolves the memory once per step, in the update,
 	// instead of after every node position during sampling.
 	MemoryPerStep bool
+	// MemoryKey is what the memory is keyed on: "" or "raw" (the
+	// observation) or "situation" (the environment's abstraction of it,
+	// envs.Situation: on Plan-Path the local neighbourhood, the goal's
+	// direction and the other agent's last message, which recur across
+	// grids).
+	MemoryKey string
 }
 
 // WarmOptions are the warm start: supervised fine-tuning on the
