@@ -378,6 +378,7 @@ func cells(s settings, size int) []cell {
 		f          func(*trainer.Options)
 	}{
 		{"joyagents-frac", "top-50% of each agent's groups by reward variance", func(o *trainer.Options) { o.Joy.TopFrac = 0.5 }},
+		{"joyagents-situation", "memory keyed on the situation (3×3 neighbourhood, goal direction, last message), so it can answer on fresh grids", func(o *trainer.Options) { o.Joy.MemoryKey = "situation" }},
 		{"joyagents-top1", "top-1 group per step", func(o *trainer.Options) { o.Joy.TopK = 1 }},
 		{"joyagents-top2", "top-2 groups per step", func(o *trainer.Options) { o.Joy.TopK = 2 }},
 		{"joyagents-all", "all groups (no marginal-benefit selection)", func(o *trainer.Options) { o.Joy.TopK = -1 }},
