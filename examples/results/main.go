@@ -525,8 +525,9 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 				steps, wall = "0 (warm start)", wall+" (SFT)"
 			}
 			greedy := "**" + cellText(sm.greedy, sm.greedySE, sm.seeds, sm.binomial) + "**"
-			if sm.reused > 0 {
-				greedy += fmt.Sprintf(" (%.0f%% from memory)", 100*sm.reused)
+			if o := runs[0].Opt; sm.reused > 0 || (o.Algo == "joyagents" && o.Joy.Memory && !o.Joy.EvalNoMemory) {
+				// The memory's share of test actions, shown when it is 0 too.
+				greedy += fmt.Sprintf(" (%.1f%% of actions from memory)", 100*sm.reused)
 			}
 			pp := paper[key]
 			if pp == "" {
