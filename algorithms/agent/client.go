@@ -27,9 +27,10 @@ type Client struct {
 	// of this client uses: one actor with one adapter per role.
 	Adapter string
 	// Replicas, if not nil, are H's data-parallel replicas
-	// (TeamConfig.Replicas), H first: Sample and LogProbs calls go to them
-	// in turn (they hold the same weights, so which one serves a call does
-	// not change its result), Update to all of them.
+	// (TeamConfig.Replicas), H first: a Sample or LogProbs call is split
+	// over them (a call of one prompt goes to them in turn; they hold the
+	// same weights, so which one serves a row does not change it), Update
+	// goes to all of them.
 	Replicas *Replicas
 }
 
@@ -57,18 +58,63 @@ var (
 // NewClient wraps a policy actor handle.
 func NewClient(h actors.Handle[Policy]) *Client { return &Client{H: h} }
 
-// Sample implements rl.Sampler.
+// Sample implements rl.Sampler. With replicas the prompts are split in
+// contiguous parts, one per replica, sampled at once; each part keeps its
+// rows' random streams (SampleRequest.RowOffset), so the completions are
+// the whole request's.
 func (c *Client) Sample(ctx context.Context, prompts []string, k int, seed int64) ([][]rl.Completion, error) {
-	out, err := actors.Call(ctx, c.pick(), (*Policy).Sample, SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
-		Greedy: c.Greedy, NoLogProbs: c.NoLogProbs, Adapter: c.Adapter}).Get(ctx)
+	req := SampleRequest{Prompts: prompts, K: k, Seed: seed, Temperature: c.Temperature,
+		Greedy: c.Greedy, NoLogProbs: c.NoLogProbs, Adapter: c.Adapter}
+	if c.Replicas != nil && len(c.Replicas.Handles) > 1 && len(prompts) > 1 {
+		return splitCall(ctx, c, len(prompts), func(lo, hi int) SampleRequest {
+			r := req
+			r.Prompts, r.RowOffset = prompts[lo:hi], lo*k
+			return r
+		}, (*Policy).Sample, "sample")
+	}
+	out, err := actors.Call(ctx, c.pick(), (*Policy).Sample, req).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: sample: %w", c.H, err)
 	}
 	return out, nil
 }
 
+// splitCall calls method on every replica of c with the part [lo, hi) of
+// n items (contiguous, in rank order, none empty) and concatenates the
+// results.
+func splitCall[Req, Item any](ctx context.Context, c *Client, n int, part func(lo, hi int) Req, method func(*Policy, context.Context, Req) ([]Item, error), what string) ([]Item, error) {
+	hs := c.Replicas.Handles
+	m := min(len(hs), n)
+	futs := make([]*actors.Future[[]Item], m)
+	for r := range m {
+		futs[r] = actors.Call(ctx, hs[r], method, part(r*n/m, (r+1)*n/m))
+	}
+	out := make([]Item, 0, n)
+	var errs []error
+	for r, f := range futs {
+		v, err := f.Get(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy actor %v: %s: %w", hs[r], what, err))
+			continue
+		}
+		out = append(out, v...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("%w: %s: replicas returned %d results for %d items", ErrInput, what, len(out), n)
+	}
+	return out, nil
+}
+
 // LogProbs implements rl.Scorer.
 func (c *Client) LogProbs(ctx context.Context, prompts []string, completions []rl.Completion) ([][]float32, error) {
+	if c.Replicas != nil && len(c.Replicas.Handles) > 1 && len(prompts) > 1 && len(prompts) == len(completions) {
+		return splitCall(ctx, c, len(prompts), func(lo, hi int) LogProbsRequest {
+			return LogProbsRequest{Prompts: prompts[lo:hi], Completions: completions[lo:hi], Adapter: c.Adapter}
+		}, (*Policy).LogProbs, "log-probs")
+	}
 	out, err := actors.Call(ctx, c.pick(), (*Policy).LogProbs, LogProbsRequest{Prompts: prompts, Completions: completions, Adapter: c.Adapter}).Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy actor %v: log-probs: %w", c.H, err)

@@ -429,6 +429,10 @@ type SampleRequest struct {
 	// Adapter names the LoRA adapter (the role) to sample with; "" is the
 	// actor's first.
 	Adapter string
+	// RowOffset is the index, in a whole request, of this part's first
+	// completion (its first prompt's index × K): a request split over
+	// data-parallel replicas samples as the whole (policy.GenerateOptions).
+	RowOffset int
 }
 
 // Sample implements rl.Sampler as an actor method: K completions per prompt
@@ -466,6 +470,7 @@ func (p *Policy) Sample(ctx context.Context, req SampleRequest) ([][]rl.Completi
 		MaxNewTokens: p.cfg.MaxNewTokens,
 		Temperature:  temp,
 		Seed:         uint64(req.Seed),
+		RowOffset:    req.RowOffset,
 		Stop:         p.tok.Stop(),
 		VocabLimit:   p.tok.Vocab(),
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 
@@ -206,5 +207,56 @@ func TestReplicasDivergedFails(t *testing.T) {
 		if !errors.Is(err, ErrReplicasDiverged) {
 			t.Fatalf("replica %d: %v, want ErrReplicasDiverged", r, err)
 		}
+	}
+}
+
+// TestSampleSplitMatchesWhole: a Sample request split in parts, each with
+// its RowOffset (as a replicated client splits one over its replicas),
+// gives the whole request's completions.
+func TestSampleSplitMatchesWhole(t *testing.T) {
+	ctx := context.Background()
+	p := newTiny(t, tinyConfig())
+	prompts := []string{"p a01 g22", "t a00 g11", "p a12 g00", "t a21 g02", "p a02 g20"}
+	const k = 3
+	whole, err := p.Sample(ctx, SampleRequest{Prompts: prompts, K: k, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts [][]rl.Completion
+	for _, r := range [][2]int{{0, 2}, {2, 5}} {
+		out, err := p.Sample(ctx, SampleRequest{Prompts: prompts[r[0]:r[1]], K: k, Seed: 9, RowOffset: r[0] * k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, out...)
+	}
+	differ := false
+	for i := range whole {
+		for j := range whole[i] {
+			a, b := whole[i][j], parts[i][j]
+			if !slices.Equal(a.Tokens, b.Tokens) {
+				t.Fatalf("prompt %d completion %d: whole %v, split %v", i, j, a.Tokens, b.Tokens)
+			}
+			for x := range a.LogProbs {
+				if math.Abs(float64(a.LogProbs[x]-b.LogProbs[x])) > 1e-5 {
+					t.Fatalf("prompt %d completion %d: log-probs %v, split %v", i, j, a.LogProbs, b.LogProbs)
+				}
+			}
+			differ = differ || !slices.Equal(a.Tokens, whole[0][0].Tokens)
+		}
+	}
+	if !differ {
+		t.Fatal("every completion is the same: the streams are not tested")
+	}
+	// Without the offset the second part would draw the first rows' streams.
+	out, _ := p.Sample(ctx, SampleRequest{Prompts: prompts[2:], K: k, Seed: 9})
+	same := true
+	for i := range out {
+		for j := range out[i] {
+			same = same && slices.Equal(out[i][j].Tokens, whole[2+i][j].Tokens)
+		}
+	}
+	if same {
+		t.Fatal("a part sampled without its offset matched the whole: the offset is not tested")
 	}
 }

@@ -31,6 +31,11 @@ type GenerateOptions struct {
 	// Adapters, optional, names each prompt's LoRA adapter (see
 	// Batch.Adapters).
 	Adapters []string
+	// RowOffset shifts every row's stream: row b draws from (Seed,
+	// RowOffset+b), so the rows [lo, hi) of a batch generated on their own
+	// with RowOffset lo are those rows of the whole batch (data-parallel
+	// replicas split one request this way).
+	RowOffset int
 
 	// rowSeeds[b], when set, replaces b in row b's random stream (Seed, b):
 	// generation reorders rows by adapter and keeps each row's stream.
@@ -55,7 +60,7 @@ func newSampler(opt GenerateOptions, B int) *sampler {
 		if opt.rowSeeds != nil {
 			row = opt.rowSeeds[b]
 		}
-		s.rngs[b] = rand.New(rand.NewPCG(opt.Seed, uint64(row)))
+		s.rngs[b] = rand.New(rand.NewPCG(opt.Seed, uint64(opt.RowOffset+row)))
 	}
 	return s
 }
