@@ -229,6 +229,7 @@ type Llama struct {
 	lr  *loraState // adapters (lora.go); the base is frozen while it has any
 	la  *loraActs
 	bf  *bf16Base // the base's matrices in BF16 (llama_bf16.go), or nil
+	fu  fusedOps  // the backend's fused kernels the model uses (llama_fused.go)
 	amp *ampState // mixed precision: BF16 copies of the float32 matrices (llama_amp.go), or nil
 
 	wver int
@@ -305,7 +306,7 @@ func newLlamaEmptyAs(be compute.Backend, arch llamaArch, cfg hf.Config, bf16 boo
 	if err := arch.validate(); err != nil {
 		return nil, err
 	}
-	m := &Llama{arch: arch, cfg: cfg, be: be, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams()}
+	m := &Llama{arch: arch, cfg: cfg, be: be, Optim: DefaultOptim(), sizes: arch.sizes(), kinds: arch.kinds(), nparams: arch.numParams(), fu: findFused(be)}
 	if bf16 {
 		m.bf = &bf16Base{cur: -1}
 	}

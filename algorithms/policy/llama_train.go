@@ -27,7 +27,8 @@ type lacts struct {
 
 	// output head, in chunks of R rows
 	R               int
-	logits          compute.Buffer      // (R,V); probabilities after a loss head
+	logits          compute.Buffer      // (R,V); probabilities after a loss head (logits with the LSE heads)
+	lse             compute.Buffer      // (N) each row's log-sum-exp, with the LSE heads only
 	targets         []compute.IntBuffer // one (R) per chunk
 	losses, dlosses compute.Buffer      // (N)
 	inputs, pos     compute.IntBuffer   // (N)
@@ -56,7 +57,7 @@ type llayerActs struct {
 	ln1, r1        compute.Buffer // attention input norm (N,C), rstd (N)
 	qr, kr, rq, rk compute.Buffer // Qwen3: q, k before their norm, and the norms' rstd
 	q, k, v        compute.Buffer // (N,QD), (N,KD), (N,KD); q, k after RoPE
-	att            compute.Buffer // (B,NH,T,T)
+	att            compute.Buffer // (B,NH,T,T); (B,NH,T) log-sum-exp with flash attention
 	o              compute.Buffer // attention output (N,QD)
 	res2           compute.Buffer // residual after attention (N,C)
 	ln2, r2        compute.Buffer // MLP input norm
@@ -88,7 +89,7 @@ func (m *Llama) ensureActs(B, T int, train bool) error {
 }
 
 func (m *Llama) ensureBaseActs(B, T int, train bool) error {
-	BT, att := B*T, B*m.arch.NH*T*T
+	BT, att := B*T, m.attSize(B, T)
 	if a := m.a; a != nil && a.capBT >= BT && a.capAtt >= att && (a.train || !train) {
 		return nil
 	}
@@ -142,6 +143,9 @@ func (m *Llama) ensureBaseActs(B, T int, train bool) error {
 	a.R = min(BT, max(1, headBudget/V))
 	a.logits = f(a.R * V)
 	a.losses, a.dlosses = f(BT), f(BT)
+	if m.fu.loss != nil {
+		a.lse = f(BT)
+	}
 	a.inputs, a.pos = fi(BT), fi(BT)
 	for r := 0; r < BT; r += a.R {
 		a.targets = append(a.targets, fi(a.R))
@@ -194,7 +198,9 @@ func (m *Llama) ensureBackward() error {
 	if ar.qkNorm {
 		a.dqr, a.dkr = f(BT*QD), f(BT*KD)
 	}
-	a.dlogits = f(a.R * V)
+	if m.fu.loss == nil { // the LSE heads write the gradient over the logits
+		a.dlogits = f(a.R * V)
+	}
 	if err != nil {
 		return fmt.Errorf("policy: allocate backward scratch: %w", err)
 	}
@@ -303,22 +309,38 @@ func view(be compute.Backend, b compute.Buffer, off, n int) compute.Buffer {
 // block's input instead, for a prefill that needs the block's output at one
 // position a row only (Llama.prefill; llama.cpp skips the same work).
 func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v compute.Buffer)) compute.Buffer {
-	be, a, ar := m.be, m.a, &m.arch
+	return m.forwardBlocks(B, T, kvOnlyLast, kv, false)
+}
+
+// forwardBlocks is forwardLayers; with final (and not kvOnlyLast) it also
+// runs the final norm into a.lnf and a.rf. Each residual add and the norm
+// after it run as one ResidualRMSNormForward where the backend has it: the
+// MLP's norm, the next block's input norm, the final norm.
+func (m *Llama) forwardBlocks(B, T int, kvOnlyLast bool, kv func(l int, k, v compute.Buffer), final bool) compute.Buffer {
+	be, a, ar, fu := m.be, m.a, &m.arch, &m.fu
 	C, I, NH, KVH, HD := ar.C, ar.I, ar.NH, ar.KVH, ar.HD
 	QD, KD, N := NH*HD, KVH*HD, B*T
 	rope := m.rope // ensureRope(T) was called by the caller
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	m.embedForward(a.x0, a.inputs, a.hostIn[:N], N)
 	x := a.x0
+	normed := false // this block's ln1 and r1 were written by the previous block's fused add
 	for l := range a.layers {
 		la, lp := &a.layers[l], m.layerWeights(l)
 		kvOnly := kvOnlyLast && l == len(a.layers)-1
-		be.RMSNormForward(la.ln1, la.r1, x, lp.attnNorm, N, C, ar.eps)
+		if !normed {
+			be.RMSNormForward(la.ln1, la.r1, x, lp.attnNorm, N, C, ar.eps)
+		}
+		normed = false
 		if !kvOnly {
 			if ar.qkNorm {
 				m.baseForward(l, kQ, la.qr, la.ln1, lp.q, lp.qb, N, C, QD)
 				m.loraForward(m.la, l, tQ, la.qr, la.ln1)
-				be.RMSNormForward(la.q, la.rq, la.qr, lp.qNorm, N*NH, HD, ar.eps)
+				if fu.rope != nil {
+					fu.rope.HeadNormRopeForward(la.q, la.rq, la.qr, lp.qNorm, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n, ar.eps)
+				} else {
+					be.RMSNormForward(la.q, la.rq, la.qr, lp.qNorm, N*NH, HD, ar.eps)
+				}
 			} else {
 				m.baseForward(l, kQ, la.q, la.ln1, lp.q, lp.qb, N, C, QD)
 				m.loraForward(m.la, l, tQ, la.q, la.ln1)
@@ -327,32 +349,44 @@ func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v com
 		if ar.qkNorm {
 			m.baseForward(l, kK, la.kr, la.ln1, lp.k, lp.kb, N, C, KD)
 			m.loraForward(m.la, l, tK, la.kr, la.ln1)
-			be.RMSNormForward(la.k, la.rk, la.kr, lp.kNorm, N*KVH, HD, ar.eps)
+			if fu.rope != nil {
+				fu.rope.HeadNormRopeForward(la.k, la.rk, la.kr, lp.kNorm, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n, ar.eps)
+			} else {
+				be.RMSNormForward(la.k, la.rk, la.kr, lp.kNorm, N*KVH, HD, ar.eps)
+			}
 		} else {
 			m.baseForward(l, kK, la.k, la.ln1, lp.k, lp.kb, N, C, KD)
 			m.loraForward(m.la, l, tK, la.k, la.ln1)
 		}
 		m.baseForward(l, kV, la.v, la.ln1, lp.v, lp.vb, N, C, KD)
 		m.loraForward(m.la, l, tV, la.v, la.ln1)
-		if !kvOnly {
-			be.RopeForward(la.q, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
+		switch {
+		case fu.rope != nil && ar.qkNorm: // rotated with their norms
+		case fu.rope != nil && !kvOnly:
+			fu.rope.RopeQKForward(la.q, la.k, a.pos, rope.cos, rope.sin, N, NH, KVH, HD, rope.n)
+		default:
+			if !kvOnly {
+				be.RopeForward(la.q, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
+			}
+			be.RopeForward(la.k, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
 		}
-		be.RopeForward(la.k, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
 		if kv != nil {
 			kv(l, la.k, la.v)
 		}
 		if kvOnly {
 			return x
 		}
-		if m.amp != nil { // autocast runs attention's products in BF16 too
+		switch {
+		case m.amp != nil: // autocast runs attention's products in BF16 too
 			m.amp.mm.GQAttentionForwardBF16(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
-		} else {
+		case m.flashAttn(): // la.att is the log-sum-exp; the backward also reads la.o
+			fu.flash.FlashAttentionForward(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
+		default:
 			be.GQAttentionForward(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
 		}
 		m.baseForward(l, kO, la.res2, la.o, lp.o, lp.ob, N, QD, C)
 		m.loraForward(m.la, l, tO, la.res2, la.o)
-		be.ResidualForward(la.res2, la.res2, x, N*C)
-		be.RMSNormForward(la.ln2, la.r2, la.res2, lp.mlpNorm, N, C, ar.eps)
+		m.residualNorm(la.res2, la.ln2, la.r2, la.res2, x, lp.mlpNorm, N, C)
 		m.baseForward(l, kGate, la.gate, la.ln2, lp.gate, lp.gateb, N, C, I)
 		m.loraForward(m.la, l, tGate, la.gate, la.ln2)
 		m.baseForward(l, kUp, la.up, la.ln2, lp.up, lp.upb, N, C, I)
@@ -360,7 +394,18 @@ func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v com
 		be.SwiGLUForward(la.act, la.gate, la.up, N*I)
 		m.baseForward(l, kDown, la.res3, la.act, lp.down, lp.downb, N, I, C)
 		m.loraForward(m.la, l, tDown, la.res3, la.act)
-		be.ResidualForward(la.res3, la.res3, la.res2, N*C)
+		switch last := l == len(a.layers)-1; {
+		case last && final:
+			m.residualNorm(la.res3, a.lnf, a.rf, la.res3, la.res2, m.pv.all[kNorm], N, C)
+		case !last && fu.norm != nil:
+			// The next block's input norm. Inference shares one set of
+			// activations: its ln1 is this block's, read by now.
+			next := &a.layers[l+1]
+			fu.norm.ResidualRMSNormForward(la.res3, next.ln1, next.r1, la.res3, la.res2, m.pv.layers[l+1].attnNorm, N, C, ar.eps)
+			normed = true
+		default:
+			be.ResidualForward(la.res3, la.res3, la.res2, N*C)
+		}
 		x = la.res3
 	}
 	return x
@@ -369,8 +414,7 @@ func (m *Llama) forwardLayers(B, T int, kvOnlyLast bool, kv func(l int, k, v com
 // forward runs the network and the final norm over the loaded tokens
 // (the head runs per chunk in the loss functions).
 func (m *Llama) forward(B, T int) {
-	x := m.forwardLayers(B, T, false, nil)
-	m.be.RMSNormForward(m.a.lnf, m.a.rf, x, m.pv.all[kNorm], B*T, m.arch.C, m.arch.eps)
+	m.forwardBlocks(B, T, false, nil, true)
 }
 
 // lastResidual is the input of the final norm after forward.
@@ -388,13 +432,23 @@ const (
 )
 
 // headChunk runs the output head on rows [r0, r0+n) of chunk c: logits,
-// then the loss head's forward (softmax written over the logits), losses
-// into a.losses[r0:].
+// then the loss head's forward (softmax written over the logits, or with
+// the LSE heads the logits kept and each row's log-sum-exp into
+// a.lse[r0:]), losses into a.losses[r0:].
 func (m *Llama) headChunk(c, r0, n, head int) {
 	be, a, C, V := m.be, m.a, m.arch.C, m.arch.V
 	lg := view(be, a.logits, 0, n*V)
 	m.headMatmul(lg, view(be, a.lnf, r0*C, n*C), n)
 	out := view(be, a.losses, r0, n)
+	if h := m.fu.loss; h != nil {
+		lse := view(be, a.lse, r0, n)
+		if head == headCE {
+			h.CrossEntropyLSEForward(out, lse, lg, a.targets[c], n, V)
+		} else {
+			h.LogProbLSEForward(out, lse, lg, a.targets[c], n, V)
+		}
+		return
+	}
 	if head == headCE {
 		be.CrossEntropyForward(out, lg, lg, a.targets[c], n, V)
 	} else {
@@ -427,9 +481,20 @@ func (m *Llama) headBackward(N, head int) {
 		if N > a.R { // several chunks: the logits of this one are gone
 			m.headChunk(c, r0, n, head)
 		}
-		lg, dlg := view(be, a.logits, 0, n*V), view(be, a.dlogits, 0, n*V)
-		be.Zero(dlg)
+		lg := view(be, a.logits, 0, n*V)
 		dl := view(be, a.dlosses, r0, n)
+		if h := m.fu.loss; h != nil { // the gradient replaces the logits
+			lse := view(be, a.lse, r0, n)
+			if head == headCE {
+				h.CrossEntropyLSEBackward(lg, lg, lse, dl, a.targets[c], n, V)
+			} else {
+				h.LogProbLSEBackward(lg, lg, lse, dl, a.targets[c], n, V)
+			}
+			m.headMatmulBackward(view(be, a.bv.dl, r0*C, n*C), lg, view(be, a.lnf, r0*C, n*C), n)
+			continue
+		}
+		dlg := view(be, a.dlogits, 0, n*V)
+		be.Zero(dlg)
 		if head == headCE {
 			be.CrossEntropyBackward(dlg, lg, dl, a.targets[c], n, V)
 		} else {
@@ -492,9 +557,17 @@ func (m *Llama) backward(B, T, head int) {
 		be.Zero(d.dq)
 		be.Zero(d.dk)
 		be.Zero(d.dv)
-		be.GQAttentionBackward(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.att, B, T, NH, KVH, HD, scale)
-		be.RopeBackward(d.dq, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
-		be.RopeBackward(d.dk, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
+		if m.flashAttn() {
+			m.fu.flash.FlashAttentionBackward(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.o, la.att, B, T, NH, KVH, HD, scale)
+		} else {
+			be.GQAttentionBackward(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.att, B, T, NH, KVH, HD, scale)
+		}
+		if m.fu.rope != nil {
+			m.fu.rope.RopeQKBackward(d.dq, d.dk, a.pos, rope.cos, rope.sin, N, NH, KVH, HD, rope.n)
+		} else {
+			be.RopeBackward(d.dq, a.pos, rope.cos, rope.sin, N, NH, HD, rope.n)
+			be.RopeBackward(d.dk, a.pos, rope.cos, rope.sin, N, KVH, HD, rope.n)
+		}
 		dq, dk := d.dq, d.dk
 		if ar.qkNorm {
 			be.Zero(d.dqr)
@@ -618,15 +691,26 @@ func (m *Llama) Step() (float64, error) {
 	}
 	m.step++
 	o := m.Optim
-	for k, kd := range m.kinds {
-		if m.sizes[k] == 0 {
-			continue
+	if m.fu.adam != nil { // one launch over every tensor
+		ts := make([]compute.AdamWTensor, 0, numKinds)
+		for k, kd := range m.kinds {
+			if m.sizes[k] > 0 {
+				ts = append(ts, compute.AdamWTensor{Params: m.pv.all[k], Grads: m.gv.all[k], M: m.momV.all[k], V: m.velV.all[k], N: m.sizes[k], NoDecay: !kd.decay})
+			}
 		}
-		h.WeightDecay = 0
-		if kd.decay {
-			h.WeightDecay = o.WeightDecay
+		h.WeightDecay = o.WeightDecay
+		m.fu.adam.AdamWUpdateMulti(ts, h)
+	} else {
+		for k, kd := range m.kinds {
+			if m.sizes[k] == 0 {
+				continue
+			}
+			h.WeightDecay = 0
+			if kd.decay {
+				h.WeightDecay = o.WeightDecay
+			}
+			be.AdamWUpdate(m.pv.all[k], m.gv.all[k], m.momV.all[k], m.velV.all[k], m.sizes[k], h)
 		}
-		be.AdamWUpdate(m.pv.all[k], m.gv.all[k], m.momV.all[k], m.velV.all[k], m.sizes[k], h)
 	}
 	m.wver++
 	if err := be.Sync(); err != nil {

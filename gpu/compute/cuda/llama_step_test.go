@@ -44,7 +44,13 @@ func tinyLlama(t *testing.T) hf.Config {
 // log-probs agree within 1e-4 (README.md's tolerance).
 func checkLlamaSteps(t *testing.T, be compute.Backend) {
 	t.Helper()
-	cfg := tinyLlama(t)
+	checkLlamaStepsOf(t, be, tinyLlama(t))
+}
+
+// checkLlamaStepsOf is checkLlamaSteps for a model of cfg (a context of at
+// least 12 positions, a vocabulary of at least 10 ids).
+func checkLlamaStepsOf(t *testing.T, be compute.Backend, cfg hf.Config) {
+	t.Helper()
 	mc, err := policy.NewLlama(be, cfg, 42)
 	if err != nil {
 		t.Fatalf("llama on %s: %v", be.Name(), err)
