@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"troupe/actors"
+	"troupe/actors/collective"
 	"troupe/runtime"
 )
 
@@ -91,7 +92,11 @@ func (t *Team) spawnPolicy(ctx context.Context, rt actors.Runtime, cfg TeamConfi
 		}
 		rs.handles = append(rs.handles, h)
 	}
-	if err := formGroup(ctx, rt, rs.group, rs.handles); err != nil {
+	refs := make([]actors.Ref, n)
+	for r, h := range rs.handles {
+		refs[r] = h.Ref()
+	}
+	if err := collective.Create(ctx, rs.group, refs...); err != nil {
 		return actors.Handle[Policy]{}, fmt.Errorf("replicas of %s: form group %s: %w", key, rs.group, err)
 	}
 	return rs.handles[0], nil
