@@ -117,6 +117,8 @@ func main() {
 	seeds := flag.Int("seeds", 1, "training seeds per cell (--seed, --seed+1, ...); the table reports the mean and its standard error across seeds, and differences paired per seed and grid")
 	redo := flag.Bool("redo", false, "retrain cells that results.json in --out already holds (default: keep them, so a stopped run resumes where it stopped)")
 	ckptEvery := flag.Int("ckpt-every", 0, "checkpoint every cell every N RL steps and resume a cell stopped mid-run from its last checkpoint (0: none; a stopped cell restarts)")
+	warmEps := flag.Int("warm-episodes", 0, "expert episodes of every warm start (0: 800, or 12 with --tiny)")
+	warmEpochs := flag.Int("warm-epochs", 0, "warm-start epochs over a per-role policy's transcripts (a shared or single policy gets half; 0: 16, or 2 with --tiny)")
 	weak := flag.Int("weak-episodes", 0, "expert episodes of the weak warm start of the room-to-learn cells (0: 40, or 4 with --tiny)")
 	flag.Parse()
 	if *tiny {
@@ -142,6 +144,12 @@ func main() {
 	}
 	if *weak > 0 {
 		s.WeakEpisodes = *weak
+	}
+	if *warmEps > 0 {
+		s.WarmEpisodes = *warmEps
+	}
+	if *warmEpochs > 0 {
+		s.WarmEpochs = *warmEpochs
 	}
 	if *seeds < 1 {
 		fmt.Fprintf(os.Stderr, "results: --seeds %d: want at least 1\n", *seeds)
