@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"troupe/actors"
+	"troupe/algorithms/agent"
 	"troupe/algorithms/joyagents"
 	"troupe/algorithms/trainer/checkpoint"
 )
@@ -423,6 +424,38 @@ func (t *Trainer) checkLearners(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// nameWait is how long a resuming run waits for its policy actors' names
+// to be free: on a cluster, the actors of a driver killed with SIGKILL
+// live until its job's lease runs out (seconds), and the new driver's
+// team takes the same names.
+const nameWait = 2 * time.Minute
+
+// spawnTeamResuming spawns the team, and when the run resumes and a name
+// is still taken (actors.ErrDuplicate), retries until it is free or
+// nameWait passes.
+func (t *Trainer) spawnTeamResuming(ctx context.Context, tc agent.TeamConfig) (*agent.Team, error) {
+	team, err := agent.SpawnTeam(ctx, t.rt, tc)
+	if t.o.Resume == "" || !errors.Is(err, actors.ErrDuplicate) {
+		return team, err
+	}
+	t.logf("resume: the policy actors' names are taken (by the run that stopped, until its job ends?): waiting up to %s", nameWait)
+	deadline := time.NewTimer(nameWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for errors.Is(err, actors.ErrDuplicate) {
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-deadline.C:
+			return nil, err
+		case <-tick.C:
+		}
+		team, err = agent.SpawnTeam(ctx, t.rt, tc)
+	}
+	return team, err
 }
 
 // restartOptions are the spawn options of the actors an algorithm adds to

@@ -227,31 +227,13 @@ func TestResumeAfterKillOnCluster(t *testing.T) {
 	startNode(t, "w1", cluster.RoleWorker, tok, []string{head.Addr()}, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt := clusterDriver(t, ctx, tok, head.Addr(), 2)
+	clusterDriver(t, ctx, tok, head.Addr(), 2)
 	env := []string{"TROUPE_ADDRESS=" + head.Addr(), "TROUPE_TOKEN=" + tok}
 	run := o
 	run.OutDir = filepath.Join(t.TempDir(), "run")
 	startChild(t, run, env...).killAfter(t, 4)
-	// The killed driver's job ends when its lease runs out, and its actors
-	// with it: their names are free again for the new driver.
-	t0 := time.Now()
-	for {
-		st, err := rt.Status(ctx)
-		alive := 0
-		for _, a := range st.Actors {
-			if a.State != "DEAD" && (a.Name == "planner" || a.Name == "tool") {
-				alive++
-			}
-		}
-		if err == nil && alive == 0 {
-			break
-		}
-		if time.Since(t0) > time.Minute {
-			t.Fatalf("the killed driver's actors are still there: %v %v", st.Actors, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("the killed driver's actors were gone %.1fs after the kill", time.Since(t0).Seconds())
+	// The killed driver's job, and its actors, live until its lease runs
+	// out; the new driver waits for their names (when it starts sooner).
 	res := run
 	res.Resume = run.OutDir
 	c = startChild(t, res, env...)

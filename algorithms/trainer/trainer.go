@@ -187,7 +187,7 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		}
 		t.o.Warm.Episodes = 0
 	}
-	team, err := agent.SpawnTeam(ctx, t.rt, tc)
+	team, err := t.spawnTeamResuming(ctx, tc)
 	if err != nil {
 		return err
 	}
