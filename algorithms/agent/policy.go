@@ -674,6 +674,11 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	for i := range order {
 		order[i] = i
 	}
+	dp, err := p.dataParallel(ctx)
+	if err != nil {
+		return st, fmt.Errorf("sft %s: %w", p.cfg.Name, err)
+	}
+	var partial []float64 // with dp: each step's loss from this replica's shard
 	for e := 0; e < req.Epochs; e++ {
 		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		var sum float64
@@ -688,7 +693,13 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 				b.Tokens = append(b.Tokens, seqs[i])
 				b.Weights = append(b.Weights, ws[i])
 			}
-			s, err := p.model.TrainStep(b)
+			var s policy.StepStats
+			if dp != nil {
+				s, err = p.sftStep(ctx, dp, b)
+				partial = append(partial, s.Loss)
+			} else {
+				s, err = p.model.TrainStep(b)
+			}
 			if err != nil {
 				return st, fmt.Errorf("sft %s: %w", p.cfg.Name, err)
 			}
@@ -701,6 +712,11 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 			n++
 		}
 		st.LastLoss = sum / float64(n)
+	}
+	if dp != nil {
+		if err := p.mergeSFT(ctx, dp, &st, partial, (len(order)+req.BatchSize-1)/req.BatchSize); err != nil {
+			return st, fmt.Errorf("sft %s: %w", p.cfg.Name, err)
+		}
 	}
 	return st, nil
 }

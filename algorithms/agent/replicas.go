@@ -124,19 +124,11 @@ func sumsFromWords(w []uint64) replicaSums {
 		loss: f(w[6]), pgLoss: f(w[7]), hash: w[8]}
 }
 
-// wordChunks is how many float32 carry one 64-bit word: 16-bit chunks,
-// integers every float32 holds exactly, so a gather moves them bit for bit
-// whatever the transport does with NaN payloads.
-const wordChunks = 4
-
-// merge exchanges the replicas' sums and weight hashes: acc becomes the
-// sum over replicas (in rank order, the same bits on every replica), and
-// the hashes must all be equal.
-func (dp *dataParallel) merge(ctx context.Context, acc *statAcc, hash uint64) error {
-	mine := replicaSums{tokens: acc.tokens, clip: acc.clip, kl: acc.kl, approxKL: acc.approxKL, entropy: acc.entropy,
-		ratio: acc.ratio, loss: acc.loss, pgLoss: acc.pgLoss, hash: hash}.words()
-	send := make([]float32, len(mine)*wordChunks)
-	for i, w := range mine {
+// gatherWords gathers every replica's words (the same count on each),
+// exactly, in rank order.
+func (dp *dataParallel) gatherWords(ctx context.Context, words []uint64) ([][]uint64, error) {
+	send := make([]float32, len(words)*wordChunks)
+	for i, w := range words {
 		for c := range wordChunks {
 			send[i*wordChunks+c] = float32(uint16(w >> (16 * c)))
 		}
@@ -147,17 +139,138 @@ func (dp *dataParallel) merge(ctx context.Context, acc *statAcc, hash uint64) er
 	err := dp.g.Allgather(ctx, send, recv)
 	dp.wait += time.Since(t0)
 	if err != nil {
-		return fmt.Errorf("allgather of update statistics: %w", err)
+		return nil, fmt.Errorf("allgather of %d words: %w", len(words), err)
 	}
-	var total replicaSums
-	var hashes []uint64
-	for r := range n {
-		w := make([]uint64, len(mine))
-		for i := range w {
+	out := make([][]uint64, n)
+	for r := range out {
+		out[r] = make([]uint64, len(words))
+		for i := range out[r] {
 			for c := range wordChunks {
-				w[i] |= uint64(recv[r*len(send)+i*wordChunks+c]) << (16 * c)
+				out[r][i] |= uint64(recv[r*len(send)+i*wordChunks+c]) << (16 * c)
 			}
 		}
+	}
+	return out, nil
+}
+
+// checkHashes fails with ErrReplicasDiverged unless every replica's hash
+// is replica 0's.
+func (dp *dataParallel) checkHashes(hashes []uint64) error {
+	for r, h := range hashes {
+		if h != hashes[0] {
+			return fmt.Errorf("%w: weights hash %016x on replica %d, %016x on replica 0 (this is replica %d of %d)",
+				ErrReplicasDiverged, h, r, hashes[0], dp.g.Rank(), len(hashes))
+		}
+	}
+	return nil
+}
+
+// sftStep is policy.Llama.TrainStep as a data-parallel replica takes it:
+// the weighted mean cross-entropy over the whole batch b (its weights
+// summed over all of b), of which this replica computes its shard's
+// gradient, summed over the replicas before the step. Loss is this
+// shard's part of the batch's loss.
+func (p *Policy) sftStep(ctx context.Context, dp *dataParallel, b policy.Batch) (policy.StepStats, error) {
+	var wsum float64
+	var ntok int
+	for _, w := range b.Weights {
+		for _, x := range w {
+			wsum += float64(x)
+			if x != 0 {
+				ntok++
+			}
+		}
+	}
+	if wsum == 0 {
+		return policy.StepStats{}, fmt.Errorf("%w: all loss weights are zero", policy.ErrBatch)
+	}
+	if err := p.model.ZeroGrad(); err != nil {
+		return policy.StepStats{}, err
+	}
+	all := make([]int, len(b.Tokens))
+	for i := range all {
+		all[i] = i
+	}
+	var sum float64
+	if mine := dp.shard(all); len(mine) > 0 {
+		sub := policy.Batch{}
+		for _, i := range mine {
+			sub.Tokens, sub.Weights = append(sub.Tokens, b.Tokens[i]), append(sub.Weights, b.Weights[i])
+		}
+		var err error
+		if sum, _, err = p.model.AccumulateCE(sub, float32(1/wsum)); err != nil {
+			return policy.StepStats{}, err
+		}
+	}
+	if err := dp.reduceGrads(ctx, p); err != nil {
+		return policy.StepStats{}, err
+	}
+	norm, err := p.model.Step()
+	return policy.StepStats{Loss: sum / wsum, GradNorm: norm, Tokens: ntok}, err
+}
+
+// mergeSFT ends a data-parallel warm start: the steps' losses summed over
+// the replicas (FirstLoss the first step's, LastLoss the mean of the last
+// epoch's perEpoch steps) and the weights checked identical.
+func (p *Policy) mergeSFT(ctx context.Context, dp *dataParallel, st *SFTStats, partial []float64, perEpoch int) error {
+	defer func() {
+		p.clock.collective += dp.wait
+		p.clock.train -= dp.wait
+	}()
+	h, err := p.weightsHash()
+	if err != nil {
+		return err
+	}
+	words := []uint64{h}
+	for _, x := range partial {
+		words = append(words, math.Float64bits(x))
+	}
+	all, err := dp.gatherWords(ctx, words)
+	if err != nil {
+		return err
+	}
+	hashes := make([]uint64, len(all))
+	total := make([]float64, len(partial))
+	for r, w := range all {
+		hashes[r] = w[0]
+		for i := range total {
+			total[i] += math.Float64frombits(w[1+i])
+		}
+	}
+	if err := dp.checkHashes(hashes); err != nil {
+		return err
+	}
+	p.replicaHash = h
+	if len(total) > 0 {
+		st.FirstLoss = total[0]
+		var sum float64
+		last := total[max(0, len(total)-perEpoch):]
+		for _, x := range last {
+			sum += x
+		}
+		st.LastLoss = sum / float64(len(last))
+	}
+	return nil
+}
+
+// wordChunks is how many float32 carry one 64-bit word: 16-bit chunks,
+// integers every float32 holds exactly, so a gather moves them bit for bit
+// whatever the transport does with NaN payloads.
+const wordChunks = 4
+
+// merge exchanges the replicas' sums and weight hashes: acc becomes the
+// sum over replicas (in rank order, the same bits on every replica), and
+// the hashes must all be equal.
+func (dp *dataParallel) merge(ctx context.Context, acc *statAcc, hash uint64) error {
+	mine := replicaSums{tokens: acc.tokens, clip: acc.clip, kl: acc.kl, approxKL: acc.approxKL, entropy: acc.entropy,
+		ratio: acc.ratio, loss: acc.loss, pgLoss: acc.pgLoss, hash: hash}
+	all, err := dp.gatherWords(ctx, mine.words())
+	if err != nil {
+		return fmt.Errorf("update statistics: %w", err)
+	}
+	var total replicaSums
+	hashes := make([]uint64, len(all))
+	for r, w := range all {
 		s := sumsFromWords(w)
 		total.tokens += s.tokens
 		total.clip += s.clip
@@ -167,20 +280,17 @@ func (dp *dataParallel) merge(ctx context.Context, acc *statAcc, hash uint64) er
 		total.ratio += s.ratio
 		total.loss += s.loss
 		total.pgLoss += s.pgLoss
-		hashes = append(hashes, s.hash)
+		hashes[r] = s.hash
 	}
-	for r, h := range hashes {
-		if h != hashes[0] {
-			return fmt.Errorf("%w: weights hash %016x on replica %d, %016x on replica 0 (this is replica %d of %d)",
-				ErrReplicasDiverged, h, r, hashes[0], dp.g.Rank(), n)
-		}
+	if err := dp.checkHashes(hashes); err != nil {
+		return err
 	}
 	acc.tokens, acc.clip, acc.kl, acc.approxKL, acc.entropy, acc.ratio = total.tokens, total.clip, total.kl, total.approxKL, total.entropy, total.ratio
 	acc.loss, acc.pgLoss = total.loss, total.pgLoss
 	return nil
 }
 
-// WeightsHash is the FNV-1a hash of the bits of the policy's trainable
+// weightsHash is the FNV-1a hash of the bits of the policy's trainable
 // weights (the active adapter's with LoRA, else all): equal hashes on two
 // replicas mean bit-identical weights.
 func (p *Policy) weightsHash() (uint64, error) {

@@ -260,3 +260,58 @@ func TestSampleSplitMatchesWhole(t *testing.T) {
 		t.Fatal("a part sampled without its offset matched the whole: the offset is not tested")
 	}
 }
+
+// TestReplicasSFTMatchesOneActor: a warm start by 3 replicas, each on its
+// shard of every batch (examples of different lengths), ends where one
+// actor's ends, to float tolerance, with the same losses; the replicas
+// end bit-identical.
+func TestReplicasSFTMatchesOneActor(t *testing.T) {
+	ctx := context.Background()
+	for _, lora := range []bool{false, true} {
+		cfg := tinyConfig()
+		if lora {
+			cfg = loraConfig()
+		}
+		req := SFTRequest{Epochs: 2, BatchSize: 5, LR: 1e-2, Seed: 3,
+			Examples: []Example{{"p a01 g22", "R"}, {"t a00 g11", "DD"}, {"p a12 g00", "UUL"}, {"t a21 g02", "L"}, {"p a02 g20", "RR"}, {"t a10 g01", "D"}, {"p a11 g21", "ULD"}}}
+		one := newTiny(t, cfg)
+		want, err := one.SFT(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w1 := trainable(t, one)
+		cfg.ReplicaGroup = "replicas"
+		groups := collective.NewLocal(cfg.ReplicaGroup, 3)
+		ps := make([]*Policy, 3)
+		sts := make([]SFTStats, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for r := range ps {
+			ps[r] = newTiny(t, cfg)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sts[r], errs[r] = ps[r].SFT(collective.WithGroup(ctx, groups[r]), req)
+			}()
+		}
+		wg.Wait()
+		w0 := trainable(t, ps[0])
+		for r := range ps {
+			if errs[r] != nil {
+				t.Fatalf("lora=%v replica %d: %v", lora, r, errs[r])
+			}
+			if sts[r] != sts[0] || !slices.Equal(trainable(t, ps[r]), w0) {
+				t.Fatalf("lora=%v: replica %d differs from replica 0: %+v vs %+v", lora, r, sts[r], sts[0])
+			}
+		}
+		got := sts[0]
+		if got.Steps != want.Steps || got.Tokens != want.Tokens || math.Abs(got.FirstLoss-want.FirstLoss) > 1e-5 || math.Abs(got.LastLoss-want.LastLoss) > 1e-5 {
+			t.Fatalf("lora=%v: replicas %+v, one actor %+v", lora, got, want)
+		}
+		for i := range w1 {
+			if math.Abs(float64(w1[i]-w0[i])) > 2e-5 {
+				t.Fatalf("lora=%v: weight %d: replicas %v, one actor %v", lora, i, w0[i], w1[i])
+			}
+		}
+	}
+}

@@ -191,8 +191,8 @@ func (t *Team) SFT(ctx context.Context, examples []envs.Example, req SFTRequest)
 		}
 		byName[name] = append(byName[name], Example{Prompt: ex.Obs, Answer: ex.Action})
 	}
-	// Every replica runs the same warm start (the same examples, seed and
-	// optimizer): they stay bit-identical.
+	// Every replica gets every example and trains on its shard of each
+	// batch (Policy.SFT with a replica group): they stay bit-identical.
 	futs := map[string][]*actors.Future[SFTStats]{}
 	for _, name := range t.Names {
 		if len(byName[name]) == 0 {
