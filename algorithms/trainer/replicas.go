@@ -45,3 +45,22 @@ func (t *Trainer) checkReplicas(ctx context.Context, r *StepRecord) error {
 	}
 	return nil
 }
+
+// replicaPlacements is one line saying where every replica runs, e.g.
+// "replicas: 2 per policy (data-parallel); planner-r1 on node n1 GPU [1]; ...".
+func replicaPlacements(ctx context.Context, team *agent.Team, n int) string {
+	where, _ := team.Placements(ctx)
+	parts := []string{fmt.Sprintf("replicas: %d per policy actor (data-parallel: a shard of every mini-batch each, gradients summed by allreduce)", n)}
+	for _, key := range slices.Sorted(maps.Keys(where)) {
+		info := where[key]
+		p := key + " on node " + info.Node
+		if len(info.GPUs) > 0 {
+			p += fmt.Sprintf(" GPU %v", info.GPUs)
+		}
+		if info.PlacementGroup != "" {
+			p += fmt.Sprintf(" (placement group %s bundle %d)", info.PlacementGroup, info.Bundle)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}

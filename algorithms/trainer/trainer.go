@@ -221,6 +221,9 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		t.logf("%s: %d policy actor(s) %v, %d params each (%s), roles %v", o.Name, len(ws), team.Names, t.res.Params, shape, t.roles)
 	}
 	t.logf("%s", placements(ctx, team, ws))
+	if n := team.Replicas(); n > 1 {
+		t.logf("%s", replicaPlacements(ctx, team, n))
+	}
 	mbDesc := fmt.Sprint(o.PPO.MiniBatch)
 	switch o.PPO.MiniBatch {
 	case 0:
