@@ -35,12 +35,23 @@ func TestKernelsCompile(t *testing.T) {
 	if len(srcs) == 0 {
 		t.Fatal("no kernel sources embedded")
 	}
+	var table []resourceRow
+	compiled := 0
 	for _, s := range srcs {
+		bounds := launchBounds(t, s)
 		for _, arch := range Archs {
 			t.Run(s.Name+"/"+arch, func(t *testing.T) {
 				fresh, rs, err := CompileKernel(s, arch)
 				if err != nil {
 					t.Fatalf("NVRTC: %v", err)
+				}
+				compiled++
+				for _, r := range rs {
+					row := resourceRow{Source: s.Name, KernelResources: r, Bounds: bounds[r.Kernel]}
+					table = append(table, row)
+					if err := row.check(); err != nil {
+						t.Error(err)
+					}
 				}
 				committed, err := EmbeddedPTX(s.Name, arch)
 				if err != nil {
@@ -68,6 +79,11 @@ func TestKernelsCompile(t *testing.T) {
 				}
 			})
 		}
+	}
+	// The committed table is checked only when every source compiled for
+	// every arch (not under a -run filter that picked some).
+	if compiled == len(srcs)*len(Archs) {
+		checkResourcesTable(t, table)
 	}
 }
 
