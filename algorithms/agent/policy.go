@@ -632,8 +632,7 @@ type SFTStats struct {
 
 // SFT trains on examples with cross-entropy on the answer tokens (and EOS)
 // only: the warm start from expert transcripts.
-func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
-	var st SFTStats
+func (p *Policy) SFT(ctx context.Context, req SFTRequest) (st SFTStats, err error) {
 	defer p.clock.since(&p.clock.train, time.Now())
 	if req.Epochs < 1 || req.BatchSize < 1 {
 		return st, fmt.Errorf("%w: sft epochs %d, batch size %d (both must be ≥ 1)", ErrInput, req.Epochs, req.BatchSize)
@@ -678,6 +677,7 @@ func (p *Policy) SFT(ctx context.Context, req SFTRequest) (SFTStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("sft %s: %w", p.cfg.Name, err)
 	}
+	defer dp.leaveOnError(&err)
 	var partial []float64 // with dp: each step's loss from this replica's shard
 	for e := 0; e < req.Epochs; e++ {
 		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })

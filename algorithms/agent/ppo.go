@@ -36,9 +36,8 @@ const DefaultISCap = 5
 // is scored by weights that have already moved: there the ratio leaves 1 and
 // the clip acts. Statistics are token-weighted over every step; GradNorm is
 // the mean pre-clip gradient norm.
-func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats, error) {
+func (p *Policy) update(ctx context.Context, batch []rl.Sample) (st rl.UpdateStats, err error) {
 	defer p.clock.since(&p.clock.train, time.Now())
-	var st rl.UpdateStats
 	var keep []rl.Sample
 	for _, s := range batch {
 		if len(s.Completion.Tokens) > 0 {
@@ -77,6 +76,7 @@ func (p *Policy) update(ctx context.Context, batch []rl.Sample) (rl.UpdateStats,
 	if err != nil {
 		return st, fmt.Errorf("update %s: %w", p.cfg.Name, err)
 	}
+	defer dp.leaveOnError(&err)
 	var acc statAcc
 	for epoch := 0; epoch < p.cfg.Epochs; epoch++ {
 		if p.cfg.Shuffle {

@@ -10,6 +10,7 @@ import (
 
 	"troupe/actors/collective"
 	"troupe/algorithms/policy"
+	"troupe/algorithms/rl"
 )
 
 // This file makes a policy data-parallel: a role's policy runs as N
@@ -43,6 +44,19 @@ var ErrReplicasDiverged = errors.New("agent: policy replicas diverged")
 type dataParallel struct {
 	g    collective.Group
 	wait time.Duration
+}
+
+// leaveOnError closes this replica's membership of the group when *err
+// is set and is not a refusal of the input (bad samples or requests,
+// which every replica, given the same input, refuses before any
+// collective): the other replicas, which may be waiting in a collective
+// for this one, then fail at once (collective.ErrMemberLost) instead of
+// waiting. The group has to be formed again before the next update.
+func (dp *dataParallel) leaveOnError(err *error) {
+	if dp == nil || *err == nil || errors.Is(*err, ErrInput) || errors.Is(*err, rl.ErrBadSample) {
+		return
+	}
+	dp.g.Close()
 }
 
 // shard is this replica's contiguous part of a mini-batch's indices.

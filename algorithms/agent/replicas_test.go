@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"troupe/actors/collective"
 	"troupe/algorithms/grpo"
@@ -313,5 +314,34 @@ func TestReplicasSFTMatchesOneActor(t *testing.T) {
 				t.Fatalf("lora=%v: weight %d: replicas %v, one actor %v", lora, i, w0[i], w1[i])
 			}
 		}
+	}
+}
+
+// TestReplicaFailureFailsTheOthers: a replica whose update fails (here its
+// context is cancelled) leaves the group, so the replica waiting for it in
+// the gradient allreduce fails at once with collective.ErrMemberLost
+// instead of waiting.
+func TestReplicaFailureFailsTheOthers(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.ReplicaGroup = "replicas"
+	groups := collective.NewLocal(cfg.ReplicaGroup, 2)
+	ps := []*Policy{newTiny(t, cfg), newTiny(t, cfg)}
+	batch := ppoBatch(t, ps[0])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang fails the test, never the run
+	defer cancel()
+	dead, kill := context.WithCancel(ctx)
+	kill()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range []context.Context{ctx, dead} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = ps[r].Update(collective.WithGroup(c, groups[r]), batch)
+		}()
+	}
+	wg.Wait()
+	if !errors.Is(errs[1], context.Canceled) || !errors.Is(errs[0], collective.ErrMemberLost) {
+		t.Fatalf("replica 0: %v (want ErrMemberLost); replica 1: %v (want context.Canceled)", errs[0], errs[1])
 	}
 }
