@@ -39,9 +39,15 @@ type launchConfig struct {
 	// decodeChunk is the cache positions per block of the split-KV decode
 	// (a multiple of faCols); 0 picks it from the shape (flash.go).
 	decodeChunk int
+	// tcTile forces the tile of the tensor-core GEMMs ("128x128", "64x64",
+	// "16x64"); "" picks it from the shape (tc_gemm.go).
+	tcTile string
+	// tcBlocks is the number of blocks below which a GEMM with enough k
+	// tiles is split over k (about two waves of an H100/H200's 132 SMs).
+	tcBlocks int
 }
 
-var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22}
+var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22, tcBlocks: 264}
 
 // Fixed by the kernel source (matmul.cu).
 const (
@@ -99,6 +105,10 @@ type Backend struct {
 	adamTable  uintptr
 	adamTableN int
 
+	// tc is the state of the tensor-core GEMMs: packing scratch and the
+	// device-resident BF16 weights (tc_gemm.go).
+	tc tcState
+
 	// Kernel argument storage: values and the pointer array handed to the
 	// launch. Fields of the heap-allocated Backend, so they never move while
 	// the driver reads them.
@@ -132,6 +142,7 @@ func (b *Backend) Name() string { return b.name }
 // Close frees the backend's internal buffers and releases the device.
 // Buffers handed out earlier must not be used afterwards.
 func (b *Backend) Close() error {
+	b.freeTC()
 	for _, p := range []uintptr{b.errFlag, b.sumsq, b.scratch, b.stage, b.adamTable} {
 		if p != 0 {
 			_ = b.dev.Free(p)

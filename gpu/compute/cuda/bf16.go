@@ -81,11 +81,13 @@ func (b *Backend) DownloadBF16(dst []uint16, src *BF16Buffer) {
 	}
 }
 
-// MatmulForwardBF16 is MatmulForward with bf16 inp (N,C) and weight (OC,C);
-// out (N,OC) and bias (OC, may be nil) are float32 (kernel
-// matmul_forward_bf16).
-func (b *Backend) MatmulForwardBF16(out compute.Buffer, inp, weight *BF16Buffer, bias compute.Buffer, N, C, OC int) {
-	const op = "MatmulForwardBF16"
+// MatmulForwardBF16Buf is MatmulForward with bf16 inp (N,C) and weight
+// (OC,C) in device buffers; out (N,OC) and bias (OC, may be nil) are
+// float32 (kernel matmul_forward_bf16, SIMT). The compute.BF16Matmuler
+// capability (MatmulForwardBF16 and the rest, tc_gemm.go) runs on the
+// tensor cores instead.
+func (b *Backend) MatmulForwardBF16Buf(out compute.Buffer, inp, weight *BF16Buffer, bias compute.Buffer, N, C, OC int) {
+	const op = "MatmulForwardBF16Buf"
 	if !b.dims(op, N, C, OC) || !b.gridRows(op, N) {
 		return
 	}

@@ -253,7 +253,7 @@ func TestOpBF16Path(t *testing.T) {
 	}
 	inR, wR := p.up(round(inF)), p.up(round(wF))
 	bi, out := p.rand(OC, 1), p.zeros(N*OC)
-	p.e.MatmulForwardBF16(out.e, inH, wH, bi.e, N, C, OC)
+	p.e.MatmulForwardBF16Buf(out.e, inH, wH, bi.e, N, C, OC)
 	p.r.MatmulForward(out.r, inR.r, wR.r, bi.r, N, C, OC)
 	p.check("matmul_forward_bf16", out, tol)
 	back := p.zeros(N * C)

@@ -30,6 +30,10 @@
 //   * Math functions map to <cmath>; bit casts to std::memcpy.
 #pragma once
 
+// TROUPE_EMU tells the kernels (kernels/mma.cuh) to call the emulated
+// tensor-core collectives instead of inline PTX.
+#define TROUPE_EMU 1
+
 #include <math.h>
 
 #include <atomic>
@@ -62,6 +66,11 @@ struct Warp {
     // after the next collective's barrier, which every lane reaches only
     // once it has finished reading set p.
     alignas(64) uint64_t slots[2][32];
+    // Fragment exchange of the tensor-core collectives (mma.sync publishes
+    // its A and B registers, ldmatrix its row address), on the same parity
+    // scheme as slots.
+    uint32_t frags[2][32][6];
+    const void* ptrs[2][32];
 };
 
 // ThreadCtx is the per-OS-thread state of the CUDA thread it plays.
@@ -94,6 +103,150 @@ inline T exchange(T v, int src) {
     T out;
     std::memcpy(&out, &got, sizeof(T));
     return out;
+}
+
+// ---- tensor-core collectives (see mma.cuh in the kernels) -------------------
+// The kernels call these through kernels/mma.cuh when TROUPE_EMU is defined,
+// and the PTX instructions (mma.sync, ldmatrix, cp.async) under NVRTC.
+
+// mma_layout_bug, when nonzero, makes mma_bf16_16816 read the A fragment
+// with registers a1 and a2 swapped (rows 8-15 of k 0-7 taken for rows 0-7
+// of k 8-15 and back): a test hook proving the GEMM tests catch a wrong
+// fragment layout. Set through emu_set_mma_layout_bug.
+extern int mma_layout_bug;
+
+inline float bf16_bits_to_float(uint32_t h) {
+    uint32_t u = h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// mma_bf16_16816 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for
+// the calling lane: d = A·B + c with the PTX ISA fragment layouts
+// ("Matrix Fragments for mma.m16n8k16 with floating point type"), g =
+// lane/4, t = lane%4: A (16x16, row) a0:(g, 2t..2t+1) a1:(g+8, 2t..) a2:(g,
+// 2t+8..) a3:(g+8, 2t+8..), the lower half of each register the lower
+// column; B (16x8, col) b0:(k 2t..2t+1, n g) b1:(k 2t+8.., n g); C/D
+// c0,c1:(g, 2t, 2t+1) c2,c3:(g+8, 2t, 2t+1). The bf16 products are exact
+// in float32; the sums are float32 in k order.
+inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    Warp& w = *ctx.warp;
+    if (w.lanes != 32) fatal("mma.sync in a partial warp");
+    uint32_t(*f)[6] = w.frags[ctx.parity];
+    ctx.parity ^= 1;
+    const int lane = ctx.lane;
+    for (int i = 0; i < 4; i++) f[lane][i] = a[i];
+    f[lane][4] = b[0];
+    f[lane][5] = b[1];
+    w.bar->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) {
+            int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            if (mma_layout_bug && (reg == 1 || reg == 2)) reg = 3 - reg;
+            const uint32_t ar = f[(row & 7) * 4 + (k & 7) / 2][reg];
+            const uint32_t br = f[col * 4 + (k & 7) / 2][4 + (k >= 8 ? 1 : 0)];
+            const float av = bf16_bits_to_float((k & 1) ? ar >> 16 : ar & 0xffffu);
+            const float bv = bf16_bits_to_float((k & 1) ? br >> 16 : br & 0xffffu);
+            acc = std::fma(av, bv, acc);
+        }
+        out[i] = acc;
+    }
+    for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
+// ldmatrix is ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16: lanes
+// 8j..8j+7 give the row addresses of matrix j (num = 1, 2 or 4; the other
+// lanes' addresses are ignored) and lane l receives in r[j] the elements
+// (row l/4, cols 2(l%4), 2(l%4)+1) of matrix j, or with trans (rows 2(l%4),
+// 2(l%4)+1, col l/4), the first element in the lower half.
+inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row) {
+    Warp& w = *ctx.warp;
+    if (w.lanes != 32) fatal("ldmatrix in a partial warp");
+    const void** p = w.ptrs[ctx.parity];
+    ctx.parity ^= 1;
+    const int lane = ctx.lane;
+    p[lane] = row;
+    w.bar->arrive_and_wait();
+    for (int j = 0; j < num; j++) {
+        uint16_t lo, hi;
+        if (!trans) {
+            const uint16_t* rp = static_cast<const uint16_t*>(p[8 * j + lane / 4]);
+            lo = rp[2 * (lane % 4)];
+            hi = rp[2 * (lane % 4) + 1];
+        } else {
+            lo = static_cast<const uint16_t*>(p[8 * j + 2 * (lane % 4)])[lane / 4];
+            hi = static_cast<const uint16_t*>(p[8 * j + 2 * (lane % 4) + 1])[lane / 4];
+        }
+        r[j] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+
+// cp.async: a copy is read from global memory when issued and lands in
+// shared memory only when cp.async.wait_group lets its group complete, so
+// a kernel that reads a stage before waiting for it sees stale data here
+// too. Per thread, like the hardware's async-copy groups.
+struct AsyncCopy {
+    void* dst;
+    int bytes;
+    unsigned char data[16];
+};
+struct AsyncState {
+    AsyncCopy pending[512];
+    int n = 0;           // pending copies
+    int committed = 0;   // of them, those in committed groups
+    int group_end[64];   // end index (exclusive) of each committed group, oldest first
+    int groups = 0;
+};
+extern thread_local AsyncState async_state;
+
+// cp_async copies bytes (4, 8 or 16) from src; src_bytes < bytes zero-fills
+// the rest (src_bytes = 0: nothing is read).
+inline void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+    AsyncState& s = async_state;
+    if (s.n == 512) fatal("too many cp.async copies in flight");
+    AsyncCopy& c = s.pending[s.n++];
+    c.dst = dst;
+    c.bytes = bytes;
+    std::memset(c.data, 0, sizeof c.data);
+    if (src_bytes > 0) std::memcpy(c.data, src, src_bytes < bytes ? src_bytes : bytes);
+}
+inline void cp_async_commit() {
+    AsyncState& s = async_state;
+    if (s.groups == 64) fatal("too many cp.async groups in flight");
+    s.group_end[s.groups++] = s.n;
+    s.committed = s.n;
+}
+// cp_async_wait completes every committed group but the newest n.
+inline void cp_async_wait(int n) {
+    AsyncState& s = async_state;
+    if (s.groups <= n) return;
+    const int done = s.groups - n, end = s.group_end[done - 1];
+    for (int i = 0; i < end; i++) std::memcpy(s.pending[i].dst, s.pending[i].data, s.pending[i].bytes);
+    std::memmove(s.pending, s.pending + end, (s.n - end) * sizeof(AsyncCopy));
+    s.n -= end;
+    s.committed -= end;
+    for (int g = done; g < s.groups; g++) s.group_end[g - done] = s.group_end[g] - end;
+    s.groups -= done;
+}
+// cp_async_reset drops what a block left in flight (run before each block).
+inline void cp_async_reset() {
+    async_state.n = 0;
+    async_state.committed = 0;
+    async_state.groups = 0;
+}
+
+// f2bf rounds to bf16 as cvt.rn.bf16.f32: nearest, ties to even; NaN stays
+// a (quiet) NaN.
+inline uint32_t f2bf(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x0040u) & 0xffffu;
+    return ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & 0xffffu;
 }
 
 // Thunk calls a kernel with its arguments unpacked from a cuLaunchKernel-style

@@ -19,6 +19,8 @@ thread_local dim3 gridDim;
 namespace emu {
 
 thread_local ThreadCtx ctx;
+thread_local AsyncState async_state;
+int mma_layout_bug = 0;
 
 void fatal(const char* what) {
     std::fprintf(stderr, "cuda_emu: %s\n", what);
@@ -88,6 +90,7 @@ void run_thread(Launch* l, int t) {
         ctx.block_bar = l->block_bar.get();
         ctx.warp = l->warps[t / 32].get();
         ctx.parity = 0;
+        cp_async_reset();
         l->fn(l->args);
         // This thread is done with the block: stop counting it in the block's
         // and warp's barriers (threads still running may sync without it).
@@ -132,6 +135,13 @@ int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned
     for (int t = 0; t < nthreads; t++) ts.emplace_back(emu::run_thread, &l, t);
     for (auto& t : ts) t.join();
     return 0;
+}
+
+// emu_set_mma_layout_bug switches the wrong-fragment-layout test hook of
+// the emulated mma.sync (see cuda_emu.h) on (1) or off (0).
+void emu_set_mma_layout_bug(int on) {
+    std::lock_guard<std::mutex> lock(emu::launch_mu);
+    emu::mma_layout_bug = on;
 }
 
 int emu_kernel_count() {

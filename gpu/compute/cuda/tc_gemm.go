@@ -1,0 +1,415 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"troupe/gpu/compute"
+)
+
+// This file is the compute.BF16Matmuler capability on the tensor cores
+// (kernels/tc_gemm.cu): every linear layer's forward and both backward
+// products with BF16 operands and float32 sums, as PyTorch's autocast
+// computes them. The float32 path (MatmulForward, MatmulBackward) stays the
+// SIMT kernels of matmul.cu.
+//
+// Weights: a BF16 weight slice the model hands over (its frozen BF16 base,
+// or the BF16 copy of its float32 masters that RoundBF16 makes) is uploaded
+// once and stays on the device, keyed by the host slice (which the cache
+// holds, so its address is never reused for other data). RoundBF16 rounds
+// the masters on the device into that resident copy. A host slice changed
+// behind the backend's back is not seen: call ForgetBF16Weights after
+// rewriting one.
+
+// tcConfig is one tile shape of tc_gemm.cu.
+type tcConfig struct {
+	kernel         string
+	bm, bn, thread int
+}
+
+var tcConfigs = map[string]tcConfig{
+	"128x128": {"tc_gemm_128x128", 128, 128, 256},
+	"64x64":   {"tc_gemm_64x64", 64, 64, 128},
+	"16x64":   {"tc_gemm_16x64", 16, 64, 128},
+}
+
+const tcBK = 32 // k per pipeline stage (tc_gemm.cu TC_BK)
+
+// tcState is the tensor-core GEMMs' scratch and resident weights.
+type tcState struct {
+	pack  uintptr // bf16 scratch for packed operands
+	packN int     // its size in bf16 values
+	fs    uintptr // float scratch (GQAttentionForwardBF16's rounded q, k, v)
+	fsN   int
+	// weights are the resident BF16 weights, few (one per kind of matrix).
+	weights []*tcWeight
+}
+
+// tcWeight is one host BF16 slice resident on the device.
+type tcWeight struct {
+	host []uint16
+	dev  uintptr // len(host) bf16 values, as on the host
+	ver  int     // bumped when RoundBF16 rewrites it
+	// packed are operands derived from a part of dev (a transposed copy for
+	// the input gradient, a k-padded copy when C is not a multiple of 8).
+	packed map[tcPackKey]*tcPacked
+}
+
+type tcPackKey struct {
+	off, rows, cols int
+	trans           bool
+}
+
+type tcPacked struct {
+	dev uintptr
+	ver int
+}
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+// tcGemm launches C (M,N) = A (M,Kp) · B (N,Kp)ᵀ with bf16 A and B, and the
+// epilogue: C += when acc, plus bias[n] and res[m,n] where nonzero.
+func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
+	if b.err != nil || M == 0 || N == 0 {
+		return
+	}
+	cfg := tcConfigs[b.cfg.tcTile]
+	if cfg.kernel == "" {
+		switch {
+		case M <= 16:
+			cfg = tcConfigs["16x64"] // decode rows, LoRA's rank-r side
+		case M >= 256 && N >= 256:
+			cfg = tcConfigs["128x128"]
+		default:
+			cfg = tcConfigs["64x64"]
+		}
+	}
+	gx, gy := ceilDiv(N, cfg.bn), ceilDiv(M, cfg.bm)
+	if gy > 65535 {
+		b.fail(compute.ShapeError("tcGemm", "M=%d: more than 65535 row tiles", M))
+		return
+	}
+	kt := ceilDiv(Kp, tcBK)
+	splits := 1
+	if tiles := gx * gy; tiles < b.cfg.tcBlocks && kt >= 4 {
+		splits = min(kt/2, ceilDiv(b.cfg.tcBlocks, tiles))
+	}
+	kps := ceilDiv(max(kt, 1), splits)
+	splits = ceilDiv(max(kt, 1), kps)
+	mode := int32(0)
+	if acc {
+		mode |= 1
+	}
+	if splits > 1 {
+		mode |= 2
+		if !acc {
+			if err := b.dev.Memset32(c, 0, M*N); err != nil {
+				b.fail(fmt.Errorf("tcGemm: %w: %v", ErrDevice, err))
+				return
+			}
+		}
+	}
+	b.launch(cfg.kernel, [3]uint32{uint32(gx), uint32(gy), uint32(splits)}, [3]uint32{uint32(cfg.thread), 1, 1},
+		ptr(c), ptr(a), ptr(bm), ptr(bias), ptr(res), M, N, Kp, kps, int(mode))
+}
+
+// tcScratch returns bf16 scratch of at least n values.
+func (b *Backend) tcScratch(n int) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	if b.tc.packN >= n {
+		return b.tc.pack
+	}
+	if b.tc.pack != 0 {
+		if err := b.dev.Sync(); err != nil { // queued kernels may still read it
+			b.fail(fmt.Errorf("cuda: sync: %w", err))
+			return 0
+		}
+		_ = b.dev.Free(b.tc.pack)
+		b.tc.pack, b.tc.packN = 0, 0
+	}
+	p, err := b.dev.Alloc(2 * n)
+	if err != nil {
+		b.fail(fmt.Errorf("cuda: GEMM scratch of %d bf16: %w: %v", n, ErrDevice, err))
+		return 0
+	}
+	b.tc.pack, b.tc.packN = p, n
+	return p
+}
+
+// packF32 writes dst (R,Kp) = bf16 of src (R,K), or of src (K,R) read
+// transposed.
+func (b *Backend) packF32(dst, src uintptr, R, K, Kp int, trans bool) {
+	b.launch("tc_pack_f32", b.elemGrid(R*Kp), b.elemBlock(), ptr(dst), ptr(src), R, K, Kp, b2i(trans))
+}
+
+func (b *Backend) packBF16(dst, src uintptr, R, K, Kp int, trans bool) {
+	b.launch("tc_pack_bf16", b.elemGrid(R*Kp), b.elemBlock(), ptr(dst), ptr(src), R, K, Kp, b2i(trans))
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// weight returns the resident device copy of host slice w (uploading it the
+// first time) and w's offset in it, in values.
+func (b *Backend) weight(op string, w []uint16) (*tcWeight, int) {
+	if b.err != nil {
+		return nil, 0
+	}
+	if len(w) == 0 {
+		b.fail(compute.ShapeError(op, "empty weight"))
+		return nil, 0
+	}
+	base := uintptr(unsafe.Pointer(&w[0]))
+	for _, e := range b.tc.weights {
+		lo := uintptr(unsafe.Pointer(&e.host[0]))
+		if base >= lo && base+2*uintptr(len(w)) <= lo+2*uintptr(len(e.host)) {
+			return e, int(base-lo) / 2
+		}
+	}
+	e, err := b.newWeight(w)
+	if err != nil {
+		b.fail(fmt.Errorf("%s: %w", op, err))
+		return nil, 0
+	}
+	if err := b.dev.HtoD(e.dev, unsafe.Pointer(&w[0]), 2*len(w)); err != nil {
+		b.fail(fmt.Errorf("%s: upload weight: %w: %v", op, ErrDevice, err))
+		return nil, 0
+	}
+	return e, 0
+}
+
+func (b *Backend) newWeight(w []uint16) (*tcWeight, error) {
+	p, err := b.dev.Alloc(2 * len(w))
+	if err != nil {
+		return nil, fmt.Errorf("resident weight of %d bf16: %w: %v", len(w), ErrDevice, err)
+	}
+	e := &tcWeight{host: w, dev: p, packed: map[tcPackKey]*tcPacked{}}
+	b.tc.weights = append(b.tc.weights, e)
+	return e, nil
+}
+
+// operand returns weight rows×cols at off of e as a GEMM operand with k
+// contiguous: (rows, pad8(cols)) when !trans, (cols, pad8(rows)) when trans.
+// Made on the device from the resident copy and kept until it changes.
+func (b *Backend) operand(e *tcWeight, off, rows, cols int, trans bool) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	if !trans && cols%8 == 0 {
+		return e.dev + uintptr(2*off) // already (rows, cols) with 16-byte aligned rows
+	}
+	k := tcPackKey{off, rows, cols, trans}
+	pk := e.packed[k]
+	r, kk := rows, cols
+	if trans {
+		r, kk = cols, rows
+	}
+	if pk == nil {
+		p, err := b.dev.Alloc(2 * r * pad8(kk))
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: packed weight: %w: %v", ErrDevice, err))
+			return 0
+		}
+		pk = &tcPacked{dev: p, ver: -1}
+		e.packed[k] = pk
+	}
+	if pk.ver != e.ver {
+		b.packBF16(pk.dev, e.dev+uintptr(2*off), r, kk, pad8(kk), trans)
+		pk.ver = e.ver
+	}
+	return pk.dev
+}
+
+// ForgetBF16Weights drops every resident BF16 weight (the next product
+// uploads its weight again): for a caller that rewrote a host slice it had
+// passed before.
+func (b *Backend) ForgetBF16Weights() {
+	if b.tc.weights != nil {
+		_ = b.dev.Sync() // queued products may still read them
+	}
+	for _, e := range b.tc.weights {
+		_ = b.dev.Free(e.dev)
+		for _, p := range e.packed {
+			_ = b.dev.Free(p.dev)
+		}
+	}
+	b.tc.weights = nil
+}
+
+func (b *Backend) freeTC() {
+	b.ForgetBF16Weights()
+	for _, p := range []uintptr{b.tc.pack, b.tc.fs} {
+		if p != 0 {
+			_ = b.dev.Free(p)
+		}
+	}
+	b.tc = tcState{}
+}
+
+var _ compute.BF16Matmuler = (*Backend)(nil)
+
+// MatmulForwardBF16 is compute.BF16Matmuler's forward: out (N,OC) = inp
+// (N,C) rounded to bf16 · weight (OC,C, bf16 bits)ᵀ + bias, on the tensor
+// cores.
+func (b *Backend) MatmulForwardBF16(out, inp compute.Buffer, weight []uint16, bias compute.Buffer, N, C, OC int) {
+	const op = "MatmulForwardBF16"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	o, in, bi := b.f(op, "out", out, N*OC), b.f(op, "inp", inp, N*C), b.opt(op, "bias", bias, OC)
+	if b.err == nil && len(weight) != OC*C {
+		b.fail(compute.ShapeError(op, "weight has %d values, want OC*C = %d", len(weight), OC*C))
+	}
+	e, off := b.weight(op, weight)
+	if b.err != nil || N*OC == 0 {
+		return
+	}
+	Cp := pad8(C)
+	a := b.tcScratch(N * Cp)
+	w := b.operand(e, off, OC, C, false)
+	if b.err != nil {
+		return
+	}
+	b.packF32(a, in, N, C, Cp, false)
+	b.tcGemm(o, a, w, bi, 0, N, OC, Cp, false)
+}
+
+// MatmulBackwardInputBF16: dinp (N,C) += bf16(dout) (N,OC) · weight (OC,C).
+func (b *Backend) MatmulBackwardInputBF16(dinp, dout compute.Buffer, weight []uint16, N, C, OC int) {
+	const op = "MatmulBackwardInputBF16"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	di, do := b.f(op, "dinp", dinp, N*C), b.f(op, "dout", dout, N*OC)
+	if b.err == nil && len(weight) != OC*C {
+		b.fail(compute.ShapeError(op, "weight has %d values, want OC*C = %d", len(weight), OC*C))
+	}
+	e, off := b.weight(op, weight)
+	if b.err != nil || N*C == 0 {
+		return
+	}
+	OCp := pad8(OC)
+	a := b.tcScratch(N * OCp)
+	wt := b.operand(e, off, OC, C, true) // (C, OCp)
+	if b.err != nil {
+		return
+	}
+	b.packF32(a, do, N, OC, OCp, false)
+	b.tcGemm(di, a, wt, 0, 0, N, C, OCp, true)
+}
+
+// MatmulBackwardWeightBF16: dweight (OC,C) += bf16(dout)ᵀ · bf16(inp), dbias
+// (OC) += column sums of dout; either may be nil.
+func (b *Backend) MatmulBackwardWeightBF16(dweight, dbias, dout, inp compute.Buffer, N, C, OC int) {
+	const op = "MatmulBackwardWeightBF16"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	dw, db := b.opt(op, "dweight", dweight, OC*C), b.opt(op, "dbias", dbias, OC)
+	do, in := b.f(op, "dout", dout, N*OC), b.f(op, "inp", inp, N*C)
+	if b.err != nil || N == 0 {
+		return
+	}
+	if dw != 0 && OC*C > 0 {
+		Np := pad8(N)
+		s := b.tcScratch((OC + C) * Np)
+		if b.err != nil {
+			return
+		}
+		a, bt := s, s+uintptr(2*OC*Np)
+		b.packF32(a, do, OC, N, Np, true) // doutᵀ (OC, Np)
+		b.packF32(bt, in, C, N, Np, true) // inpᵀ (C, Np)
+		b.tcGemm(dw, a, bt, 0, 0, OC, C, Np, true)
+	}
+	if db != 0 && OC > 0 {
+		b.launch("matmul_backward_bias", [3]uint32{uint32(ceilDiv(OC, 32)), 1, 1}, [3]uint32{32, 8, 1},
+			ptr(db), ptr(do), N, OC)
+	}
+}
+
+// RoundBF16 writes dst = bf16(src[:len(dst)]) (nearest even): rounded on the
+// device into dst's resident copy (the one the products read), then copied
+// to dst, as the contract asks.
+func (b *Backend) RoundBF16(dst []uint16, src compute.Buffer) {
+	const op = "RoundBF16"
+	s := b.f(op, "src", src, len(dst))
+	if b.err != nil || len(dst) == 0 {
+		return
+	}
+	var e *tcWeight
+	off := 0
+	base := uintptr(unsafe.Pointer(&dst[0]))
+	for _, w := range b.tc.weights {
+		lo := uintptr(unsafe.Pointer(&w.host[0]))
+		if base >= lo && base+2*uintptr(len(dst)) <= lo+2*uintptr(len(w.host)) {
+			e, off = w, int(base-lo)/2
+			break
+		}
+	}
+	if e == nil {
+		var err error
+		if e, err = b.newWeight(dst); err != nil {
+			b.fail(fmt.Errorf("%s: %w", op, err))
+			return
+		}
+	}
+	b.launch("float_to_bf16_kernel", b.elemGrid(len(dst)), b.elemBlock(), ptr(e.dev+uintptr(2*off)), ptr(s), len(dst))
+	e.ver++
+	if b.Sync() != nil {
+		return
+	}
+	if err := b.dev.DtoH(unsafe.Pointer(&dst[0]), e.dev+uintptr(2*off), 2*len(dst)); err != nil {
+		b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
+	}
+}
+
+// GQAttentionForwardBF16 is GQAttentionForward on q, k and v rounded to
+// BF16 (kernel tc_round_bf16 into scratch), with float32 sums and softmax.
+func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	const op = "GQAttentionForwardBF16"
+	if !b.dims(op, B, T, NH, KVH, HD) {
+		return
+	}
+	nq, nk := B*T*NH*HD, B*T*KVH*HD
+	qp, kp, vp := b.f(op, "q", q, nq), b.f(op, "k", k, nk), b.f(op, "v", v, nk)
+	if b.err != nil {
+		return
+	}
+	n := nq + 2*nk
+	if b.tc.fsN < n {
+		if b.tc.fs != 0 {
+			if err := b.dev.Sync(); err != nil {
+				b.fail(fmt.Errorf("cuda: sync: %w", err))
+				return
+			}
+			_ = b.dev.Free(b.tc.fs)
+			b.tc.fs, b.tc.fsN = 0, 0
+		}
+		p, err := b.dev.Alloc(4 * n)
+		if err != nil {
+			b.fail(fmt.Errorf("%s: scratch: %w: %v", op, ErrDevice, err))
+			return
+		}
+		b.tc.fs, b.tc.fsN = p, n
+	}
+	view := func(off, m int) *Buffer {
+		p := b.tc.fs + uintptr(4*off)
+		return &Buffer{owner: b, root: &allocation{ptr: p}, ptr: p, n: m}
+	}
+	rq, rk, rv := view(0, nq), view(nq, nk), view(nq+nk, nk)
+	for _, c := range []struct {
+		d *Buffer
+		s uintptr
+	}{{rq, qp}, {rk, kp}, {rv, vp}} {
+		if c.d.n > 0 {
+			b.launch("tc_round_bf16", b.elemGrid(c.d.n), b.elemBlock(), ptr(c.d.ptr), ptr(c.s), c.d.n)
+		}
+	}
+	b.GQAttentionForward(out, att, rq, rk, rv, B, T, NH, KVH, HD, scale)
+}

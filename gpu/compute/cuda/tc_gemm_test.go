@@ -1,0 +1,94 @@
+//go:build cudaemu || cudagpu
+
+package cuda
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The tensor-core GEMMs (compute.BF16Matmuler, tc_gemm.go) against the
+// reference's float32 ops on BF16-rounded inputs: products of two bf16
+// values are exact in float32, so only the order and precision of the sums
+// differ (float32 on the tensor cores, float64 in the reference), which is
+// the error PyTorch's autocast has.
+
+// roundBF16 is x rounded to bf16 and widened back.
+func roundBF16(x []float32) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = BF16ToFloat32(Float32ToBF16(v))
+	}
+	return y
+}
+
+func toBF16(x []float32) []uint16 {
+	y := make([]uint16, len(x))
+	for i, v := range x {
+		y[i] = Float32ToBF16(v)
+	}
+	return y
+}
+
+// tcCase runs the forward and both backward products of one linear layer
+// (N rows, C inputs, OC outputs) and checks them; name labels the errors.
+func tcCase(p *pair, name string, N, C, OC int) {
+	p.t.Helper()
+	inF, wF, doF := p.randn(N*C, 1), p.randn(OC*C, 1), p.randn(N*OC, 1)
+	w := toBF16(wF)
+	in, inR := p.up(inF), p.up(roundBF16(inF))
+	do, doR := p.up(doF), p.up(roundBF16(doF))
+	wR := p.up(roundBF16(wF))
+	bi := p.rand(OC, 1)
+
+	out := p.rand(N*OC, 1) // overwritten
+	p.e.MatmulForwardBF16(out.e, in.e, w, bi.e, N, C, OC)
+	p.r.MatmulForward(out.r, inR.r, wR.r, bi.r, N, C, OC)
+	p.check(name+".forward", out, tol)
+
+	dinp := p.rand(N*C, 1) // accumulated into
+	p.e.MatmulBackwardInputBF16(dinp.e, do.e, w, N, C, OC)
+	p.r.MatmulBackward(dinp.r, nil, nil, doR.r, inR.r, wR.r, N, C, OC)
+	p.check(name+".dinp", dinp, tol)
+
+	dw, db := p.rand(OC*C, 1), p.rand(OC, 1)
+	p.e.MatmulBackwardWeightBF16(dw.e, db.e, do.e, in.e, N, C, OC)
+	p.r.MatmulBackward(nil, dw.r, nil, doR.r, inR.r, wR.r, N, C, OC)
+	p.r.MatmulBackward(nil, nil, db.r, do.r, inR.r, wR.r, N, C, OC)
+	p.check(name+".dweight", dw, tol)
+	p.check(name+".dbias", db, tol)
+}
+
+// TestOpTCGemmTiles forces each tile shape and runs the three products on
+// shapes around its edges: one row, a tile less one, a tile plus one, k not
+// a multiple of 8 or of the 32-wide stage, and k long enough to be split.
+func TestOpTCGemmTiles(t *testing.T) {
+	p := newPair(t, 32)
+	defer func(c launchConfig) { p.e.cfg = c }(p.e.cfg)
+	type shape struct{ N, C, OC int }
+	cases := []struct {
+		tile   string
+		shapes []shape
+	}{
+		// N is the forward's M; OC (C) the forward's (input gradient's) N,
+		// and M of the weight gradient.
+		{"16x64", []shape{{1, 33, 65}, {15, 7, 63}, {17, 40, 64}, {16, 160, 9}}},
+		{"64x64", []shape{{63, 31, 65}, {65, 9, 17}}},
+		{"128x128", []shape{{129, 33, 127}}},
+	}
+	for _, c := range cases {
+		p.e.cfg.tcTile = c.tile
+		for _, s := range c.shapes {
+			tcCase(p, fmt.Sprintf("tc_gemm_%s(N=%d,C=%d,OC=%d)", c.tile, s.N, s.C, s.OC), s.N, s.C, s.OC)
+		}
+	}
+}
+
+// TestOpTCGemmAuto lets the shape pick the tile and the split: a decode row
+// with a long k (split over k), and the same weight again (resident: not
+// uploaded twice).
+func TestOpTCGemmAuto(t *testing.T) {
+	p := newPair(t, 33)
+	tcCase(p, "tc_gemm_auto(N=2,C=200,OC=24)", 2, 200, 24)
+	tcCase(p, "tc_gemm_auto(N=40,C=24,OC=40)", 40, 24, 40)
+}
