@@ -1,0 +1,327 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"troupe/actors/collective"
+)
+
+// links are one member's connections to the others (collective.Links).
+type links struct {
+	cfg   Config
+	m     collective.Member
+	peers []*peer // by rank; nil at m.Rank
+
+	mu     sync.Mutex // guards lost
+	lost   error      // the first failure, a *collective.MemberError
+	lostCh chan struct{}
+
+	stop      chan struct{} // closed by Close
+	closeOnce sync.Once
+	wg        sync.WaitGroup // readers and heartbeats
+}
+
+// peer is the connection to one other member.
+type peer struct {
+	rank int
+	conn net.Conn
+	q    chan message  // data frames read ahead
+	free chan []byte   // payload buffers Recv is done with
+	last atomic.Int64  // when a write last ended, in UnixNano
+
+	wmu   sync.Mutex // serialises writes; guards the following
+	dirty bool       // a write was cut short: the stream is broken
+}
+
+type message struct {
+	h    collective.Header
+	data []byte
+}
+
+func newLinks(cfg Config, m collective.Member, conns []net.Conn) *links {
+	l := &links{cfg: cfg, m: m, peers: make([]*peer, m.Size), lostCh: make(chan struct{}), stop: make(chan struct{})}
+	for j, c := range conns {
+		if j == m.Rank {
+			continue
+		}
+		p := &peer{rank: j, conn: c, q: make(chan message, cfg.QueueFrames), free: make(chan []byte, cfg.QueueFrames+2)}
+		p.last.Store(time.Now().UnixNano())
+		l.peers[j] = p
+	}
+	for _, p := range l.peers {
+		if p == nil {
+			continue
+		}
+		l.wg.Add(2)
+		go l.read(p)
+		go l.heartbeat(p)
+	}
+	return l
+}
+
+// memberErr is a failure of member rank.
+func (l *links) memberErr(rank int, err error) *collective.MemberError {
+	return &collective.MemberError{Group: l.m.Group, Rank: rank, Actor: actorOf(l.m, rank), Err: err}
+}
+
+// read reads p's frames until the connection fails or the links close.
+func (l *links) read(p *peer) {
+	defer l.wg.Done()
+	var hb [headerSize]byte
+	for {
+		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
+		if _, err := io.ReadFull(p.conn, hb[:]); err != nil {
+			l.lose(l.memberErr(p.rank, l.connErr(err)))
+			return
+		}
+		f, err := decodeFrame(hb[:], l.cfg.MaxPayload)
+		if err != nil {
+			l.lose(l.memberErr(p.rank, fmt.Errorf("%w: %v", collective.ErrMemberLost, err)))
+			return
+		}
+		switch f.typ {
+		case frameHeartbeat:
+			continue
+		case frameFail:
+			text := make([]byte, f.n)
+			p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
+			if _, err := io.ReadFull(p.conn, text); err != nil {
+				l.lose(l.memberErr(p.rank, l.connErr(err)))
+				return
+			}
+			kind := collective.ErrMemberLost
+			if f.code == failMismatch {
+				kind = collective.ErrMismatch
+			}
+			rank := int(f.rank)
+			if rank < 0 || rank >= l.m.Size {
+				rank = p.rank
+			}
+			l.lose(l.memberErr(rank, fmt.Errorf("%w: %s (reported by rank %d)", kind, text, p.rank)))
+			return
+		}
+		var buf []byte
+		select {
+		case b := <-p.free:
+			if cap(b) >= int(f.n) {
+				buf = b[:f.n]
+			}
+		default:
+		}
+		if buf == nil {
+			buf = make([]byte, f.n)
+		}
+		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
+		if _, err := io.ReadFull(p.conn, buf); err != nil {
+			l.lose(l.memberErr(p.rank, l.connErr(err)))
+			return
+		}
+		select {
+		case p.q <- message{h: f.h, data: buf}:
+		case <-l.stop:
+			return
+		case <-l.lostCh:
+			return
+		}
+	}
+}
+
+// connErr describes a connection's failure.
+func (l *links) connErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: silent for %v", collective.ErrMemberLost, l.cfg.Timeout)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: its connection closed", collective.ErrMemberLost)
+	}
+	return fmt.Errorf("%w: %v", collective.ErrMemberLost, err)
+}
+
+// heartbeat writes a heartbeat on p's connection whenever nothing else
+// was written for a heartbeat period. It never waits for the write lock: a
+// write in progress tells the peer as much.
+func (l *links) heartbeat(p *peer) {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.cfg.Heartbeat)
+	defer tick.Stop()
+	hb := appendFrame(nil, frame{typ: frameHeartbeat})
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.lostCh:
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, p.last.Load())) < l.cfg.Heartbeat/2 || !p.wmu.TryLock() {
+			continue
+		}
+		if !p.dirty {
+			if _, err := p.conn.Write(hb); err != nil {
+				p.dirty = true
+			}
+			p.last.Store(time.Now().UnixNano())
+		}
+		p.wmu.Unlock()
+	}
+}
+
+func (l *links) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// lose records the group's failure (the first one wins), wakes every
+// pending call and tells the other members.
+func (l *links) lose(me *collective.MemberError) {
+	l.mu.Lock()
+	if l.lost != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.lost = me
+	close(l.lostCh)
+	l.mu.Unlock()
+	// Cut writes in progress short, then report on the streams still whole.
+	past := time.Unix(1, 0)
+	for _, p := range l.peers {
+		if p != nil {
+			p.conn.SetWriteDeadline(past)
+		}
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.tell(me)
+	}()
+}
+
+// tell sends a failure report to every member but the one at fault, then
+// closes the connections: the group is over.
+func (l *links) tell(me *collective.MemberError) {
+	code := byte(failLost)
+	if errors.Is(me.Err, collective.ErrMismatch) {
+		code = failMismatch
+	}
+	text := me.Err.Error()
+	if len(text) > maxFailText {
+		text = text[:maxFailText]
+	}
+	msg := appendFrame(nil, frame{typ: frameFail, code: code, rank: int32(me.Rank), n: uint32(len(text))})
+	msg = append(msg, text...)
+	var wg sync.WaitGroup
+	for _, p := range l.peers {
+		if p == nil || p.rank == me.Rank {
+			continue
+		}
+		wg.Go(func() {
+			p.wmu.Lock()
+			defer p.wmu.Unlock()
+			if !p.dirty {
+				p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
+				p.conn.Write(msg)
+				p.dirty = true
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range l.peers {
+		if p != nil {
+			p.conn.Close()
+		}
+	}
+}
+
+// Send implements collective.Links.
+func (l *links) Send(ctx context.Context, to int, h collective.Header, data []byte) error {
+	if err := l.err(); err != nil {
+		return err
+	}
+	p := l.peers[to]
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := l.err(); err != nil {
+		return err
+	}
+	if p.dirty {
+		return l.memberErr(to, fmt.Errorf("%w: its connection broke", collective.ErrMemberLost))
+	}
+	stop := context.AfterFunc(ctx, func() { p.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	bufs := net.Buffers{appendFrame(nil, frame{typ: frameData, h: h, n: uint32(len(data))}), data}
+	_, err := bufs.WriteTo(p.conn)
+	p.last.Store(time.Now().UnixNano())
+	if !stop() && err == nil {
+		// The deadline may have been cut after the write ended; restore it.
+		p.conn.SetWriteDeadline(time.Time{})
+	}
+	if err == nil {
+		return nil
+	}
+	p.dirty = true
+	if e := l.err(); e != nil {
+		return e
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	me := l.memberErr(to, l.connErr(err))
+	go l.lose(me)
+	return me
+}
+
+// Recv implements collective.Links.
+func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []byte) error {
+	p := l.peers[from]
+	select {
+	case m := <-p.q:
+		defer func() {
+			select {
+			case p.free <- m.data:
+			default:
+			}
+		}()
+		if m.h != h || len(m.data) != len(buf) {
+			return l.memberErr(from, fmt.Errorf("%w: got %s, want %s", collective.ErrMismatch, describe(m.h, len(m.data)), describe(h, len(buf))))
+		}
+		copy(buf, m.data)
+		return nil
+	case <-l.lostCh:
+		return l.err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Fail implements collective.Links.
+func (l *links) Fail(err error) {
+	var me *collective.MemberError
+	if !errors.As(err, &me) {
+		me = l.memberErr(l.m.Rank, fmt.Errorf("%w: %v", collective.ErrMemberLost, err))
+	}
+	l.lose(me)
+}
+
+// Close implements collective.Links: the peers see this member leave.
+func (l *links) Close() error {
+	// lose's report ends by closing the connections, which ends the
+	// readers; the heartbeats end with lostCh.
+	l.closeOnce.Do(func() {
+		l.lose(l.memberErr(l.m.Rank, fmt.Errorf("%w: it left the group", collective.ErrMemberLost)))
+		close(l.stop)
+	})
+	l.wg.Wait()
+	return nil
+}
+
+func describe(h collective.Header, n int) string {
+	return fmt.Sprintf("%s #%d of %d elements (op %d, root %d), chunk %d of %d bytes", h.Kind, h.Seq, h.Count, h.Op, h.Root, h.Chunk, n)
+}

@@ -1,0 +1,335 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"troupe/actors/collective"
+	"troupe/runtime/transport"
+	"troupe/runtime/transport/transporttest"
+)
+
+// testSecurity is TLS with a token, as between cluster nodes.
+func testSecurity(t testing.TB) transport.Security {
+	t.Helper()
+	p, err := transporttest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return transport.Security{Token: "collective-test", Server: p.Server(), Client: p.Client()}
+}
+
+// form makes n members, each with a Transport of its own as if in its own
+// process, and connects them.
+func form(t testing.TB, n int, cfg Config, gcfg collective.Config) []collective.Group {
+	t.Helper()
+	ts := make([]*Transport, n)
+	for i := range ts {
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[i] = tr
+	}
+	ms := make([]collective.Member, n)
+	eps := make([]string, n)
+	actors := make([]string, n)
+	for i := range actors {
+		actors[i] = fmt.Sprintf("actor-%d", i)
+	}
+	for i := range ms {
+		ms[i] = collective.Member{Group: "g", Epoch: fmt.Sprintf("epoch-%p", ts[0]), Rank: i, Size: n, Actors: actors}
+		var err error
+		if eps[i], err = ts[i].Prepare(context.Background(), ms[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs := make([]collective.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range ms {
+		wg.Go(func() {
+			l, err := ts[i].Connect(context.Background(), ms[i], eps)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			gs[i], errs[i] = collective.NewGroup("g", i, n, actors, l, gcfg)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	})
+	return gs
+}
+
+func runAll(gs []collective.Group, fn func(g collective.Group) error) []error {
+	errs := make([]error, len(gs))
+	var wg sync.WaitGroup
+	for i, g := range gs {
+		wg.Go(func() { errs[i] = fn(g) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func randBufs(n, size int, seed uint64) [][]float32 {
+	r := rand.New(rand.NewPCG(seed, 3))
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = make([]float32, size)
+		for j := range out[i] {
+			out[i][j] = float32(r.NormFloat64())
+		}
+	}
+	return out
+}
+
+// TestNetAllreduce: over Unix sockets and over TCP with TLS, direct and
+// ring, every member ends with the same bits, and those of the in-memory
+// group (the same algorithm, so the same order).
+func TestNetAllreduce(t *testing.T) {
+	sec := testSecurity(t)
+	for _, net := range []struct {
+		name string
+		cfg  Config
+	}{{"unix", Config{Security: sec}}, {"tls", Config{Security: sec, NoUnix: true}}} {
+		for _, n := range []int{2, 3, 4} {
+			for _, g := range []collective.Config{{DirectMaxBytes: 1 << 30}, {DirectMaxBytes: 1, ChunkBytes: 4096}} {
+				t.Run(fmt.Sprintf("%s/n%d/direct%d", net.name, n, g.DirectMaxBytes), func(t *testing.T) {
+					gs := form(t, n, net.cfg, g)
+					local := collective.NewLocalConfig("g", n, g)
+					for _, size := range []int{1, 1000, 50001} {
+						in := randBufs(n, size, uint64(size))
+						bufs, want := make([][]float32, n), make([][]float32, n)
+						for i := range bufs {
+							bufs[i] = append([]float32(nil), in[i]...)
+							want[i] = append([]float32(nil), in[i]...)
+						}
+						noErrs(t, runAll(gs, func(g collective.Group) error { return g.Allreduce(t.Context(), bufs[g.Rank()], collective.Mean) }))
+						noErrs(t, runAll(local, func(g collective.Group) error { return g.Allreduce(t.Context(), want[g.Rank()], collective.Mean) }))
+						for i := range n {
+							for j := range size {
+								if math.Float32bits(bufs[i][j]) != math.Float32bits(want[0][j]) {
+									t.Fatalf("len %d member %d element %d = %v, want %v", size, i, j, bufs[i][j], want[0][j])
+								}
+							}
+						}
+					}
+					// The other operations, once each.
+					out := make([][]float32, n)
+					noErrs(t, runAll(gs, func(g collective.Group) error {
+						out[g.Rank()] = make([]float32, 3*n)
+						return g.Allgather(t.Context(), []float32{float32(g.Rank()), 1, 2}, out[g.Rank()])
+					}))
+					if out[n-1][3*(n-1)] != float32(n-1) {
+						t.Fatalf("allgather: %v", out[n-1])
+					}
+					noErrs(t, runAll(gs, func(g collective.Group) error {
+						b := []float32{float32(g.Rank())}
+						if err := g.Broadcast(t.Context(), b, n-1); err != nil {
+							return err
+						}
+						if b[0] != float32(n-1) {
+							return fmt.Errorf("broadcast gave %v", b[0])
+						}
+						return g.Barrier(t.Context())
+					}))
+				})
+			}
+		}
+	}
+}
+
+func noErrs(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+}
+
+// wantLost checks that every member but skip failed naming rank lost.
+func wantLost(t *testing.T, errs []error, skip, lost int) {
+	t.Helper()
+	for i, err := range errs {
+		if i == skip {
+			continue
+		}
+		var me *collective.MemberError
+		if !errors.Is(err, collective.ErrMemberLost) || !errors.As(err, &me) || me.Rank != lost || me.Actor != fmt.Sprintf("actor-%d", lost) {
+			t.Fatalf("member %d: %v, want ErrMemberLost naming rank %d", i, err, lost)
+		}
+	}
+}
+
+// TestNetMemberLeaves: a member that closes mid-allreduce makes every
+// other member's call fail naming it.
+func TestNetMemberLeaves(t *testing.T) {
+	gs := form(t, 4, Config{}, collective.Config{DirectMaxBytes: 1, ChunkBytes: 4096})
+	start := make(chan struct{})
+	errs := runAll(gs, func(g collective.Group) error {
+		if g.Rank() == 2 {
+			<-start
+			return g.Close()
+		}
+		if g.Rank() == 0 {
+			close(start)
+		}
+		return g.Allreduce(t.Context(), make([]float32, 1<<20), collective.Sum)
+	})
+	wantLost(t, errs, 2, 2)
+}
+
+// blackhole is a TCP proxy that forwards until cut, then holds the
+// connections open and silent: a member cut off from the network.
+type blackhole struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln, target: target}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c, d)
+			b.mu.Unlock()
+			b.wg.Add(2)
+			go b.pipe(c, d)
+			go b.pipe(d, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		b.mu.Lock()
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) pipe(dst, src net.Conn) {
+	defer b.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		b.mu.Lock()
+		cut := b.cut
+		b.mu.Unlock()
+		if cut {
+			continue // swallow
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (b *blackhole) Cut() {
+	b.mu.Lock()
+	b.cut = true
+	b.mu.Unlock()
+}
+
+// TestNetCutOff: a member whose connections go silent (cut off, or hung)
+// makes the others' pending call fail within the timeout, naming it.
+func TestNetCutOff(t *testing.T) {
+	cfg := Config{NoUnix: true, Heartbeat: 20 * time.Millisecond, Timeout: 200 * time.Millisecond}
+	const n = 3
+	ts := make([]*Transport, n)
+	for i := range ts {
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[i] = tr
+	}
+	actors := []string{"actor-0", "actor-1", "actor-2"}
+	ms := make([]collective.Member, n)
+	eps := make([]string, n)
+	for i := range ms {
+		ms[i] = collective.Member{Group: "g", Epoch: "cut", Rank: i, Size: n, Actors: actors}
+		ep, err := ts[i].Prepare(t.Context(), ms[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[i] = ep
+	}
+	// Rank 0 is reached through a proxy, so the others' connections to it
+	// can be cut.
+	hole := newBlackhole(t, eps[0])
+	eps[0] = hole.ln.Addr().String()
+	gs := make([]collective.Group, n)
+	var wg sync.WaitGroup
+	for i := range ms {
+		wg.Go(func() {
+			l, err := ts[i].Connect(t.Context(), ms[i], eps)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			gs[i], _ = collective.NewGroup("g", i, n, actors, l, collective.Config{})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	noErrs(t, runAll(gs, func(g collective.Group) error { return g.Barrier(t.Context()) }))
+	hole.Cut()
+	begin := time.Now()
+	errs := runAll(gs[1:], func(g collective.Group) error { return g.Allreduce(t.Context(), make([]float32, 100), collective.Sum) })
+	if d := time.Since(begin); d > 10*cfg.Timeout {
+		t.Fatalf("the calls failed after %v, timeout %v", d, cfg.Timeout)
+	}
+	wantLost(t, errs, -1, 0)
+}
