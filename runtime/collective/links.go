@@ -32,9 +32,9 @@ type links struct {
 type peer struct {
 	rank int
 	conn net.Conn
-	q    chan message  // data frames read ahead
-	free chan []byte   // payload buffers Recv is done with
-	last atomic.Int64  // when a write last ended, in UnixNano
+	q    chan message // data frames read ahead
+	free chan []byte  // payload buffers Recv is done with
+	last atomic.Int64 // when a write last ended, in UnixNano
 
 	wmu   sync.Mutex // serialises writes; guards the following
 	dirty bool       // a write was cut short: the stream is broken
