@@ -254,13 +254,19 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 		tq, tk, tv, to, tg, tu, td = t.q, t.k, t.v, t.o, t.gate, t.up, t.down
 	}
 	be.RMSNormForward(d.ln, d.r, d.x, lp.attnNorm, B, C, ar.eps)
+	fr := m.fu.rope // RoPE on q and k at once, after the head norms (llama_fused.go)
 	if ar.qkNorm {
 		mm(kQ, d.qr, d.ln, lp.q, tq, lp.qb, C, QD)
 		lf(tQ, d.qr, d.ln)
 		mm(kK, d.kr, d.ln, lp.k, tk, lp.kb, C, KD)
 		lf(tK, d.kr, d.ln)
-		be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
-		be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
+		if fr != nil {
+			fr.HeadNormRopeForward(d.q, d.rq, d.qr, lp.qNorm, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n, ar.eps)
+			fr.HeadNormRopeForward(d.k, d.rk, d.kr, lp.kNorm, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n, ar.eps)
+		} else {
+			be.RMSNormForward(d.q, d.rq, d.qr, lp.qNorm, B*NH, HD, ar.eps)
+			be.RMSNormForward(d.k, d.rk, d.kr, lp.kNorm, B*KVH, HD, ar.eps)
+		}
 	} else {
 		mm(kQ, d.q, d.ln, lp.q, tq, lp.qb, C, QD)
 		lf(tQ, d.q, d.ln)
@@ -269,13 +275,18 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 	}
 	mm(kV, d.v, d.ln, lp.v, tv, lp.vb, C, KD)
 	lf(tV, d.v, d.ln)
-	be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
-	be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
+	switch {
+	case fr != nil && ar.qkNorm: // rotated with their norms
+	case fr != nil:
+		fr.RopeQKForward(d.q, d.k, d.pos, rope.cos, rope.sin, B, NH, KVH, HD, rope.n)
+	default:
+		be.RopeForward(d.q, d.pos, rope.cos, rope.sin, B, NH, HD, rope.n)
+		be.RopeForward(d.k, d.pos, rope.cos, rope.sin, B, KVH, HD, rope.n)
+	}
 	be.GQAttentionDecode(d.o, d.cache[l], d.q, d.k, d.v, d.pos, B, d.maxT, NH, KVH, HD, scale)
 	mm(kO, d.tmp, d.o, lp.o, to, lp.ob, QD, C)
 	lf(tO, d.tmp, d.o)
-	be.ResidualForward(d.x, d.x, d.tmp, B*C)
-	be.RMSNormForward(d.ln, d.r, d.x, lp.mlpNorm, B, C, ar.eps)
+	m.residualNorm(d.x, d.ln, d.r, d.x, d.tmp, lp.mlpNorm, B, C)
 	mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
 	lf(tGate, d.gate, d.ln)
 	mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)

@@ -86,9 +86,14 @@ func TestEmuLlamaFused(t *testing.T) {
 				return
 			}
 			// Two training steps (forward, backward, AdamW), a forward for
-			// the log-probs and a prefill (one group of rows, whose last
-			// block stops after k and v).
-			L := tc.cfg.NumHiddenLayers
+			// the log-probs, a prefill (one group of rows, whose last
+			// block stops after k and v) and D blocks of decoding (the
+			// prefill's last block at the last positions, then every
+			// block a step), one cache store each.
+			L, D := tc.cfg.NumHiddenLayers, dev.launchN["flash_decode_store"]
+			if D < 1+L {
+				t.Fatalf("%d decode blocks, want at least %d", D, 1+L)
+			}
 			for op, want := range map[string]int{
 				"FlashAttentionForward": 3*L + L - 1, "FlashAttentionBackward": 2 * L,
 				"GQAttentionForward": 0, "GQAttentionBackward": 0,
@@ -104,20 +109,25 @@ func TestEmuLlamaFused(t *testing.T) {
 				"logprob_forward": 0, "logprob_backward": 0,
 				// the MLP's norm and the next block's input norm (the
 				// final norm after the last block) a block, two a block
-				// but the last in the prefill
-				"residual_rmsnorm_forward": 3*2*L + 2*(L-1),
+				// but the last in the prefill, the MLP's in decoding
+				"residual_rmsnorm_forward": 3*2*L + 2*(L-1) + D,
 				"rope_backward":            0, "rope_qk": 2 * L, // the backwards
+				"rope_forward": 0,
 			} {
 				if tc.rope == "rope_qk" && kernel == "rope_qk" {
-					want += 3*L + L - 1 // and the forwards; the prefill's last block rotates k alone
+					want += 3*L + L - 1 + D // and the forwards
+				}
+				if tc.rope == "rope_qk" && kernel == "rope_forward" {
+					want = 1 // the prefill's last block rotates k alone
 				}
 				if got := dev.launchN[kernel]; got != want {
 					t.Errorf("kernel %s launched %d times, want %d", kernel, got, want)
 				}
 			}
 			if tc.rope == "head_norm_rope_forward" {
-				// q and k of 3 full forwards, k alone in the prefill's last block
-				if got, want := dev.launchN[tc.rope], 2*4*L-1; got != want {
+				// q and k of 3 full forwards and decoding, k alone in the
+				// prefill's last block
+				if got, want := dev.launchN[tc.rope], 2*4*L-1+2*D; got != want {
 					t.Errorf("kernel %s launched %d times, want %d", tc.rope, got, want)
 				}
 			}
