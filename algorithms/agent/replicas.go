@@ -39,6 +39,10 @@ import (
 // rounding matter (they apply the same step to the same bits).
 var ErrReplicasDiverged = errors.New("agent: policy replicas diverged")
 
+// ErrReplicaData reports statistics from another replica that are not
+// what a replica sends.
+var ErrReplicaData = errors.New("agent: malformed data from a replica")
+
 // dataParallel is one update's data-parallel state: the group and the time
 // spent waiting in it.
 type dataParallel struct {
@@ -141,26 +145,47 @@ func sumsFromWords(w []uint64) replicaSums {
 // gatherWords gathers every replica's words (the same count on each),
 // exactly, in rank order.
 func (dp *dataParallel) gatherWords(ctx context.Context, words []uint64) ([][]uint64, error) {
-	send := make([]float32, len(words)*wordChunks)
-	for i, w := range words {
-		for c := range wordChunks {
-			send[i*wordChunks+c] = float32(uint16(w >> (16 * c)))
-		}
-	}
-	n := dp.g.Size()
-	recv := make([]float32, n*len(send))
+	send := encodeWords(words)
+	recv := make([]float32, dp.g.Size()*len(send))
 	t0 := time.Now()
 	err := dp.g.Allgather(ctx, send, recv)
 	dp.wait += time.Since(t0)
 	if err != nil {
 		return nil, fmt.Errorf("allgather of %d words: %w", len(words), err)
 	}
+	return decodeWords(recv, dp.g.Size())
+}
+
+// encodeWords writes each 64-bit word as wordChunks float32 holding its
+// 16-bit chunks, low first.
+func encodeWords(words []uint64) []float32 {
+	out := make([]float32, len(words)*wordChunks)
+	for i, w := range words {
+		for c := range wordChunks {
+			out[i*wordChunks+c] = float32(uint16(w >> (16 * c)))
+		}
+	}
+	return out
+}
+
+// decodeWords reads n members' encodeWords outputs, concatenated; a value
+// that is not a 16-bit chunk (from a peer that sent something else) is
+// ErrReplicaData.
+func decodeWords(recv []float32, n int) ([][]uint64, error) {
+	if n < 1 || len(recv)%(n*wordChunks) != 0 {
+		return nil, fmt.Errorf("%w: %d values from %d replicas", ErrReplicaData, len(recv), n)
+	}
+	per := len(recv) / n / wordChunks
 	out := make([][]uint64, n)
 	for r := range out {
-		out[r] = make([]uint64, len(words))
+		out[r] = make([]uint64, per)
 		for i := range out[r] {
 			for c := range wordChunks {
-				out[r][i] |= uint64(recv[r*len(send)+i*wordChunks+c]) << (16 * c)
+				x := recv[(r*per+i)*wordChunks+c]
+				if !(x >= 0 && x <= math.MaxUint16) || x != float32(uint16(x)) {
+					return nil, fmt.Errorf("%w: replica %d word %d chunk %d is %v", ErrReplicaData, r, i, c, x)
+				}
+				out[r][i] |= uint64(x) << (16 * c)
 			}
 		}
 	}

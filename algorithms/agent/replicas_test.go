@@ -345,3 +345,51 @@ func TestReplicaFailureFailsTheOthers(t *testing.T) {
 		t.Fatalf("replica 0: %v (want ErrMemberLost); replica 1: %v (want context.Canceled)", errs[0], errs[1])
 	}
 }
+
+// FuzzDecodeWords: what replicas gather decodes to the words sent, and
+// anything else is ErrReplicaData, never a panic.
+func FuzzDecodeWords(f *testing.F) {
+	f.Add([]byte{}, uint8(1))
+	f.Add(binaryWords(1, 0, math.MaxUint64, 0x0123456789abcdef), uint8(2))
+	f.Add([]byte{0, 0, 0x80, 0x7f, 0, 0, 0xc0, 0x7f}, uint8(1)) // +Inf, NaN
+	f.Fuzz(func(t *testing.T, b []byte, n uint8) {
+		words := make([]uint64, len(b)/8)
+		for i := range words {
+			for j := range 8 {
+				words[i] |= uint64(b[8*i+j]) << (8 * j)
+			}
+		}
+		m := int(n%4) + 1
+		var recv []float32
+		for range m {
+			recv = append(recv, encodeWords(words)...)
+		}
+		got, err := decodeWords(recv, m)
+		if err != nil {
+			t.Fatalf("encoded words refused: %v", err)
+		}
+		for r := range got {
+			if !slices.Equal(got[r], words) {
+				t.Fatalf("replica %d: %x, sent %x", r, got[r], words)
+			}
+		}
+		// The bytes as float32 values: decoded or refused, never a panic.
+		raw := make([]float32, len(b)/4)
+		for i := range raw {
+			raw[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+		}
+		if _, err := decodeWords(raw, m); err != nil && !errors.Is(err, ErrReplicaData) {
+			t.Fatalf("error %v is not ErrReplicaData", err)
+		}
+	})
+}
+
+func binaryWords(ws ...uint64) []byte {
+	var b []byte
+	for _, w := range ws {
+		for j := range 8 {
+			b = append(b, byte(w>>(8*j)))
+		}
+	}
+	return b
+}
