@@ -19,7 +19,10 @@
 // actor paths give exactly the in-process results on a seeded run. Policies
 // are placed by the cluster with TeamConfig's spawn options (per role too),
 // so they may sit on different nodes and GPUs (Team.Placements reports
-// where).
+// where). With TeamConfig.Replicas every policy actor is N data-parallel
+// replicas in a collective group, placed through a placement group: they
+// split the sampling, each trains on its shard of every mini-batch, and an
+// allreduce of the gradients keeps them bit-identical (replicas.go).
 package agent
 
 import (
