@@ -107,7 +107,10 @@ func (b *Bundle) adjustGPUs(gpus []GPUAlloc, sign float64) {
 type relations struct {
 	onNode map[NodeID]map[ActorID]struct{}
 	// starting: actors placed on the node and not yet alive (PENDING or
-	// RESTARTING), which the node must start.
+	// RESTARTING) that the node must launch (see launches). A node asks
+	// for them after every commit, so the set must not hold what it would
+	// skip: placement records with nothing to run would make every ask
+	// cost O(records), a cost that grew with the live actors.
 	starting map[NodeID]map[ActorID]struct{}
 	inGroup  map[GroupID]map[ActorID]struct{}
 	ofJob    map[JobID]map[ActorID]struct{}
@@ -145,6 +148,11 @@ func sortedIDs(set map[ActorID]struct{}) []ActorID {
 	return out
 }
 
+// launches reports whether a node has something to launch for a: its spec
+// carries Args (runtime/cluster's encoded launch). An actor without them is
+// a placement record that whoever created it runs, or nobody.
+func launches(a *Actor) bool { return len(a.Spec.Args) > 0 }
+
 func (s *State) rebuildRelations() {
 	s.rel = relations{}
 	for id, a := range s.d.Actors {
@@ -153,7 +161,7 @@ func (s *State) rebuildRelations() {
 		}
 		if a.Node != "" {
 			addRel(&s.rel.onNode, a.Node, id)
-			if a.State != ActorAlive {
+			if a.State != ActorAlive && launches(a) {
 				addRel(&s.rel.starting, a.Node, id)
 			}
 		}

@@ -331,7 +331,9 @@ func (s *State) placeActor(a *Actor, p Placement) error {
 	a.Node, a.Bundle, a.PendingReason = p.Node, p.Bundle, ""
 	a.GPUs = append([]GPUAlloc(nil), p.GPUs...)
 	addRel(&s.rel.onNode, a.Node, a.Spec.ID)
-	addRel(&s.rel.starting, a.Node, a.Spec.ID)
+	if launches(a) {
+		addRel(&s.rel.starting, a.Node, a.Spec.ID)
+	}
 	return nil
 }
 

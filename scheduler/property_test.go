@@ -74,6 +74,9 @@ func randomLog(t testing.TB, seed int64, steps int) ([][]byte, *State) {
 			nActors++
 			spec := ActorSpec{ID: ActorID(fmt.Sprintf("a%04d", nActors)), MaxRestarts: rng.Intn(3) - 1,
 				Request: Request{Resources: Resources{MilliCPU: int64(rng.Intn(4000)), MemoryBytes: int64(rng.Intn(8)) << 30, GPUs: gpuChoices[rng.Intn(len(gpuChoices))]}}}
+			if nActors%3 != 0 { // most have something to launch; the rest are placement records (no rng: logs stay as they were)
+				spec.Args = []byte{byte(nActors)}
+			}
 			if rng.Intn(10) == 0 {
 				spec.Request.Resources.Custom = CustomResources{"license": 1}
 			}

@@ -7,14 +7,15 @@ import (
 
 // TestStartingOnMatchesActorsOn: after every command of random logs (and
 // after a snapshot round trip and a clone), StartingOn(n) is exactly the
-// actors on n that are not alive, in ID order.
+// actors on n that are not alive and have something to launch (Args), in
+// ID order, and HasWaiting agrees with a scan of every actor and group.
 func TestStartingOnMatchesActorsOn(t *testing.T) {
 	check := func(s *State) {
 		t.Helper()
 		for _, n := range s.Nodes() {
 			var want []ActorID
 			for _, a := range s.ActorsOn(n.ID) {
-				if a.State == ActorPending || a.State == ActorRestarting {
+				if (a.State == ActorPending || a.State == ActorRestarting) && len(a.Spec.Args) > 0 {
 					want = append(want, a.Spec.ID)
 				}
 			}
@@ -25,6 +26,22 @@ func TestStartingOnMatchesActorsOn(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("StartingOn(%s) = %v, want %v", n.ID, got, want)
 			}
+		}
+		waiting := 0
+		for _, a := range s.Actors() {
+			if a.Node == "" && (a.State == ActorPending || a.State == ActorRestarting) {
+				waiting++
+			}
+		}
+		if got := s.numWaitingActors(); got != waiting {
+			t.Fatalf("numWaitingActors() = %d, want %d", got, waiting)
+		}
+		groupWaits := false
+		for _, g := range s.Groups() {
+			groupWaits = groupWaits || g.State != GroupCreated
+		}
+		if got := s.HasWaiting(); got != (waiting > 0 || groupWaits) {
+			t.Fatalf("HasWaiting() = %v with %d waiting actors, a group waiting: %v", got, waiting, groupWaits)
 		}
 	}
 	for seed := int64(31); seed <= 33; seed++ {

@@ -127,8 +127,10 @@ func (s *State) ActorsOn(id NodeID) []*Actor {
 }
 
 // StartingOn returns the actors placed on node id that are not alive yet
-// (PENDING or RESTARTING: the node must start them), sorted by ID. Unlike
-// ActorsOn it costs nothing for the node's running actors.
+// (PENDING or RESTARTING) and that the node must start, sorted by ID: those
+// whose spec has Args. Placement records without Args are left out (a node
+// has nothing to launch for them). Unlike ActorsOn it costs nothing for
+// the node's running actors or for such records.
 func (s *State) StartingOn(id NodeID) []*Actor {
 	set := s.rel.starting[id]
 	out := make([]*Actor, 0, len(set))
@@ -136,6 +138,33 @@ func (s *State) StartingOn(id NodeID) []*Actor {
 		out = append(out, s.d.Actors[aid])
 	}
 	return out
+}
+
+// HasWaiting reports whether any actor waits for a node (PENDING or
+// RESTARTING without one) or any placement group is not created yet. It
+// costs O(nodes + groups), not O(actors): the leader asks after every
+// reconcile, under the FSM's read lock, with any number of live actors.
+func (s *State) HasWaiting() bool {
+	if s.numWaitingActors() > 0 {
+		return true
+	}
+	for _, g := range s.d.Groups {
+		if g.State != GroupCreated {
+			return true
+		}
+	}
+	return false
+}
+
+// numWaitingActors counts the actors without a node that are not dead:
+// every actor that is not dead is placed (and then on its node's onNode
+// set) or waits.
+func (s *State) numWaitingActors() int {
+	live := len(s.d.Actors) - (len(s.dead) - s.deadHead)
+	for _, set := range s.rel.onNode {
+		live -= len(set)
+	}
+	return live
 }
 
 // ActorByName returns the live actor registered under namespace/name, or nil.
@@ -198,17 +227,7 @@ func (s *State) Clone() *State {
 		c.d.Actors[id] = &ca
 	}
 	for id, g := range s.d.Groups {
-		cg := *g
-		cg.Bundles = make([]Bundle, len(g.Bundles))
-		for i, b := range g.Bundles {
-			cb := b
-			cb.Resources = b.Resources.Clone()
-			cb.Free = b.Free.Clone()
-			cb.GPUs = append([]GPUAlloc(nil), b.GPUs...)
-			cb.GPUFree = append([]GPUAlloc(nil), b.GPUFree...)
-			cg.Bundles[i] = cb
-		}
-		c.d.Groups[id] = &cg
+		c.d.Groups[id] = cloneGroup(g)
 	}
 	for k, v := range s.d.Names {
 		c.d.Names[k] = v
@@ -221,6 +240,22 @@ func (s *State) Clone() *State {
 	c.idx.dirty = true
 	c.rebuildRelations()
 	return c
+}
+
+// cloneGroup returns a copy of g that applying commands to either leaves
+// the other unchanged.
+func cloneGroup(g *PlacementGroup) *PlacementGroup {
+	cg := *g
+	cg.Bundles = make([]Bundle, len(g.Bundles))
+	for i, b := range g.Bundles {
+		cb := b
+		cb.Resources = b.Resources.Clone()
+		cb.Free = b.Free.Clone()
+		cb.GPUs = append([]GPUAlloc(nil), b.GPUs...)
+		cb.GPUFree = append([]GPUAlloc(nil), b.GPUFree...)
+		cg.Bundles[i] = cb
+	}
+	return &cg
 }
 
 func nameKey(namespace, name string) string { return namespace + "/" + name }
