@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -87,11 +88,12 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 			var next, failed atomic.Int64
 			var firstErr atomic.Value
 			var wg sync.WaitGroup
+			lat := make([][]time.Duration, bc.clients) // per client: each call's commit latency
 			b.ResetTimer()
 			start := time.Now()
 			for g := 0; g < bc.clients; g++ {
 				wg.Add(1)
-				go func() {
+				go func(g int) {
 					defer wg.Done()
 					for {
 						lo := next.Add(int64(bc.batch)) - int64(bc.batch)
@@ -104,7 +106,9 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 							specs = append(specs, scheduler.ActorSpec{ID: scheduler.ActorID(fmt.Sprint(prefix, i)), Class: "Bench",
 								Request: scheduler.Request{Resources: scheduler.Resources{MilliCPU: 0}}})
 						}
+						t0 := time.Now()
 						res, err := c.CreateActors(context.Background(), specs)
+						lat[g] = append(lat[g], time.Since(t0))
 						if err != nil {
 							failed.Add(int64(len(specs)))
 							firstErr.CompareAndSwap(nil, err.Error())
@@ -117,7 +121,7 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 							}
 						}
 					}
-				}()
+				}(g)
 			}
 			wg.Wait()
 			el := time.Since(start)
@@ -126,8 +130,25 @@ func BenchmarkCommittedPlacements(b *testing.B) {
 				b.Fatalf("%d of %d placements failed; first: %v", f, b.N, firstErr.Load())
 			}
 			b.ReportMetric(float64(b.N)/el.Seconds(), "placements/s")
+			reportLatency(b, lat)
 		})
 	}
+}
+
+// reportLatency reports the median and 99th percentile of the calls'
+// latencies (a call returns once its placements are committed) in ms.
+func reportLatency(b *testing.B, per [][]time.Duration) {
+	var all []time.Duration
+	for _, l := range per {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	at := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
 }
 
 // BenchmarkLeaderFailover measures, per op, the time from kill -9 of the

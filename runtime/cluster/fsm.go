@@ -45,20 +45,22 @@ func (f raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-// Snapshot implements raft.FSM: the encoded state, for Persist to write.
+// Snapshot implements raft.FSM. It runs on raft's FSM goroutine, so every
+// apply waits for it: it only copies the state (scheduler.FSM.Freeze), and
+// Persist, on raft's snapshot goroutine, encodes the copy.
 func (f raftFSM) Snapshot() (raft.FSMSnapshot, error) {
-	b, err := f.SnapshotBytes()
-	if err != nil {
-		return nil, err
-	}
-	return &fsmSnapshot{data: b}, nil
+	return &fsmSnapshot{frozen: f.Freeze()}, nil
 }
 
-type fsmSnapshot struct{ data []byte }
+type fsmSnapshot struct{ frozen *scheduler.Frozen }
 
-// Persist writes the encoded state to the sink.
+// Persist encodes the copied state and writes it to the sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+	b, err := s.frozen.MarshalBinary()
+	if err == nil {
+		_, err = sink.Write(b)
+	}
+	if err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}

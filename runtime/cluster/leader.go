@@ -167,20 +167,9 @@ func (n *Node) reconcile(ctx context.Context) {
 	}
 }
 
-// hasWaiting reports whether any actor or group waits for placement.
-func hasWaiting(s *scheduler.State) bool {
-	for _, a := range s.Actors() {
-		if a.Node == "" && (a.State == scheduler.ActorPending || a.State == scheduler.ActorRestarting) {
-			return true
-		}
-	}
-	for _, g := range s.Groups() {
-		if g.State != scheduler.GroupCreated {
-			return true
-		}
-	}
-	return false
-}
+// hasWaiting reports whether any actor or group waits for placement (in
+// O(nodes + groups): it runs at every reconcile under the FSM's read lock).
+func hasWaiting(s *scheduler.State) bool { return s.HasWaiting() }
 
 // commitLocal commits c on this node, which must be the leader.
 func (n *Node) commitLocal(c scheduler.Command) (*ApplyResponse, error) {

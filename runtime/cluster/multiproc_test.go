@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +33,12 @@ import (
 // loopback address 127.0.0.x, so kill -9 is a real crash.
 
 const nodeEnv = "TROUPE_CLUSTER_TEST_NODE"
+
+// profileEnv, when set to a directory, makes every node process write a CPU
+// profile there (<node ID>.cpu, stopped at a clean exit) so the server side
+// of a benchmark can be profiled: the test binary's own -cpuprofile only
+// sees the clients.
+const profileEnv = "TROUPE_CLUSTER_TEST_CPUPROFILE"
 
 // procSpec is what a node process runs.
 type procSpec struct {
@@ -61,6 +69,14 @@ func runNodeProcess(specJSON string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	stopProfile := func() {}
+	if dir := os.Getenv(profileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, ps.ID+".cpu"))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			var once sync.Once
+			stopProfile = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	timing := FastTiming()
@@ -76,9 +92,11 @@ func runNodeProcess(specJSON string) int {
 	}
 	select {
 	case <-ctx.Done():
+		stopProfile() // before draining: kill waits only briefly
 		n.Drain(context.Background(), "signal")
 	case <-n.StopRequested():
 	}
+	stopProfile()
 	n.Shutdown()
 	return 0
 }
@@ -115,6 +133,12 @@ func spawn(t testing.TB, ps procSpec) *proc {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	p := &proc{spec: ps, cmd: cmd, log: new(bytes.Buffer), mu: new(sync.Mutex), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = lockedBuf{p.mu, p.log}, lockedBuf{p.mu, p.log}
+	if dir := os.Getenv(profileEnv); dir != "" { // keep the whole log beside the profile
+		if f, err := os.Create(filepath.Join(dir, ps.ID+".log")); err == nil {
+			t.Cleanup(func() { f.Close() })
+			cmd.Stderr = io.MultiWriter(cmd.Stderr, f)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +168,14 @@ func (p *proc) kill() {
 	case <-p.done:
 		return
 	default:
+	}
+	if os.Getenv(profileEnv) != "" { // let it write its profile first
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			return
+		case <-time.After(5 * time.Second):
+		}
 	}
 	p.cmd.Process.Kill()
 	<-p.done
