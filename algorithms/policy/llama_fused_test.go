@@ -215,3 +215,73 @@ func TestLlamaFusedOps(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaFusedOpsLoRA is TestLlamaFusedOps with a LoRA adapter on every
+// projection of a frozen base: the fused forward and backward carry the
+// adapters' products, and the step stays one AdamWUpdate per adapter.
+func TestLlamaFusedOpsLoRA(t *testing.T) {
+	vs := tinyVariants(t)
+	for _, name := range []string{"qwen3-qknorm", "llama-gqa-tied"} {
+		cfg := vs[name]
+		r := rand.New(rand.NewPCG(8, 8))
+		batch := Batch{Tokens: randSeqs(r, 3, 4, 9, cfg.VocabSize)}
+		g := randGrads(r, batch.Tokens)
+		fb := newFusedCPU()
+		run := func(be compute.Backend) (lp [][]float32, w []float32, norms [2]float64) {
+			m := mustLlama(t, be, cfg, 5)
+			defer m.Free()
+			perturb(t, m, 6, 0.2)
+			ad, err := m.AddAdapter("a", LoRAConfig{Rank: 4, Alpha: 8, Targets: loraTargets[:]}, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				var st StepStats
+				if i == 0 {
+					st, err = m.TrainStep(batch)
+				} else {
+					st, err = m.StepFromLogProbGrads(batch, g)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				norms[i] = st.GradNorm
+			}
+			if lp, err = m.LogProbs(batch); err != nil {
+				t.Fatal(err)
+			}
+			if w, err = ad.Weights(); err != nil {
+				t.Fatal(err)
+			}
+			return lp, w, norms
+		}
+		lp1, w1, n1 := run(cpu.New())
+		lp2, w2, n2 := run(fb)
+		near := func(what string, a, b float64) {
+			if math.Abs(a-b) > 1e-5*(1+math.Abs(b)) {
+				t.Errorf("%s: %s %v with the fused ops, %v without", name, what, a, b)
+			}
+		}
+		for i := range n1 {
+			near("grad norm", n2[i], n1[i])
+		}
+		for b := range lp1 {
+			for i := range lp1[b] {
+				near("log-prob", float64(lp2[b][i]), float64(lp1[b][i]))
+			}
+		}
+		for i := range w1 {
+			near("adapter weight", float64(w2[i]), float64(w1[i]))
+		}
+		L := cfg.NumHiddenLayers
+		if got, want := fb.n["ResidualRMSNormForward"], 3*2*L; got != want {
+			t.Errorf("%s: ResidualRMSNormForward called %d times, want %d", name, got, want)
+		}
+		if got := fb.n["AdamWUpdateMulti"]; got != 0 {
+			t.Errorf("%s: AdamWUpdateMulti called %d times for an adapter", name, got)
+		}
+		if got := fb.n["LSEBackwardInPlace"]; got != 2 {
+			t.Errorf("%s: %d LSE backwards in place, want 2", name, got)
+		}
+	}
+}
