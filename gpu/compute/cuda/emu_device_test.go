@@ -40,6 +40,8 @@ type emuAPI struct {
 	memcpyDH    func(dst unsafe.Pointer, src uintptr, n uint64)
 	memcpyDD    func(dst, src uintptr, n uint64)
 	memset32    func(dst uintptr, v uint32, n uint64)
+	// setMMABug switches the emulated mma.sync's wrong-layout test hook.
+	setMMABug func(on int32)
 }
 
 // errNoCompiler is returned when g++ is missing.
@@ -89,6 +91,7 @@ func buildEmu() (*emuAPI, error) {
 	purego.RegisterLibFunc(&api.memcpyDH, h, "emu_memcpy")
 	purego.RegisterLibFunc(&api.memcpyDD, h, "emu_memcpy")
 	purego.RegisterLibFunc(&api.memset32, h, "emu_memset32")
+	purego.RegisterLibFunc(&api.setMMABug, h, "emu_set_mma_layout_bug")
 	return api, nil
 }
 
@@ -192,7 +195,9 @@ func (d *emuDevice) Close() error { return nil }
 // CUDA thread, so blocks of 64 and few blocks per grid-stride launch; a
 // small staging buffer so the tests' 16-bit uploads go in several chunks;
 // decode splits of 16 positions so short caches still take the combine.
-var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4, stageHalves: 5000, decodeChunk: 16}
+// GEMMs of fewer than 4 blocks with 4+ k tiles split over k, so small
+// shapes take the split-K path too.
+var emuLaunch = launchConfig{elemBlock: 64, rowBlock: 32, maxGrid: 4, stageHalves: 5000, decodeChunk: 16, tcBlocks: 4}
 
 func newEmuBackend(t testing.TB) (*Backend, *emuDevice) {
 	t.Helper()

@@ -79,7 +79,11 @@ func TestOpTCGemmTiles(t *testing.T) {
 	for _, c := range cases {
 		p.e.cfg.tcTile = c.tile
 		for _, s := range c.shapes {
-			tcCase(p, fmt.Sprintf("tc_gemm_%s(N=%d,C=%d,OC=%d)", c.tile, s.N, s.C, s.OC), s.N, s.C, s.OC)
+			t.Run(fmt.Sprintf("%s/N=%d,C=%d,OC=%d", c.tile, s.N, s.C, s.OC), func(t *testing.T) {
+				q := *p
+				q.t = t
+				tcCase(&q, fmt.Sprintf("tc_gemm_%s(N=%d,C=%d,OC=%d)", c.tile, s.N, s.C, s.OC), s.N, s.C, s.OC)
+			})
 		}
 	}
 }
