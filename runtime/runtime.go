@@ -9,6 +9,7 @@ import (
 	"troupe/actors"
 	"troupe/runtime/api"
 	"troupe/runtime/client"
+	rcollective "troupe/runtime/collective"
 	"troupe/runtime/driver"
 	"troupe/runtime/local"
 	"troupe/runtime/objstore"
@@ -117,7 +118,7 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	// "0" turns off the Unix-socket shortcut between processes of a host.
 	noWireUnix, noObjectsUnix := os.Getenv(wire.UnixEnv) == "0", os.Getenv(objstore.LocalEnv) == "0"
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
-		wo := worker.Options{Spin: spin, NoObjectsUnix: noObjectsUnix}
+		wo := worker.Options{Spin: spin, NoObjectsUnix: noObjectsUnix, NoCollectiveUnix: os.Getenv(rcollective.UnixEnv) == "0"}
 		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar), wo); err != nil {
 			return nil, fmt.Errorf("troupe worker: %w", err)
 		}

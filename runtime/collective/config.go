@@ -7,6 +7,11 @@ import (
 	"troupe/runtime/transport"
 )
 
+// UnixEnv is the environment variable that, set to "0", makes a worker's
+// groups connect over TCP to members on its host too (worker.Options'
+// NoCollectiveUnix): for measuring the path between hosts on one.
+const UnixEnv = "TROUPE_COLLECTIVE_UNIX"
+
 // Config is a Transport's settings; zero fields take the defaults.
 type Config struct {
 	// Security authenticates (and on TCP encrypts) the connections, as

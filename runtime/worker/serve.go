@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"troupe/actors"
+	"troupe/actors/collective"
+	rcollective "troupe/runtime/collective"
 	"troupe/runtime/objstore"
 	"troupe/runtime/transport"
 	"troupe/runtime/wire"
@@ -25,6 +27,10 @@ type Options struct {
 	// NoObjectsUnix makes the worker fetch objects over TCP from owners
 	// on this host too (objstore.LocalEnv set to "0").
 	NoObjectsUnix bool
+	// NoCollectiveUnix makes its actors' collective groups connect over
+	// TCP (with TLS when configured) to members on this host too, as to
+	// members on other hosts (rcollective.UnixEnv set to "0").
+	NoCollectiveUnix bool
 }
 
 // Serve runs this process as a worker: it serves calls on a wire.Server
@@ -57,6 +63,14 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string, opt Options)
 		return err
 	}
 	defer objs.close()
+	// Collective groups of this worker's actors connect worker to worker
+	// with the same security as its other ports.
+	groups, err := rcollective.New(rcollective.Config{Security: sec, Host: host, NoUnix: opt.NoCollectiveUnix})
+	if err != nil {
+		return err
+	}
+	collective.SetTransport(groups)
+	defer groups.Close()
 	h := &host_{insts: map[string]running{}, objs: objs, calls: newCallRecorder()}
 	srv := wire.NewServer(wire.HostFunc(h.lookup), 0, sec)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
@@ -134,7 +148,24 @@ func (h *host_) lookup(id string) (wire.Target, bool) {
 	if !ok {
 		return nil, false
 	}
-	return r.in, true
+	return groupTarget{r.in}, true
+}
+
+// groupTarget hands the calls that form collective groups to package
+// collective and the others to the actor.
+type groupTarget struct{ *actors.Instance }
+
+func (t groupTarget) Invoke(inv *actors.Invocation) {
+	if !collective.Control(inv, t.Instance) {
+		t.Instance.Invoke(inv)
+	}
+}
+
+func (t groupTarget) RunInline(inv *actors.Invocation) bool {
+	if collective.Control(inv, t.Instance) {
+		return true
+	}
+	return t.Instance.RunInline(inv)
 }
 
 // start constructs one actor and reports the outcome. Restarts are the
@@ -152,6 +183,7 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 	var self *actors.Instance
 	var selfMu sync.Mutex
 	hooks := actors.InstanceHooks{Died: func(d *actors.ActorDiedError) {
+		collective.Forget(id) // its groups' peers see it lost at once
 		h.mu.Lock()
 		selfMu.Lock()
 		if h.insts[id].in == self && self != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"troupe/actors"
+	rcollective "troupe/runtime/collective"
 	"troupe/runtime/wire"
 )
 
@@ -46,7 +47,7 @@ var testSec = transport.Security{Token: "worker-test-token"}
 
 func TestMain(m *testing.M) {
 	if v, ok := os.LookupEnv(EnvVar); ok {
-		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar), Options{}); err != nil {
+		if err := ServeProcess(context.Background(), v, os.Getenv(HostEnvVar), Options{NoCollectiveUnix: os.Getenv(rcollective.UnixEnv) == "0"}); err != nil {
 			os.Stderr.WriteString("worker: " + err.Error() + "\n")
 			os.Exit(2)
 		}
