@@ -25,7 +25,8 @@ type links struct {
 
 	stop      chan struct{} // closed by Close
 	closeOnce sync.Once
-	wg        sync.WaitGroup // readers and heartbeats
+	wg        sync.WaitGroup // readers, heartbeats and the failure report
+	told      sync.WaitGroup // the failure report
 }
 
 // peer is the connection to one other member.
@@ -71,10 +72,15 @@ func (l *links) memberErr(rank int, err error) *collective.MemberError {
 	return &collective.MemberError{Group: l.m.Group, Rank: rank, Actor: actorOf(l.m, rank), Err: err}
 }
 
-// read reads p's frames until the connection fails or the links close.
+// read reads p's frames until the connection ends. Once the group has
+// failed it goes on reading, and drops what it reads, until the peer's end
+// closes too: closing a socket with unread input would reset the
+// connection, and the peer could lose the failure report sent before.
 func (l *links) read(p *peer) {
 	defer l.wg.Done()
+	defer p.conn.Close()
 	var hb [headerSize]byte
+	var drop []byte
 	for {
 		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 		if _, err := io.ReadFull(p.conn, hb[:]); err != nil {
@@ -86,29 +92,20 @@ func (l *links) read(p *peer) {
 			l.lose(l.memberErr(p.rank, fmt.Errorf("%w: %v", collective.ErrMemberLost, err)))
 			return
 		}
-		switch f.typ {
-		case frameHeartbeat:
+		if f.typ == frameHeartbeat {
 			continue
-		case frameFail:
-			text := make([]byte, f.n)
-			p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
-			if _, err := io.ReadFull(p.conn, text); err != nil {
-				l.lose(l.memberErr(p.rank, l.connErr(err)))
-				return
-			}
-			kind := collective.ErrMemberLost
-			if f.code == failMismatch {
-				kind = collective.ErrMismatch
-			}
-			rank := int(f.rank)
-			if rank < 0 || rank >= l.m.Size {
-				rank = p.rank
-			}
-			l.lose(l.memberErr(rank, fmt.Errorf("%w: %s (reported by rank %d)", kind, text, p.rank)))
-			return
 		}
 		var buf []byte
 		select {
+		case <-l.lostCh:
+			if cap(drop) < int(f.n) {
+				drop = make([]byte, min(int(f.n), 1<<20))
+			}
+			p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
+			if _, err := io.CopyBuffer(io.Discard, io.LimitReader(p.conn, int64(f.n)), drop[:cap(drop)]); err != nil {
+				return
+			}
+			continue
 		case b := <-p.free:
 			if cap(b) >= int(f.n) {
 				buf = b[:f.n]
@@ -123,12 +120,23 @@ func (l *links) read(p *peer) {
 			l.lose(l.memberErr(p.rank, l.connErr(err)))
 			return
 		}
+		if f.typ == frameFail {
+			kind := collective.ErrMemberLost
+			if f.code == failMismatch {
+				kind = collective.ErrMismatch
+			}
+			rank := int(f.rank)
+			if rank < 0 || rank >= l.m.Size {
+				rank = p.rank
+			}
+			l.lose(l.memberErr(rank, fmt.Errorf("%w: %s (reported by rank %d)", kind, buf, p.rank)))
+			continue
+		}
 		select {
 		case p.q <- message{h: f.h, data: buf}:
 		case <-l.stop:
 			return
 		case <-l.lostCh:
-			return
 		}
 	}
 }
@@ -199,14 +207,17 @@ func (l *links) lose(me *collective.MemberError) {
 		}
 	}
 	l.wg.Add(1)
+	l.told.Add(1)
 	go func() {
 		defer l.wg.Done()
+		defer l.told.Done()
 		l.tell(me)
 	}()
 }
 
 // tell sends a failure report to every member but the one at fault, then
-// closes the connections: the group is over.
+// shuts the connections for writing: the group is over. The readers close
+// them once the peers have done the same.
 func (l *links) tell(me *collective.MemberError) {
 	code := byte(failLost)
 	if errors.Is(me.Err, collective.ErrMismatch) {
@@ -235,7 +246,13 @@ func (l *links) tell(me *collective.MemberError) {
 	}
 	wg.Wait()
 	for _, p := range l.peers {
-		if p != nil {
+		if p == nil {
+			continue
+		}
+		if cw, ok := p.conn.(interface{ CloseWrite() error }); ok {
+			p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
+			cw.CloseWrite()
+		} else {
 			p.conn.Close()
 		}
 	}
@@ -267,10 +284,16 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 		return nil
 	}
 	p.dirty = true
-	if e := l.err(); e != nil {
-		return e
-	}
 	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// The peer may have closed after reporting another member's failure:
+	// give the reader a moment to read the report before blaming the peer.
+	select {
+	case <-l.lostCh:
+		return l.err()
+	case <-time.After(l.cfg.Heartbeat):
+	case <-ctx.Done():
 		return ctx.Err()
 	}
 	me := l.memberErr(to, l.connErr(err))
@@ -312,11 +335,17 @@ func (l *links) Fail(err error) {
 
 // Close implements collective.Links: the peers see this member leave.
 func (l *links) Close() error {
-	// lose's report ends by closing the connections, which ends the
-	// readers; the heartbeats end with lostCh.
+	// The report goes first; then closing the connections ends the
+	// readers, and lostCh the heartbeats.
 	l.closeOnce.Do(func() {
 		l.lose(l.memberErr(l.m.Rank, fmt.Errorf("%w: it left the group", collective.ErrMemberLost)))
 		close(l.stop)
+		l.told.Wait()
+		for _, p := range l.peers {
+			if p != nil {
+				p.conn.Close()
+			}
+		}
 	})
 	l.wg.Wait()
 	return nil
