@@ -54,3 +54,65 @@ func TestEmuSelftest(t *testing.T) {
 		}
 	}
 }
+
+// TestEmuSelftestTC checks the emulated tensor-core collectives against the
+// PTX ISA's layouts (emu_selftest_tc in emu/csrc/selftest.cu): ldmatrix
+// x1/x2/x4 with and without .trans, cp.async groups completing only at
+// their wait_group (and zero-filling), and cvt.rn.bf16x2's ties to even.
+func TestEmuSelftestTC(t *testing.T) {
+	_, dev := newEmuBackend(t)
+	const words = 32 * 20
+	p, err := dev.Alloc(4 * words)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(p)
+	in := make([]uint32, 64)
+	for i := range in {
+		in[i] = uint32(1000 + i)
+	}
+	q, err := dev.Alloc(4 * len(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(q)
+	if err := dev.HtoD(q, unsafe.Pointer(&in[0]), 4*len(in)); err != nil {
+		t.Fatal(err)
+	}
+	args := []unsafe.Pointer{unsafe.Pointer(&p), unsafe.Pointer(&q)}
+	if err := dev.Launch("emu_selftest_tc", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, args); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]uint32, words)
+	if err := dev.DtoH(unsafe.Pointer(&got[0]), p, 4*words); err != nil {
+		t.Fatal(err)
+	}
+	tile := func(r, c int) uint32 { return uint32(r*16 + c) }
+	// frag is what lane l holds of matrix j (PTX ISA, ldmatrix): row l/4,
+	// columns 2(l%4) and +1; transposed, rows 2(l%4) and +1 of column l/4.
+	frag := func(l, j int, trans bool) uint32 {
+		r0, c0 := 8*(j/2), 8*(j%2)
+		if trans {
+			return tile(r0+2*(l%4), c0+l/4) | tile(r0+2*(l%4)+1, c0+l/4)<<16
+		}
+		return tile(r0+l/4, c0+2*(l%4)) | tile(r0+l/4, c0+2*(l%4)+1)<<16
+	}
+	for l := 0; l < 32; l++ {
+		o := got[l*20:][:20]
+		var want [20]uint32
+		for tr, base := range []int{0, 7} {
+			want[base] = frag(l, 0, tr == 1)
+			for j := 0; j < 2; j++ {
+				want[base+1+j] = frag(l, j, tr == 1)
+			}
+			for j := 0; j < 4; j++ {
+				want[base+3+j] = frag(l, j, tr == 1)
+			}
+		}
+		want[14], want[15], want[16], want[17] = uint32(1000+l), 7, uint32(1032+l), 0
+		want[18] = 0x3f80 | 0x3f82<<16
+		if o := [20]uint32(o); o != want {
+			t.Fatalf("lane %d: got %v, want %v", l, o, want)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func Build(dir string, kernels []Kernel, headers []File, opt Options) (string, e
 	}
 	// One translation unit per .cu file: the unchanged source plus one
 	// registration line per kernel; the self-test kernel likewise.
-	all := append(append([]Kernel{}, kernels...), Kernel{Name: "selftest", Entries: []string{"emu_selftest"}})
+	all := append(append([]Kernel{}, kernels...), Kernel{Name: "selftest", Entries: []string{"emu_selftest", "emu_selftest_tc"}})
 	for _, k := range all {
 		cu := filepath.Join(src, k.Name+".cu")
 		if k.Code != "" {
