@@ -114,6 +114,21 @@ type relations struct {
 	starting map[NodeID]map[ActorID]struct{}
 	inGroup  map[GroupID]map[ActorID]struct{}
 	ofJob    map[JobID]map[ActorID]struct{}
+	// waiting: actors that are not dead and have no node (PENDING or
+	// RESTARTING), so that looking for them costs O(waiting), not
+	// O(actors).
+	waiting map[ActorID]struct{}
+}
+
+func (r *relations) setWaiting(id ActorID, on bool) {
+	if !on {
+		delete(r.waiting, id)
+		return
+	}
+	if r.waiting == nil {
+		r.waiting = map[ActorID]struct{}{}
+	}
+	r.waiting[id] = struct{}{}
 }
 
 func addRel[K comparable](m *map[K]map[ActorID]struct{}, k K, a ActorID) {
@@ -159,6 +174,7 @@ func (s *State) rebuildRelations() {
 		if a.State == ActorDead {
 			continue
 		}
+		s.rel.setWaiting(id, a.Node == "")
 		if a.Node != "" {
 			addRel(&s.rel.onNode, a.Node, id)
 			if a.State != ActorAlive && launches(a) {

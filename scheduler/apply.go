@@ -274,6 +274,7 @@ func (s *State) createActor(c *CreateActor) error {
 		}
 	} else {
 		a.PendingReason = c.PendingReason
+		s.rel.setWaiting(sp.ID, true)
 	}
 	s.d.Actors[sp.ID] = a
 	if sp.Name != "" {
@@ -331,6 +332,7 @@ func (s *State) placeActor(a *Actor, p Placement) error {
 	a.Node, a.Bundle, a.PendingReason = p.Node, p.Bundle, ""
 	a.GPUs = append([]GPUAlloc(nil), p.GPUs...)
 	addRel(&s.rel.onNode, a.Node, a.Spec.ID)
+	s.rel.setWaiting(a.Spec.ID, false)
 	if launches(a) {
 		addRel(&s.rel.starting, a.Node, a.Spec.ID)
 	}
@@ -364,6 +366,7 @@ func (s *State) unplace(a *Actor, nodeGone bool) {
 	delRel(s.rel.onNode, a.Node, a.Spec.ID)
 	delRel(s.rel.starting, a.Node, a.Spec.ID)
 	a.Node, a.GPUs, a.Bundle, a.Address = "", nil, AnyBundle, ""
+	s.rel.setWaiting(a.Spec.ID, true) // until it is placed again or dies
 }
 
 // actorLost handles the end of an actor's process: release, then restart
@@ -381,6 +384,7 @@ func (s *State) actorLost(a *Actor, cause string, at int64, nodeGone, noRestart 
 
 func (s *State) markDead(a *Actor) {
 	a.State = ActorDead
+	s.rel.setWaiting(a.Spec.ID, false)
 	if a.Spec.Name != "" {
 		k := nameKey(a.Spec.Namespace, a.Spec.Name)
 		if s.d.Names[k] == a.Spec.ID {

@@ -26,9 +26,40 @@ type Waiting struct {
 // forever: one with hard affinity to a node that is dead or no longer in
 // the cluster, or one whose placement group is gone, gets a KillActor
 // whose cause names the node or group (its ActorDiedError says why).
+//
+// It costs O(waiting actors + groups) unless it decides something: the
+// leader calls it at every reconcile while anything waits (an actor that
+// does not fit may wait for hours), and a copy of a state of 100,000
+// actors under the FSM's read lock each time held up every apply.
 func (p Planner) PlanPending(s *State, at int64) (cmds []Command, waiting []Waiting) {
-	scratch := s.Clone()
-	return p.planPending(scratch, at)
+	if !p.decides(s) {
+		// Nothing would be applied, so planning on s itself changes
+		// nothing and gives what planning on a copy would.
+		return p.planPending(s, at)
+	}
+	return p.planPending(s.Clone(), at)
+}
+
+// decides reports whether planPending would decide anything on s: a group
+// waits (its planning is left to a copy), or a waiting actor can be placed
+// or must be killed. It only reads s.
+func (p Planner) decides(s *State) bool {
+	for _, g := range s.d.Groups {
+		if g.State != GroupCreated {
+			return true
+		}
+	}
+	s.idx.ensure(s)
+	for id := range s.rel.waiting {
+		req := s.d.Actors[id].Spec.Request
+		if neverPlaceable(s, req) != "" {
+			return true
+		}
+		if _, err := p.Place(s, req); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (p Planner) planPending(scratch *State, at int64) (cmds []Command, waiting []Waiting) {
@@ -61,11 +92,9 @@ func (p Planner) planPending(scratch *State, at int64) (cmds []Command, waiting 
 		}
 		cmds = append(cmds, c)
 	}
-	var actors []*Actor
-	for _, a := range scratch.d.Actors {
-		if a.needsPlacement() {
-			actors = append(actors, a)
-		}
+	actors := make([]*Actor, 0, len(scratch.rel.waiting))
+	for id := range scratch.rel.waiting { // the actors that need placement
+		actors = append(actors, scratch.d.Actors[id])
 	}
 	sort.Slice(actors, func(i, j int) bool {
 		if actors[i].CreatedAt != actors[j].CreatedAt {

@@ -31,7 +31,7 @@ func recordsState(t testing.TB, records int) *State {
 // TestPlacementCostIndependentOfLiveActors holds the property behind the
 // placement throughput: what runs per commit (the placer's plan and apply
 // of a create, a node asking what to start, the leader's reconcile asking
-// whether anything waits) allocates the same with 100,000 live actors as
+// whether anything waits and planning what does) allocates the same with 100,000 live actors as
 // with 100. These used to cost O(live actors): StartingOn listed every
 // placement record on the node (cloned and sent after every commit), and
 // the reconcile sorted every actor to find waiting ones.
@@ -61,6 +61,16 @@ func TestPlacementCostIndependentOfLiveActors(t *testing.T) {
 			}
 			if err := s.Apply(c); err != nil {
 				t.Fatal(err)
+			}
+		})
+		// One actor that fits nowhere waits: the leader plans what waits at
+		// every reconcile.
+		mustApply(t, s, &CreateActor{Spec: ActorSpec{ID: "huge", Request: Request{Resources: Resources{MilliCPU: 1 << 40}}},
+			PendingReason: "does not fit", At: 4})
+		out["PlanPending"] = testing.AllocsPerRun(20, func() {
+			cmds, waiting := Planner{}.PlanPending(s, 5)
+			if len(cmds) != 0 || len(waiting) != 1 || waiting[0].Actor != "huge" {
+				t.Fatalf("PlanPending = %v, %v; want nothing decided, huge waiting", cmds, waiting)
 			}
 		})
 		return out

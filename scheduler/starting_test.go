@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"bytes"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -8,7 +10,8 @@ import (
 // TestStartingOnMatchesActorsOn: after every command of random logs (and
 // after a snapshot round trip and a clone), StartingOn(n) is exactly the
 // actors on n that are not alive and have something to launch (Args), in
-// ID order, and HasWaiting agrees with a scan of every actor and group.
+// ID order, HasWaiting agrees with a scan of every actor and group, and
+// PlanPending gives what it gives on a copy, leaving the state as it was.
 func TestStartingOnMatchesActorsOn(t *testing.T) {
 	check := func(s *State) {
 		t.Helper()
@@ -42,6 +45,27 @@ func TestStartingOnMatchesActorsOn(t *testing.T) {
 		}
 		if got := s.HasWaiting(); got != (waiting > 0 || groupWaits) {
 			t.Fatalf("HasWaiting() = %v with %d waiting actors, a group waiting: %v", got, waiting, groupWaits)
+		}
+		// PlanPending plans on s itself when it decides nothing: the same
+		// outcome as on a copy, and s unchanged.
+		before := snapshotBytes(t, s)
+		cmds, waits := Planner{}.PlanPending(s, 7)
+		wantCmds, wantWaits := Planner{}.planPending(s.Clone(), 7)
+		show := func(cmds []Command, waits []Waiting) string {
+			out := ""
+			for _, c := range cmds {
+				out += fmt.Sprintf("%x ", MustEncode(c))
+			}
+			for _, w := range waits {
+				out += fmt.Sprintf("%s/%s: %v; ", w.Actor, w.Group, w.Err)
+			}
+			return out
+		}
+		if got, want := show(cmds, waits), show(wantCmds, wantWaits); got != want {
+			t.Fatalf("PlanPending = %s\non a copy %s", got, want)
+		}
+		if !bytes.Equal(snapshotBytes(t, s), before) {
+			t.Fatal("PlanPending changed the state")
 		}
 	}
 	for seed := int64(31); seed <= 33; seed++ {

@@ -156,16 +156,8 @@ func (s *State) HasWaiting() bool {
 	return false
 }
 
-// numWaitingActors counts the actors without a node that are not dead:
-// every actor that is not dead is placed (and then on its node's onNode
-// set) or waits.
-func (s *State) numWaitingActors() int {
-	live := len(s.d.Actors) - (len(s.dead) - s.deadHead)
-	for _, set := range s.rel.onNode {
-		live -= len(set)
-	}
-	return live
-}
+// numWaitingActors counts the actors without a node that are not dead.
+func (s *State) numWaitingActors() int { return len(s.rel.waiting) }
 
 // ActorByName returns the live actor registered under namespace/name, or nil.
 func (s *State) ActorByName(namespace, name string) *Actor {
