@@ -18,6 +18,8 @@ import (
 type teamRun struct {
 	steps []atgrpo.StepStats
 	w     map[string]WeightStats
+	pids  map[string]int              // every actor's process, by replica key
+	where map[string]actors.ActorInfo // by replica key
 }
 
 // runReplicatedTeam trains a team of n replicas per policy for two
@@ -76,6 +78,15 @@ func runReplicatedTeam(t *testing.T, rt runtime.Runtime, tc TeamConfig, n int) t
 		}
 	}
 	if r.w, err = team.Weights(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.pids = map[string]int{}
+	for key, h := range team.allActors() {
+		if r.pids[key], err = actors.Call(ctx, h, (*Policy).Pid, struct{}{}).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.where, err = team.Placements(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n > 1 {
