@@ -5,6 +5,7 @@
 // library only; it reports one device "troupe CUDA emulator" of compute
 // capability 8.0. Modules must be NUL-terminated PTX from NVRTC; kernels are
 // looked up by name in the emulator's registry.
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -52,6 +53,9 @@ std::map<std::string, std::unique_ptr<Function>> functions;
 bool have_ctx() { return current == &ctx_token; }
 
 }  // namespace
+
+// Host<->device bytes copied through the fake driver (fake_transfer_bytes).
+static std::atomic<unsigned long long> htod_bytes{0}, dtoh_bytes{0};
 
 extern "C" {
 
@@ -149,11 +153,13 @@ int cuMemFree_v2(void* p) {
 }
 int cuMemcpyHtoD_v2(void* dst, const void* src, size_t n) {
     if (!have_ctx()) return INVALID_CONTEXT;
+    htod_bytes.fetch_add(n);
     emu_memcpy(dst, src, n);
     return OK;
 }
 int cuMemcpyDtoH_v2(void* dst, const void* src, size_t n) {
     if (!have_ctx()) return INVALID_CONTEXT;
+    dtoh_bytes.fetch_add(n);
     emu_memcpy(dst, src, n);
     return OK;
 }
@@ -188,6 +194,14 @@ int cuGetErrorString(int r, const char** s) {
         default: *s = "unspecified launch failure"; break;
     }
     return OK;
+}
+
+// fake_transfer_bytes reports the bytes cuMemcpyHtoD and cuMemcpyDtoH
+// have moved since the library was loaded: what a real GPU would move over
+// the bus (tests hold a training or decode step to a bound).
+void fake_transfer_bytes(unsigned long long* htod, unsigned long long* dtoh) {
+    *htod = htod_bytes.load();
+    *dtoh = dtoh_bytes.load();
 }
 
 }  // extern "C"

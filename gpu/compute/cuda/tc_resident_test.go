@@ -1,0 +1,172 @@
+//go:build cudaemu && !cudagpu
+
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ebitengine/purego"
+
+	"troupe/algorithms/policy"
+	"troupe/algorithms/policy/hf"
+	"troupe/gpu/compute/cpu"
+)
+
+// busBytes returns the bytes the fake driver has copied host to device and
+// device to host so far (fake_transfer_bytes in emu/csrc/fake_libcuda.cpp).
+func busBytes(t *testing.T) (htod, dtoh uint64) {
+	t.Helper()
+	h, err := purego.Dlopen(emuLibPath, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f func(h, d *uint64)
+	purego.RegisterLibFunc(&f, h, "fake_transfer_bytes")
+	f(&htod, &dtoh)
+	return htod, dtoh
+}
+
+// TestEmuDriverLlamaBF16Resident runs the tiny Qwen3-type Llama in mixed
+// precision (SetComputeDType(BF16): every projection and the head through
+// the tensor-core GEMMs, forward and both backward directions) through the
+// fake driver, against the CPU's mixed precision, and counts the bytes each
+// step moves over the bus once the weights are resident: a rollout
+// (log-probs, and generation with the KV cache on the device) moves token
+// ids in and log-probs or sampled ids out; a training step uploads no
+// weight and downloads what the BF16Matmuler contract asks (RoundBF16 writes
+// the host copy of the rounded weights) and scalars.
+func TestEmuDriverLlamaBF16Resident(t *testing.T) {
+	be := newFakeDriverBackend(t)
+	cfg := tinyLlama(t)
+	mc, err := policy.NewLlama(be, cfg, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Free()
+	mr, err := policy.NewLlama(cpu.NewReference(), cfg, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Free()
+	w, err := mr.Weights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range w {
+		w[i] += float32(rng.NormFloat64() * 0.3)
+	}
+	for _, m := range []*policy.Llama{mc, mr} {
+		if err := m.SetWeights(w); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetComputeDType(hf.BF16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := policy.Batch{Tokens: [][]int32{{1, 2, 3, 4}, {5, 6, 7, 8, 9, 10, 11, 12}, {0, 3, 6, 9, 12, 2}}}
+	ntok := 0
+	for _, s := range batch.Tokens {
+		ntok += len(s)
+	}
+	// BF16 products on both sides; the sums' order and precision differ
+	// (and the CPU may keep activations in float32): BF16-level agreement.
+	const bfTol = 3e-2
+	sc, err := mc.TrainStep(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := mr.TrainStep(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("train step: loss %.5f vs %.5f, grad norm %.5f vs %.5f", sc.Loss, sr.Loss, sc.GradNorm, sr.GradNorm)
+	if d := math.Abs(sc.Loss - sr.Loss); d > bfTol*math.Max(1, sr.Loss) {
+		t.Errorf("loss %v, CPU mixed precision %v", sc.Loss, sr.Loss)
+	}
+	if d := math.Abs(sc.GradNorm - sr.GradNorm); d > bfTol*math.Max(1, sr.GradNorm) {
+		t.Errorf("grad norm %v, CPU mixed precision %v", sc.GradNorm, sr.GradNorm)
+	}
+	lc, err := mc.LogProbs(batch) // warm: every weight resident after this
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr, err := mr.LogProbs(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxLP float64
+	for b := range lr {
+		for i := range lr[b] {
+			maxLP = math.Max(maxLP, math.Abs(float64(lc[b][i])-float64(lr[b][i])))
+		}
+	}
+	t.Logf("log-probs after a step: max difference %.3g", maxLP)
+	if maxLP > bfTol*4 {
+		t.Errorf("log-probs differ from the CPU's mixed precision by up to %.3g", maxLP)
+	}
+
+	// Bytes per call, weights resident.
+	measure := func(what string, f func()) (uint64, uint64) {
+		h0, d0 := busBytes(t)
+		f()
+		if err := be.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		h1, d1 := busBytes(t)
+		t.Logf("%s: %d bytes to the device, %d back", what, h1-h0, d1-d0)
+		return h1 - h0, d1 - d0
+	}
+	// Per token in: its id, position, target and the like (int32/float32
+	// words); per row and call: a few scalars.
+	inBound := uint64(32*ntok + 64*len(batch.Tokens) + 256)
+	h, d := measure("LogProbs", func() {
+		if _, err := mc.LogProbs(batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if h > inBound || d > uint64(4*ntok+256) {
+		t.Errorf("LogProbs moved %d bytes in (bound %d), %d out (bound %d): more than ids and log-probs", h, inBound, d, 4*ntok+256)
+	}
+	prompts := [][]int32{{1, 2, 3}, {4}}
+	opt := policy.GenerateOptions{MaxNewTokens: 4, Temperature: 0.8, TopK: 5, Seed: 11}
+	steps := uint64(opt.MaxNewTokens)
+	h, d = measure("Generate", func() {
+		if _, err := mc.Generate(prompts, opt); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Sampling happens on the host: a step downloads the rows' last logits
+	// (V floats each) and uploads the sampled ids.
+	V := uint64(cfg.VocabSize)
+	genOut := steps*uint64(len(prompts))*(4*V+64) + 256
+	genIn := steps*uint64(len(prompts))*64 + 4*8*uint64(len(prompts)) + 512
+	if h > genIn || d > genOut {
+		t.Errorf("Generate moved %d bytes in (bound %d), %d out (bound %d)", h, genIn, d, genOut)
+	}
+	h, d = measure("TrainStep", func() {
+		if _, err := mc.TrainStep(batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The update adds AdamWUpdateMulti's table: 56 bytes per tensor (20
+	// here), uploaded per call.
+	trainIn := inBound + 56*32
+	if h > trainIn || d > 256 {
+		t.Errorf("TrainStep moved %d bytes in (bound %d), %d out (bound 256): weights are not resident", h, trainIn, d)
+	}
+	// The first forward after an update rounds the masters into the
+	// resident BF16 copies on the device, and copies them to the host
+	// because the contract's RoundBF16 writes a host slice: the one transfer
+	// of weights left (2 bytes per matrix weight, down only).
+	h, d = measure("LogProbs after an update", func() {
+		if _, err := mc.LogProbs(batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if h > inBound || d > uint64(4*ntok+256+2*len(w)) {
+		t.Errorf("LogProbs after an update moved %d bytes in (bound %d), %d out (bound %d)", h, inBound, d, 4*ntok+256+2*len(w))
+	}
+}
