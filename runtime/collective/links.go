@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,7 +224,8 @@ func (l *links) tell(me *collective.MemberError) {
 	if errors.Is(me.Err, collective.ErrMismatch) {
 		code = failMismatch
 	}
-	text := me.Err.Error()
+	// The receiver wraps the text in the sentinel again.
+	text := strings.TrimPrefix(strings.TrimPrefix(me.Err.Error(), collective.ErrMismatch.Error()+": "), collective.ErrMemberLost.Error()+": ")
 	if len(text) > maxFailText {
 		text = text[:maxFailText]
 	}
@@ -306,22 +308,33 @@ func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []b
 	p := l.peers[from]
 	select {
 	case m := <-p.q:
-		defer func() {
-			select {
-			case p.free <- m.data:
-			default:
-			}
-		}()
-		if m.h != h || len(m.data) != len(buf) {
-			return l.memberErr(from, fmt.Errorf("%w: got %s, want %s", collective.ErrMismatch, describe(m.h, len(m.data)), describe(h, len(buf))))
-		}
-		copy(buf, m.data)
-		return nil
+		return l.take(p, m, h, buf)
 	case <-l.lostCh:
-		return l.err()
+		// What the peer sent before the failure is still good.
+		select {
+		case m := <-p.q:
+			return l.take(p, m, h, buf)
+		default:
+			return l.err()
+		}
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// take checks a received message against what Recv expects and copies it.
+func (l *links) take(p *peer, m message, h collective.Header, buf []byte) error {
+	defer func() {
+		select {
+		case p.free <- m.data:
+		default:
+		}
+	}()
+	if m.h != h || len(m.data) != len(buf) {
+		return l.memberErr(p.rank, fmt.Errorf("%w: got %s, want %s", collective.ErrMismatch, describe(m.h, len(m.data)), describe(h, len(buf))))
+	}
+	copy(buf, m.data)
+	return nil
 }
 
 // Fail implements collective.Links.
