@@ -1,0 +1,226 @@
+// Package nccl loads NVIDIA's collective library, NCCL (libnccl.so.2),
+// with dlopen through purego, as package cuda loads the driver: for
+// collective groups whose members are all on GPUs, whose buffers NCCL
+// reduces on the devices over NVLink or the network.
+//
+// troupe ships no NCCL, and none was at hand where this package was
+// written: it is tested against a fake libnccl (testdata/fake_nccl.c)
+// that checks the calling convention, not against NCCL itself. Where the
+// library is absent (Load fails with ErrUnavailable), Choose picks the host
+// path: the GPU buffers are copied to host memory and reduced over the
+// group's ring (package troupe/actors/collective), then copied back.
+//
+// The package sits in the ML half (beside the CUDA backend that owns device
+// buffers); the runtime half's collectives never import it.
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrUnavailable: libnccl.so.2 is not installed (or lacks a symbol).
+var ErrUnavailable = errors.New("nccl: unavailable")
+
+// Env names a library to load instead of libnccl.so.2.
+const Env = "TROUPE_LIBNCCL"
+
+// UniqueID is ncclUniqueId: rank 0 makes it and every member passes it to
+// CommInitRank (the group's Broadcast carries it).
+type UniqueID struct{ Internal [128]byte }
+
+// Comm is an ncclComm_t.
+type Comm uintptr
+
+// DataType is ncclDataType_t.
+type DataType int32
+
+// The data types troupe reduces.
+const (
+	Float32  DataType = 7 // ncclFloat32
+	BFloat16 DataType = 9 // ncclBfloat16
+)
+
+// RedOp is ncclRedOp_t.
+type RedOp int32
+
+// Reductions.
+const (
+	Sum RedOp = 0 // ncclSum
+	Max RedOp = 2 // ncclMax
+	Avg RedOp = 4 // ncclAvg (NCCL 2.10 and later)
+)
+
+// Lib is a loaded NCCL.
+type Lib struct {
+	path    string
+	version int32
+
+	getVersion    func(v *int32) int32
+	getUniqueID   func(id *UniqueID) int32
+	commInitRank  func(comm *Comm, n int32, id UniqueID, rank int32) int32
+	commDestroy   func(c Comm) int32
+	commAbort     func(c Comm) int32
+	allReduce     func(send, recv uintptr, count uintptr, dt DataType, op RedOp, c Comm, stream uintptr) int32
+	broadcast     func(send, recv uintptr, count uintptr, dt DataType, root int32, c Comm, stream uintptr) int32
+	getErrorStr   func(r int32) *byte
+	allGather     func(send, recv uintptr, count uintptr, dt DataType, c Comm, stream uintptr) int32
+	reduceScatter func(send, recv uintptr, count uintptr, dt DataType, op RedOp, c Comm, stream uintptr) int32
+}
+
+var (
+	loadMu sync.Mutex // guards loads
+	loads  = map[string]loaded{}
+)
+
+type loaded struct {
+	lib *Lib
+	err error
+}
+
+// Load loads NCCL once per process: TROUPE_LIBNCCL, or libnccl.so.2.
+func Load() (*Lib, error) {
+	p := os.Getenv(Env)
+	if p == "" {
+		p = "libnccl.so.2"
+	}
+	return LoadFrom(p)
+}
+
+// LoadFrom loads the library at path (once per path).
+func LoadFrom(path string) (*Lib, error) {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if l, ok := loads[path]; ok {
+		return l.lib, l.err
+	}
+	lib, err := bind(path)
+	loads[path] = loaded{lib, err}
+	return lib, err
+}
+
+func bind(path string) (*Lib, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, path, err)
+	}
+	l := &Lib{path: path}
+	for _, s := range []struct {
+		fptr any
+		name string
+	}{
+		{&l.getVersion, "ncclGetVersion"}, {&l.getUniqueID, "ncclGetUniqueId"},
+		{&l.commInitRank, "ncclCommInitRank"}, {&l.commDestroy, "ncclCommDestroy"},
+		{&l.commAbort, "ncclCommAbort"}, {&l.allReduce, "ncclAllReduce"},
+		{&l.broadcast, "ncclBroadcast"}, {&l.allGather, "ncclAllGather"},
+		{&l.reduceScatter, "ncclReduceScatter"}, {&l.getErrorStr, "ncclGetErrorString"},
+	} {
+		sym, err := purego.Dlsym(h, s.name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s lacks %s", ErrUnavailable, path, s.name)
+		}
+		purego.RegisterFunc(s.fptr, sym)
+	}
+	if err := l.check("ncclGetVersion", l.getVersion(&l.version)); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return l, nil
+}
+
+// Version is NCCL's version code (e.g. 22005 for 2.20.5).
+func (l *Lib) Version() int { return int(l.version) }
+
+func (l *Lib) check(what string, r int32) error {
+	if r == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("ncclResult %d", r)
+	if l.getErrorStr != nil {
+		if s := l.getErrorStr(r); s != nil {
+			n := 0
+			for *(*byte)(unsafe.Add(unsafe.Pointer(s), n)) != 0 {
+				n++
+			}
+			msg = string(unsafe.Slice(s, n)) + fmt.Sprintf(" (ncclResult %d)", r)
+		}
+	}
+	return fmt.Errorf("nccl: %s: %s", what, msg)
+}
+
+// GetUniqueID makes the ID rank 0 hands the others.
+func (l *Lib) GetUniqueID() (UniqueID, error) {
+	var id UniqueID
+	return id, l.check("ncclGetUniqueId", l.getUniqueID(&id))
+}
+
+// CommInitRank joins the communicator of n ranks that id names, as rank,
+// on the current CUDA device.
+func (l *Lib) CommInitRank(n int, id UniqueID, rank int) (Comm, error) {
+	var c Comm
+	return c, l.check("ncclCommInitRank", l.commInitRank(&c, int32(n), id, int32(rank)))
+}
+
+// AllReduce reduces count elements of dt at device address send into recv
+// (they may be the same) on stream.
+func (l *Lib) AllReduce(send, recv uintptr, count int, dt DataType, op RedOp, c Comm, stream uintptr) error {
+	return l.check("ncclAllReduce", l.allReduce(send, recv, uintptr(count), dt, op, c, stream))
+}
+
+// Broadcast copies root's count elements to every rank's recv.
+func (l *Lib) Broadcast(send, recv uintptr, count int, dt DataType, root int, c Comm, stream uintptr) error {
+	return l.check("ncclBroadcast", l.broadcast(send, recv, uintptr(count), dt, int32(root), c, stream))
+}
+
+// AllGather gathers every rank's count elements into recv, in rank order.
+func (l *Lib) AllGather(send, recv uintptr, count int, dt DataType, c Comm, stream uintptr) error {
+	return l.check("ncclAllGather", l.allGather(send, recv, uintptr(count), dt, c, stream))
+}
+
+// ReduceScatter reduces and leaves rank r with the r-th count elements.
+func (l *Lib) ReduceScatter(send, recv uintptr, count int, dt DataType, op RedOp, c Comm, stream uintptr) error {
+	return l.check("ncclReduceScatter", l.reduceScatter(send, recv, uintptr(count), dt, op, c, stream))
+}
+
+// Abort ends the communicator without waiting for pending operations: what
+// a member does when the group loses another member.
+func (l *Lib) Abort(c Comm) error { return l.check("ncclCommAbort", l.commAbort(c)) }
+
+// Destroy frees the communicator.
+func (l *Lib) Destroy(c Comm) error { return l.check("ncclCommDestroy", l.commDestroy(c)) }
+
+// Path is how a group moves GPU buffers.
+type Path int
+
+const (
+	// HostPath copies GPU buffers to host memory and reduces them over the
+	// group's ring.
+	HostPath Path = iota
+	// NCCLPath reduces them on the devices with NCCL.
+	NCCLPath
+)
+
+func (p Path) String() string {
+	if p == NCCLPath {
+		return "nccl"
+	}
+	return "host"
+}
+
+// Choose picks the path of a group: NCCL when every member's buffers are
+// on a GPU and the library loads, else the host path; why says which and
+// why, for the logs.
+func Choose(allOnGPUs bool, load func() (*Lib, error)) (p Path, lib *Lib, why string) {
+	if !allOnGPUs {
+		return HostPath, nil, "not every member is on a GPU"
+	}
+	lib, err := load()
+	if err != nil {
+		return HostPath, nil, err.Error()
+	}
+	return NCCLPath, lib, fmt.Sprintf("NCCL %d from %s", lib.version, lib.path)
+}

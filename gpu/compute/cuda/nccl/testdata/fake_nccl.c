@@ -1,0 +1,30 @@
+/* A fake libnccl.so.2 for the loader's tests: one rank, host pointers.
+ * It checks the calling convention (the 128-byte ncclUniqueId passed by
+ * value, seven-argument collectives) and copies or sums on the host. */
+#include <stddef.h>
+#include <string.h>
+
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef struct { int nranks, rank; } comm_t;
+static comm_t the_comm;
+
+int ncclGetVersion(int *v) { *v = 29999; return 0; }
+int ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0, sizeof *id); id->internal[0] = 42; id->internal[127] = 7; return 0; }
+int ncclCommInitRank(comm_t **c, int n, ncclUniqueId id, int rank) {
+	if (id.internal[0] != 42 || id.internal[127] != 7) return 4; /* ncclInvalidArgument */
+	if (n != 1 || rank != 0) return 4;
+	the_comm.nranks = n; the_comm.rank = rank; *c = &the_comm; return 0;
+}
+int ncclCommDestroy(comm_t *c) { return c == &the_comm ? 0 : 4; }
+int ncclCommAbort(comm_t *c) { return c == &the_comm ? 0 : 4; }
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, comm_t *c, void *stream) {
+	if (c != &the_comm || dt != 7) return 4;
+	/* one rank: the sum is the input; op 4 (avg) divides by 1 */
+	memmove(r, s, n * 4); (void)op; (void)stream; return 0;
+}
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, comm_t *c, void *stream) {
+	if (c != &the_comm || root != 0) return 4; memmove(r, s, n * 4); return 0;
+}
+int ncclAllGather(const void *s, void *r, size_t n, int dt, comm_t *c, void *stream) { memmove(r, s, n * 4); return 0; }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, comm_t *c, void *stream) { memmove(r, s, n * 4); return 0; }
+const char *ncclGetErrorString(int r) { return r == 4 ? "invalid argument" : "error"; }
