@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -35,7 +36,7 @@ import (
 const nodeEnv = "TROUPE_CLUSTER_TEST_NODE"
 
 // profileEnv, when set to a directory, makes every node process write a CPU
-// profile there (<node ID>.cpu, stopped at a clean exit) so the server side
+// profile there (<node ID>.cpu, stopped at a clean exit, then <node ID>.heap) so the server side
 // of a benchmark can be profiled: the test binary's own -cpuprofile only
 // sees the clients.
 const profileEnv = "TROUPE_CLUSTER_TEST_CPUPROFILE"
@@ -74,7 +75,17 @@ func runNodeProcess(specJSON string) int {
 		f, err := os.Create(filepath.Join(dir, ps.ID+".cpu"))
 		if err == nil && pprof.StartCPUProfile(f) == nil {
 			var once sync.Once
-			stopProfile = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
+			stopProfile = func() {
+				once.Do(func() {
+					pprof.StopCPUProfile()
+					f.Close()
+					if h, err := os.Create(filepath.Join(dir, ps.ID+".heap")); err == nil { // the live heap at the end
+						runtime.GC()
+						pprof.WriteHeapProfile(h)
+						h.Close()
+					}
+				})
+			}
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
