@@ -11,7 +11,7 @@ type Config struct {
 	// DirectMaxBytes: calls on buffers up to this size exchange them
 	// directly between every pair of members (one round, n-1 messages
 	// each) instead of going round the ring (2(n-1) rounds). The default
-	// is DefaultDirectMaxBytes, measured by BenchmarkSwitchover.
+	// is DefaultDirectMaxBytes.
 	DirectMaxBytes int
 }
 
@@ -19,9 +19,10 @@ const (
 	// DefaultChunkBytes is Config.ChunkBytes' default.
 	DefaultChunkBytes = 512 << 10
 	// DefaultDirectMaxBytes is Config.DirectMaxBytes' default: where the
-	// direct exchange and the ring cross over for 2 to 4 processes of one
-	// host (runtime/collective's BenchmarkSwitchover; see
-	// docs/performance.md).
+	// direct exchange should give way to the ring. It is provisional until
+	// measured on a quiet machine with scripts/allreduce-bench -algo
+	// direct|ring (docs/performance.md says how): on the loaded machine it
+	// was built on, the ring lost at every size up to 512 KiB.
 	DefaultDirectMaxBytes = 64 << 10
 )
 
