@@ -280,6 +280,40 @@ func (b *Backend) MatmulForwardBF16(out, inp compute.Buffer, weight []uint16, bi
 	b.tcGemm(o, a, w, bi, 0, N, OC, Cp, false)
 }
 
+// MatmulForwardBF16Residual is MatmulForwardBF16 with the residual add
+// fused into the epilogue: out = res + inp·weightᵀ + bias (an attention
+// output or MLP down projection added onto the residual stream in one
+// pass). res (N,OC) may alias out; bias may be nil.
+func (b *Backend) MatmulForwardBF16Residual(out, inp compute.Buffer, weight []uint16, bias, res compute.Buffer, N, C, OC int) {
+	const op = "MatmulForwardBF16Residual"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	o, in, bi := b.f(op, "out", out, N*OC), b.f(op, "inp", inp, N*C), b.opt(op, "bias", bias, OC)
+	r := b.f(op, "res", res, N*OC)
+	if b.err == nil && len(weight) != OC*C {
+		b.fail(compute.ShapeError(op, "weight has %d values, want OC*C = %d", len(weight), OC*C))
+	}
+	e, off := b.weight(op, weight)
+	if b.err != nil || N*OC == 0 {
+		return
+	}
+	Cp := pad8(C)
+	a := b.tcScratch(N * Cp)
+	w := b.operand(e, off, OC, C, false)
+	if b.err != nil {
+		return
+	}
+	b.packF32(a, in, N, C, Cp, false)
+	if r == o {
+		// Each element reads its residual and writes it back in one thread,
+		// except under split-K, where accumulating into out is the same sum.
+		b.tcGemm(o, a, w, bi, 0, N, OC, Cp, true)
+		return
+	}
+	b.tcGemm(o, a, w, bi, r, N, OC, Cp, false)
+}
+
 // MatmulBackwardInputBF16: dinp (N,C) += bf16(dout) (N,OC) · weight (OC,C).
 func (b *Backend) MatmulBackwardInputBF16(dinp, dout compute.Buffer, weight []uint16, N, C, OC int) {
 	const op = "MatmulBackwardInputBF16"

@@ -96,3 +96,26 @@ func TestOpTCGemmAuto(t *testing.T) {
 	tcCase(p, "tc_gemm_auto(N=2,C=200,OC=24)", 2, 200, 24)
 	tcCase(p, "tc_gemm_auto(N=40,C=24,OC=40)", 40, 24, 40)
 }
+
+// TestOpTCGemmResidual checks the residual epilogue, into a separate
+// output and in place, with and without a split over k.
+func TestOpTCGemmResidual(t *testing.T) {
+	p := newPair(t, 34)
+	for _, s := range []struct{ N, C, OC int }{{5, 200, 24}, {20, 24, 70}} {
+		N, C, OC := s.N, s.C, s.OC
+		inF, wF := p.randn(N*C, 1), p.randn(OC*C, 1)
+		in, inR, wR := p.up(inF), p.up(roundBF16(inF)), p.up(roundBF16(wF))
+		w := toBF16(wF)
+		bi, res := p.rand(OC, 1), p.rand(N*OC, 1)
+		out := p.rand(N*OC, 1)
+		p.e.MatmulForwardBF16Residual(out.e, in.e, w, bi.e, res.e, N, C, OC)
+		p.r.MatmulForward(out.r, inR.r, wR.r, bi.r, N, C, OC)
+		p.r.ResidualForward(out.r, out.r, res.r, N*OC)
+		p.check(fmt.Sprintf("tc_gemm_residual(N=%d,C=%d,OC=%d)", N, C, OC), out, tol)
+		p.e.MatmulForwardBF16Residual(res.e, in.e, w, nil, res.e, N, C, OC)
+		tmp := p.zeros(N * OC)
+		p.r.MatmulForward(tmp.r, inR.r, wR.r, nil, N, C, OC)
+		p.r.ResidualForward(res.r, res.r, tmp.r, N*OC)
+		p.check(fmt.Sprintf("tc_gemm_residual_inplace(N=%d,C=%d,OC=%d)", N, C, OC), res, tol)
+	}
+}
