@@ -20,6 +20,7 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/cluster"
+	rcollective "troupe/runtime/collective"
 	"troupe/runtime/worker"
 	"troupe/scheduler"
 )
@@ -127,7 +128,7 @@ func init() {
 // one: it serves the registered types, as runtime.Init does in a worker.
 func TestMain(m *testing.M) {
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
-		if err := worker.ServeProcess(context.Background(), env, os.Getenv(worker.HostEnvVar), worker.Options{}); err != nil {
+		if err := worker.ServeProcess(context.Background(), env, os.Getenv(worker.HostEnvVar), worker.Options{NoCollectiveUnix: os.Getenv(rcollective.UnixEnv) == "0"}); err != nil {
 			fmt.Fprintf(os.Stderr, "troupe worker: %v\n", err)
 			os.Exit(1)
 		}
