@@ -2,7 +2,10 @@ package driver
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 	"troupe/actors"
 	"troupe/actors/collective"
 	rcollective "troupe/runtime/collective"
+	"troupe/runtime/transport"
 )
 
 // rmember is an actor of the two-node collective test.
@@ -75,6 +79,7 @@ func TestCollectiveTwoNodes(t *testing.T) {
 		t.Skip("starts a node process and workers")
 	}
 	t.Setenv(rcollective.UnixEnv, "0")
+	cleanStaleSockets(t)
 	const tok = "collective-two-nodes"
 	head := startHead(t, tok)
 	defer head.Shutdown()
@@ -167,4 +172,33 @@ func TestCollectiveTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum(1000)
+}
+
+// cleanStaleSockets removes, when the test ends, the Unix sockets that
+// appeared in transport.LocalDir during it and that nothing listens on: a
+// worker killed with kill -9 cannot remove its own. Other tests' live
+// sockets stay.
+func cleanStaleSockets(t *testing.T) {
+	dir, err := transport.LocalDir()
+	if err != nil {
+		return
+	}
+	before := map[string]bool{}
+	old, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range old {
+		before[f] = true
+	}
+	t.Cleanup(func() { // registered first, it runs after the nodes stopped
+		now, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, f := range now {
+			if before[f] {
+				continue
+			}
+			if c, err := net.Dial("unix", f); err == nil {
+				c.Close()
+			} else if errors.Is(err, syscall.ECONNREFUSED) {
+				os.Remove(f)
+			}
+		}
+	})
 }
