@@ -141,7 +141,16 @@ func (b *Backend) tcScratch(n int) uintptr {
 // packF32 writes dst (R,Kp) = bf16 of src (R,K), or of src (K,R) read
 // transposed.
 func (b *Backend) packF32(dst, src uintptr, R, K, Kp int, trans bool) {
-	b.launch("tc_pack_f32", b.elemGrid(R*Kp), b.elemBlock(), ptr(dst), ptr(src), R, K, Kp, b2i(trans))
+	if trans {
+		if ceilDiv(R, 32) > 65535 {
+			b.fail(compute.ShapeError("tcGemm", "%d rows to transpose: more than 65535 tiles", R))
+			return
+		}
+		b.launch("tc_pack_f32_t", [3]uint32{uint32(ceilDiv(Kp, 32)), uint32(ceilDiv(R, 32)), 1}, [3]uint32{32, 8, 1},
+			ptr(dst), ptr(src), R, K, Kp)
+		return
+	}
+	b.launch("tc_pack_f32", b.elemGrid(R*Kp), b.elemBlock(), ptr(dst), ptr(src), R, K, Kp, 0)
 }
 
 func (b *Backend) packBF16(dst, src uintptr, R, K, Kp int, trans bool) {

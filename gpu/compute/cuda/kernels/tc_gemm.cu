@@ -196,3 +196,23 @@ extern "C" __global__ void tc_round_bf16(float* dst, const float* src, int n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         dst[i] = bf16_to_float(float_to_bf16(src[i]));
 }
+
+// tc_pack_f32_t is tc_pack_f32 with trans = 1, coalesced both ways: a
+// 32x32 tile of src (K,R) goes through shared memory (a padded row so the
+// column reads hit distinct banks), read along r and written along k.
+// Block (32, 8); grid (ceil(Kp/32), ceil(R/32)).
+extern "C" __global__ void __launch_bounds__(256)
+    tc_pack_f32_t(bf16* dst, const float* src, int R, int K, int Kp) {
+    __shared__ float tile[32][33];
+    const int k0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int j = ty; j < 32; j += 8) {
+        const int k = k0 + j, r = r0 + tx;
+        tile[j][tx] = (k < K && r < R) ? src[(long)k * R + r] : 0.0f;
+    }
+    __syncthreads();
+    for (int j = ty; j < 32; j += 8) {
+        const int r = r0 + j, k = k0 + tx;
+        if (r < R && k < Kp) dst[(long)r * Kp + k] = float_to_bf16(tile[tx][j]);
+    }
+}
