@@ -531,6 +531,9 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 			wall := sm.wall.Round(time.Second).String()
 			if warm {
 				steps, wall = "0 (warm start)", wall+" (SFT)"
+				if sm.wall == 0 { // trained once per seed as its own run: its time is in the log
+					wall = "saved warm start"
+				}
 			}
 			greedy := "**" + cellText(sm.greedy, sm.greedySE, sm.seeds, sm.binomial) + "**"
 			if o := runs[0].Opt; sm.reused > 0 || (o.Algo == "joyagents" && o.Joy.Memory && !o.Joy.EvalNoMemory) {
