@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"troupe/internal/reduce"
@@ -34,10 +35,13 @@ type group struct {
 	links      Links
 	cfg        Config
 
+	// closed is set by Close, which does not wait for a call in progress:
+	// closing the links ends it.
+	closed atomic.Bool
+
 	mu      sync.Mutex // serialises calls; guards the following
 	seq     uint64
 	broken  error // the failure that ended the group, returned by later calls
-	closed  bool
 	scratch []float32
 }
 
@@ -46,12 +50,9 @@ func (g *group) Rank() int    { return g.rank }
 func (g *group) Size() int    { return g.size }
 
 func (g *group) Close() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+	if !g.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	g.closed = true
 	return g.links.Close()
 }
 
@@ -60,7 +61,7 @@ func (g *group) Close() error {
 func (g *group) call(ctx context.Context, h Header, fn func(h Header) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return fmt.Errorf("collective group %q: %s: %w", g.name, h.Kind, ErrClosed)
 	}
 	if g.broken != nil {
@@ -68,15 +69,27 @@ func (g *group) call(ctx context.Context, h Header, fn func(h Header) error) err
 	}
 	g.seq++
 	h.Seq = g.seq
-	err := fn(h)
+	// A context already over fails the call even where the exchange could
+	// complete, so that a cancelled member reliably drops out.
+	err := ctx.Err()
+	if err == nil {
+		err = fn(h)
+	}
 	if err == nil {
 		return nil
+	}
+	if g.closed.Load() {
+		g.broken = fmt.Errorf("collective group %q: %s: %w", g.name, h.Kind, ErrClosed)
+		return g.broken
 	}
 	var me *MemberError
 	if !errors.As(err, &me) {
 		// This member's own failure (its context ended): the peers lose it.
 		me = &MemberError{Group: g.name, Rank: g.rank, Err: fmt.Errorf("%w: its %s call ended: %v", ErrMemberLost, h.Kind, err)}
 	} else {
+		// The links may hand every member the same error: fill a copy.
+		cp := *me
+		me = &cp
 		err = me
 	}
 	if me.Actor == "" && g.actors != nil && me.Rank >= 0 && me.Rank < len(g.actors) {

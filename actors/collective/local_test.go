@@ -318,3 +318,20 @@ func TestWithGroup(t *testing.T) {
 		t.Fatalf("Of(other): %v, want ErrNoGroup", err)
 	}
 }
+
+// TestCloseDuringCall: Close does not wait for a call in progress; the call
+// ends with ErrClosed, the others' with ErrMemberLost.
+func TestCloseDuringCall(t *testing.T) {
+	gs := NewLocal("g", 2)
+	done := make(chan error, 1)
+	go func() { done <- gs[0].Barrier(t.Context()) }() // rank 1 never comes
+	if err := gs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMemberLost) {
+		t.Fatalf("the call on the closed member: %v", err)
+	}
+	if err := gs[1].Barrier(t.Context()); !errors.Is(err, ErrMemberLost) {
+		t.Fatalf("the other member: %v, want ErrMemberLost", err)
+	}
+}
