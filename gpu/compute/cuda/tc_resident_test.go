@@ -170,3 +170,73 @@ func TestEmuDriverLlamaBF16Resident(t *testing.T) {
 		t.Errorf("LogProbs after an update moved %d bytes in (bound %d), %d out (bound %d)", h, inBound, d, 4*ntok+256+2*len(w))
 	}
 }
+
+// TestEmuDriverLlamaBF16Base runs a frozen BF16 base (SetBaseDType(BF16)):
+// its layers' BF16 matrices are uploaded on the first pass and stay, so a
+// second pass moves only ids (and the embedding rows the policy gathers on
+// the host) in and log-probs out (before, every layer's matrices were
+// widened and uploaded again on every pass).
+func TestEmuDriverLlamaBF16Base(t *testing.T) {
+	be := newFakeDriverBackend(t)
+	cfg := tinyLlama(t)
+	mc, err := policy.NewLlama(be, cfg, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Free()
+	mr, err := policy.NewLlama(cpu.NewReference(), cfg, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Free()
+	w, err := mr.Weights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range w {
+		w[i] += float32(rng.NormFloat64() * 0.3)
+	}
+	for _, m := range []*policy.Llama{mc, mr} {
+		if err := m.SetWeights(w); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetBaseDType(hf.BF16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := policy.Batch{Tokens: [][]int32{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10, 11, 12, 0, 2}}}
+	ntok := 14
+	if _, err := mc.LogProbs(batch); err != nil {
+		t.Fatal(err)
+	}
+	h0, d0 := busBytes(t)
+	lc, err := mc.LogProbs(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	h1, d1 := busBytes(t)
+	t.Logf("second pass: %d bytes to the device, %d back (BF16 matrices: %d bytes)", h1-h0, d1-d0, 2*len(w))
+	// The policy gathers a BF16 base's embedding rows on the host
+	// (algorithms/policy embedForward) and uploads them: C floats per token.
+	if in, out := h1-h0, d1-d0; in > uint64((32+4*cfg.HiddenSize)*ntok+64*2+256) || out > uint64(4*ntok+256) {
+		t.Errorf("a pass over a resident BF16 base moved %d bytes in, %d out", in, out)
+	}
+	lr, err := mr.LogProbs(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxLP float64
+	for b := range lr {
+		for i := range lr[b] {
+			maxLP = math.Max(maxLP, math.Abs(float64(lc[b][i])-float64(lr[b][i])))
+		}
+	}
+	t.Logf("log-probs: max difference from the CPU's BF16 base %.3g", maxLP)
+	if maxLP > 0.1 {
+		t.Errorf("log-probs differ from the CPU's BF16 base by up to %.3g", maxLP)
+	}
+}
