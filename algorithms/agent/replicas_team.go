@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"troupe/actors"
@@ -92,14 +94,34 @@ func (t *Team) spawnPolicy(ctx context.Context, rt actors.Runtime, cfg TeamConfi
 		}
 		rs.handles = append(rs.handles, h)
 	}
-	refs := make([]actors.Ref, n)
+	if err := rs.form(ctx); err != nil {
+		return actors.Handle[Policy]{}, fmt.Errorf("replicas of %s: %w", key, err)
+	}
+	return rs.handles[0], nil
+}
+
+// form makes the replicas the members of their collective group, in rank
+// order; forming it again replaces it on every member.
+func (rs *replicaSet) form(ctx context.Context) error {
+	refs := make([]actors.Ref, len(rs.handles))
 	for r, h := range rs.handles {
 		refs[r] = h.Ref()
 	}
 	if err := collective.Create(ctx, rs.group, refs...); err != nil {
-		return actors.Handle[Policy]{}, fmt.Errorf("replicas of %s: form group %s: %w", key, rs.group, err)
+		return fmt.Errorf("form group %s: %w", rs.group, err)
 	}
-	return rs.handles[0], nil
+	return nil
+}
+
+// reformGroups forms every replica group again, as after a replica
+// restarted (it comes back from its constructor, outside the group).
+func (t *Team) reformGroups(ctx context.Context) error {
+	for _, key := range slices.Sorted(maps.Keys(t.replicas)) {
+		if err := t.replicas[key].form(ctx); err != nil {
+			return fmt.Errorf("replicas of %s: %w", key, err)
+		}
+	}
+	return nil
 }
 
 // replicasOf returns the actors of the policy actor h (itself alone when

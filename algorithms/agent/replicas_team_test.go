@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"troupe/actors"
 	"troupe/algorithms/atgrpo"
@@ -256,5 +257,63 @@ func TestJoyAgentsReplicasMatchOneActor(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTeamReplicaRestartRecovers: a replica that crashes comes back from
+// its constructor, with other weights (in a worker process that died, also
+// outside its group); restoring the team's saved state forms the groups
+// again and loads every replica, and the team trains on, its replicas
+// identical.
+func TestTeamReplicaRestartRecovers(t *testing.T) {
+	ctx := context.Background()
+	rt := initRT(t)
+	pc := tinyConfig()
+	pc.MaxNewTokens, pc.MiniBatch = 2, 4
+	team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: []string{"planner", "tool"}, PerRole: true, Policy: pc, Replicas: 2,
+		SpawnOptions: []actors.Option{actors.MaxRestarts(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer team.Kill(context.Background())
+	tr := &ATGRPO{Config: atgrpoConfig(), Team: team, NewEnv: func(i int, seed int64) (envs.Env, error) {
+		return envs.New("planpath-5x5", envs.Config{TurnBudget: 3}, seed)
+	}}
+	if _, err := tr.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := team.SaveState(ctx, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := team.allActors()["planner-r1"]
+	if _, err := actors.Call(ctx, h, (*Policy).Crash, "test").Get(ctx); err == nil {
+		t.Fatal("crash returned no error")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		pl, err := team.Placements(ctx)
+		if err == nil && pl["planner-r1"].Restarts == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("planner-r1 never restarted: %+v %v", pl["planner-r1"], err)
+		}
+	}
+	if err := team.LoadState(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := tr.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs, err := team.ReplicaHashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, h := range hs {
+		if h[0] != h[1] || h[0] == 0 {
+			t.Fatalf("%s: replica hashes %x", key, h)
+		}
 	}
 }

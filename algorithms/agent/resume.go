@@ -158,8 +158,13 @@ func (t *Team) SaveState(ctx context.Context, dir string, meta map[string]string
 }
 
 // LoadState restores every policy's training state from dir/<name>, as
-// Team.SaveState wrote it.
+// Team.SaveState wrote it (into every data-parallel replica, whose groups
+// are formed again first: a replica the runtime restarted has left its
+// group).
 func (t *Team) LoadState(ctx context.Context, dir string) error {
+	if err := t.reformGroups(ctx); err != nil {
+		return err
+	}
 	for _, name := range t.Names {
 		req := StateRequest{Dir: filepath.Join(dir, name)}
 		if t.lora {
