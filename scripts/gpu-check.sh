@@ -89,7 +89,9 @@ run() {
     [ "$r" = 1 ] && compile=(--compile) # torch.compile once: its compile time is long
     step "bench-torch" 120 "$py" scripts/gpu_check_torch.py bench --round "$r" --json "$out/torch.jsonl" "${compile[@]}"
   done
-  step rl-step 60 "$bin/planpath-atgrpo" --backend cuda --steps 2 --out "$out/rl-run"
+  # The main job, cut to a short warm start and two RL steps, its policies on the GPU.
+  step rl-step 90 "$bin/planpath-atgrpo" --backend cuda --steps 2 --warm-episodes 32 --warm-epochs 1 \
+    --eval-episodes 16 --test-episodes 0 --envs 8 --out "$out/rl-run"
   mkdir -p "$out/peer"
   step peer-export 30 env TROUPE_GPUCHECK_EXPORT="$out/peer" "$bin/cuda.test" -test.run 'TestGPUPeerExport' -test.v
   step peer-compare 45 "$py" scripts/gpu_check_torch.py compare "$out/peer" --json "$out/peer-compare.json"
