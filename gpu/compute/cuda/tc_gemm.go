@@ -210,7 +210,7 @@ func (b *Backend) operand(e *tcWeight, off, rows, cols int, trans bool) uintptr 
 	if b.err != nil {
 		return 0
 	}
-	if !trans && cols%8 == 0 {
+	if !trans && cols%8 == 0 && off%8 == 0 {
 		return e.dev + uintptr(2*off) // already (rows, cols) with 16-byte aligned rows
 	}
 	k := tcPackKey{off, rows, cols, trans}
@@ -249,6 +249,30 @@ func (b *Backend) ForgetBF16Weights() {
 		}
 	}
 	b.tc.weights = nil
+}
+
+// dropOverlapping frees the resident weights overlapping the n values of
+// host memory at base.
+func (b *Backend) dropOverlapping(base uintptr, n int) {
+	keep := b.tc.weights[:0]
+	synced := false
+	for _, e := range b.tc.weights {
+		lo := uintptr(unsafe.Pointer(&e.host[0]))
+		if lo < base+2*uintptr(n) && base < lo+2*uintptr(len(e.host)) {
+			if !synced {
+				_ = b.dev.Sync() // queued products may still read it
+				synced = true
+			}
+			_ = b.dev.Free(e.dev)
+			for _, p := range e.packed {
+				_ = b.dev.Free(p.dev)
+			}
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(b.tc.weights[len(keep):])
+	b.tc.weights = keep
 }
 
 func (b *Backend) freeTC() {
@@ -396,6 +420,9 @@ func (b *Backend) RoundBF16(dst []uint16, src compute.Buffer) {
 		}
 	}
 	if e == nil {
+		// Copies of parts of dst made before (a layer used before the
+		// whole kind was rounded) would go stale: drop them.
+		b.dropOverlapping(base, len(dst))
 		var err error
 		if e, err = b.newWeight(dst); err != nil {
 			b.fail(fmt.Errorf("%s: %w", op, err))

@@ -119,3 +119,36 @@ func TestOpTCGemmResidual(t *testing.T) {
 		p.check(fmt.Sprintf("tc_gemm_residual_inplace(N=%d,C=%d,OC=%d)", N, C, OC), res, tol)
 	}
 }
+
+// TestOpTCGemmRoundBF16: RoundBF16 rounds like the host (bit for bit) and
+// the products then read the new weights, also for a layer's slice that was
+// resident before the whole matrix was rounded, at an offset that is not a
+// multiple of 8 values.
+func TestOpTCGemmRoundBF16(t *testing.T) {
+	p := newPair(t, 35)
+	N, C, OC := 3, 16, 5
+	per := OC * C
+	host := make([]uint16, 3*per+4)
+	layer := host[per+4 : 2*per+4]
+	copy(layer, toBF16(p.randn(per, 1)))
+	in := p.rand(N*C, 1)
+	out := p.zeros(N * OC)
+	p.e.MatmulForwardBF16(out.e, in.e, layer, nil, N, C, OC) // resident now
+	masterF := p.randn(len(host), 1)
+	master := p.up(masterF)
+	p.e.RoundBF16(host, master.e)
+	if err := p.e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range masterF {
+		if host[i] != Float32ToBF16(v) {
+			t.Fatalf("RoundBF16[%d] = %#x, want %#x", i, host[i], Float32ToBF16(v))
+		}
+	}
+	inR := make([]float32, N*C)
+	p.e.Download(inR, in.e)
+	wR := p.up(roundBF16(masterF[per+4 : 2*per+4]))
+	p.e.MatmulForwardBF16(out.e, in.e, layer, nil, N, C, OC)
+	p.r.MatmulForward(out.r, p.up(roundBF16(inR)).r, wR.r, nil, N, C, OC)
+	p.check("tc_gemm_after_RoundBF16", out, tol)
+}
