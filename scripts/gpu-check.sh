@@ -62,6 +62,7 @@ step() {
   fi
   local t0=$SECONDS rc=0
   timeout "$lim" "$@" >>"$out/$name.log" 2>&1 || rc=$?
+  # shellcheck disable=SC2016 # the backticks are Markdown
   printf '| %s | %s | %ds | `%s` |\n' "$name" "$([ $rc = 0 ] && echo pass || echo "FAIL (rc $rc)")" $((SECONDS - t0)) "$name.log" >>"$out/steps.md"
 }
 

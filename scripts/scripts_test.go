@@ -77,3 +77,15 @@ BenchmarkGPUGemm/4096cubed-16         	       3	   1000 ns/op	   600.0 TFLOP/s
 		}
 	}
 }
+
+// TestShellcheck runs shellcheck over the scripts this package tests
+// (skipped where shellcheck is not installed).
+func TestShellcheck(t *testing.T) {
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Skip("shellcheck not installed")
+	}
+	if out, err := exec.Command(sc, "gpu-check.sh", "bench.sh").CombinedOutput(); err != nil {
+		t.Fatalf("shellcheck: %v\n%s", err, out)
+	}
+}
