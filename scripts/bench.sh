@@ -39,7 +39,7 @@ if [ $smoke = 1 ]; then
   {
     header
     go test -run '^$' -bench 'CrossProcess/(troupe-sync|troupe-sync-tcp|troupe-sync-tls|grpc-unary|unix-pingpong-polling|tcp-pingpong|troupe-pipelined-tcp|troupe-pipelined-tls)$' -benchtime 300ms ./runtime/wire/
-    (cd examples/peers && go test -run '^$' -bench 'BenchmarkPeers/(troupe|protoactor)-(sync|pipelined)$' -benchtime 200ms)
+    (cd examples/peers && go test -run '^$' -bench 'BenchmarkPeers/(troupe|protoactor)-(sync|pipelined|n2n-4x4)$' -benchtime 200ms)
     go test -run '^$' -bench 'TransferCrossProcess|Transfer64MiB/(objstore-tcp|rawTCP)$' -benchtime 3x ./runtime/objstore/
   } 2>&1 | tee "$out"
 else
