@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// (Named to sort before ops_test.go, whose TestOpZReport tabulates the
+// errors every op test recorded.)
+//
 // The tensor-core GEMMs (compute.BF16Matmuler, tc_gemm.go) against the
 // reference's float32 ops on BF16-rounded inputs: products of two bf16
 // values are exact in float32, so only the order and precision of the sums
