@@ -38,6 +38,11 @@ func atgrpoVariant(o Options) (atgrpo.Grouping, atgrpo.Sampling, grpo.AdvantageM
 		return 0, 0, 0, fmt.Errorf("%w: --sampler independent copies environments in the driver: no --env-actors or rollout workers", ErrAlgorithm)
 	}
 	m, err := advantageMode(o.Advantage)
+	if err == nil && o.Async.RolloutWorkers > 0 && (g != atgrpo.AgentTurn || m != grpo.StdNormalized) {
+		// The rollout workers' chunked sampler computes AT-GRPO's own
+		// advantages.
+		err = fmt.Errorf("%w: --grouping and --adv are not implemented with rollout workers", ErrAlgorithm)
+	}
 	return g, s, m, err
 }
 

@@ -30,6 +30,8 @@ func TestATGRPOVariantOptions(t *testing.T) {
 		"trajectory tree":       {ATGRPO: ATGRPOOptions{Grouping: "trajectory"}},
 		"independent env actor": {EnvActors: 2, ATGRPO: ATGRPOOptions{Sampler: "independent"}},
 		"unknown advantage":     {Advantage: "rank"},
+		"agent key, workers":    {Async: AsyncOptions{RolloutWorkers: 2}, ATGRPO: ATGRPOOptions{Grouping: "agent"}},
+		"dr grpo, workers":      {Async: AsyncOptions{RolloutWorkers: 2}, Advantage: "mean"},
 	} {
 		if _, err := newATGRPO(o); !errors.Is(err, ErrAlgorithm) {
 			t.Errorf("%s: %v, want ErrAlgorithm", name, err)
