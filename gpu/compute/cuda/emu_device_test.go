@@ -42,6 +42,8 @@ type emuAPI struct {
 	memset32    func(dst uintptr, v uint32, n uint64)
 	// setMMABug switches the emulated mma.sync's wrong-layout test hook.
 	setMMABug func(on int32)
+	// ldmatrixConflicts counts the ldmatrix phases with a bank conflict.
+	ldmatrixConflicts func() int64
 }
 
 // errNoCompiler is returned when g++ is missing.
@@ -92,6 +94,7 @@ func buildEmu() (*emuAPI, error) {
 	purego.RegisterLibFunc(&api.memcpyDD, h, "emu_memcpy")
 	purego.RegisterLibFunc(&api.memset32, h, "emu_memset32")
 	purego.RegisterLibFunc(&api.setMMABug, h, "emu_set_mma_layout_bug")
+	purego.RegisterLibFunc(&api.ldmatrixConflicts, h, "emu_ldmatrix_conflicts")
 	return api, nil
 }
 

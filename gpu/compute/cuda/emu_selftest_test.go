@@ -80,8 +80,15 @@ func TestEmuSelftestTC(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []unsafe.Pointer{unsafe.Pointer(&p), unsafe.Pointer(&q)}
+	conflicts := dev.api.ldmatrixConflicts()
 	if err := dev.Launch("emu_selftest_tc", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, args); err != nil {
 		t.Fatal(err)
+	}
+	// The tile's rows are 32 bytes apart: rows r and r+4 of every phase
+	// share banks, which the emulator must count (TestEmuTCGemmBanks relies
+	// on it to show the GEMM has none).
+	if n := dev.api.ldmatrixConflicts() - conflicts; n == 0 {
+		t.Errorf("ldmatrix on an unswizzled 32-byte-row tile: no bank conflict counted")
 	}
 	got := make([]uint32, words)
 	if err := dev.DtoH(unsafe.Pointer(&got[0]), p, 4*words); err != nil {

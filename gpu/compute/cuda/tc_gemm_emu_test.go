@@ -45,3 +45,21 @@ func TestEmuMMALayoutBug(t *testing.T) {
 		t.Fatalf("swapped A fragment registers: error only %.3g, the GEMM test would not catch a wrong layout", e)
 	}
 }
+
+// TestEmuTCGemmBanks: the GEMMs' ldmatrix reads of the swizzled shared
+// tiles never put two rows of a phase in one bank (the emulator counts
+// conflicting phases; TestEmuSelftestTC shows it counts them), for every
+// tile shape and product.
+func TestEmuTCGemmBanks(t *testing.T) {
+	api := loadEmu(t)
+	p := newPair(t, 36)
+	defer func(c launchConfig) { p.e.cfg = c }(p.e.cfg)
+	before := api.ldmatrixConflicts()
+	for _, tile := range []string{"16x64", "64x64", "128x128"} {
+		p.e.cfg.tcTile = tile
+		tcCase(p, "tc_gemm_banks_"+tile, 17, 40, 24)
+	}
+	if n := api.ldmatrixConflicts() - before; n != 0 {
+		t.Errorf("%d ldmatrix phases of the GEMMs had a bank conflict", n)
+	}
+}

@@ -115,6 +115,12 @@ inline T exchange(T v, int src) {
 // fragment layout. Set through emu_set_mma_layout_bug.
 extern int mma_layout_bug;
 
+// ldmatrix_conflicts counts the ldmatrix phases (the 8 row addresses of one
+// 8x8 matrix, 16 bytes each) whose rows share a shared-memory bank (4-byte
+// banks, 32 of them): such a phase takes more than one pass on the
+// hardware. Read through emu_ldmatrix_conflicts.
+extern std::atomic<long> ldmatrix_conflicts;
+
 inline float bf16_bits_to_float(uint32_t h) {
     uint32_t u = h << 16;
     float f;
@@ -172,6 +178,20 @@ inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row) {
     const int lane = ctx.lane;
     p[lane] = row;
     w.bar->arrive_and_wait();
+    if (lane == 0) {
+        for (int j = 0; j < num; j++) {
+            unsigned used = 0;
+            bool conflict = false;
+            for (int i = 0; i < 8; i++) {
+                const uintptr_t a = reinterpret_cast<uintptr_t>(p[8 * j + i]);
+                if (a & 15) fatal("ldmatrix row address not 16-byte aligned");
+                const unsigned banks = 0xfu << ((a >> 2) & 31);  // 4 consecutive banks, a 16-byte aligned
+                if (used & banks) conflict = true;
+                used |= banks;
+            }
+            if (conflict) ldmatrix_conflicts.fetch_add(1);
+        }
+    }
     for (int j = 0; j < num; j++) {
         uint16_t lo, hi;
         if (!trans) {

@@ -21,6 +21,7 @@ namespace emu {
 thread_local ThreadCtx ctx;
 thread_local AsyncState async_state;
 int mma_layout_bug = 0;
+std::atomic<long> ldmatrix_conflicts{0};
 
 void fatal(const char* what) {
     std::fprintf(stderr, "cuda_emu: %s\n", what);
@@ -143,6 +144,10 @@ void emu_set_mma_layout_bug(int on) {
     std::lock_guard<std::mutex> lock(emu::launch_mu);
     emu::mma_layout_bug = on;
 }
+
+// emu_ldmatrix_conflicts is the number of ldmatrix phases with a bank
+// conflict so far (see cuda_emu.h).
+long emu_ldmatrix_conflicts() { return emu::ldmatrix_conflicts.load(); }
 
 int emu_kernel_count() {
     std::lock_guard<std::mutex> lock(emu::launch_mu);

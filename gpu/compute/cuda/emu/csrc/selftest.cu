@@ -33,7 +33,7 @@ extern "C" __global__ void emu_selftest(int* out, int n_active) {
 // cp.async groups (14-17) and pack_bf16x2 of two ties (18). in: 64 words.
 #include "mma.cuh"
 extern "C" __global__ void emu_selftest_tc(unsigned* out, const unsigned* in) {
-    __shared__ unsigned short tile[16][16];
+    alignas(16) __shared__ unsigned short tile[16][16];  // rows of 32 bytes, not swizzled: ldmatrix phases conflict
     __shared__ unsigned s2[32], s3[32], s4[32];
     const int l = threadIdx.x;
     unsigned* o = out + l * 20;
