@@ -301,6 +301,15 @@ func f32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
+// bytesF32 views b, whose length is a multiple of 4 and whose start is
+// 4-aligned (Go's allocations are), as float32s.
+func bytesF32(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
 func u16Bytes(x []uint16) []byte {
 	if len(x) == 0 {
 		return nil

@@ -76,3 +76,11 @@ type Links interface {
 	// Close releases the links; the peers see this member as lost.
 	Close() error
 }
+
+// RecvWither is what Links may also do: receive a message and hand its
+// payload to fn without copying it into a buffer of the caller's first.
+// The ring reduces received chunks with it straight from the transport's
+// buffer. data is valid only during fn.
+type RecvWither interface {
+	RecvWith(ctx context.Context, from int, h Header, n int, fn func(data []byte)) error
+}

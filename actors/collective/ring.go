@@ -65,7 +65,10 @@ func (g *group) ring(ctx context.Context, h Header, buf []float32, op Op, rs, ag
 	nFirst := len(send)
 	send = append(send, recv[:len(recv)-lastStep]...)
 
-	tmp := make([]float32, chunk)
+	var tmp []float32
+	if _, ok := g.links.(RecvWither); !ok {
+		tmp = make([]float32, chunk)
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan struct{}, len(recv)) // one token per received chunk, in order
@@ -95,12 +98,16 @@ func (g *group) ring(ctx context.Context, h Header, buf []float32, op Op, rs, ag
 		dst := buf[p.lo:p.hi]
 		var err error
 		if p.reduce {
-			src := tmp[:len(dst)]
-			if err = g.links.Recv(cctx, left, hd, f32Bytes(src)); err == nil {
-				reduceInto(dst, src, op)
-				if p.last && op == Mean {
-					divide(dst, n)
+			if rw, ok := g.links.(RecvWither); ok {
+				err = rw.RecvWith(cctx, left, hd, 4*len(dst), func(b []byte) { reduceInto(dst, bytesF32(b), op) })
+			} else {
+				src := tmp[:len(dst)]
+				if err = g.links.Recv(cctx, left, hd, f32Bytes(src)); err == nil {
+					reduceInto(dst, src, op)
 				}
+			}
+			if err == nil && p.last && op == Mean {
+				divide(dst, n)
 			}
 		} else {
 			err = g.links.Recv(cctx, left, hd, f32Bytes(dst))

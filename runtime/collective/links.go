@@ -96,17 +96,22 @@ func (l *links) read(p *peer) {
 		if f.typ == frameHeartbeat {
 			continue
 		}
+		// Once the group has failed nothing more is queued: a receiver may
+		// still take what was queued before, in order, and nothing after.
 		var buf []byte
 		select {
 		case <-l.lostCh:
 			if cap(drop) < int(f.n) {
-				drop = make([]byte, min(int(f.n), 1<<20))
+				drop = make([]byte, max(1, min(int(f.n), 1<<20)))
 			}
 			p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 			if _, err := io.CopyBuffer(io.Discard, io.LimitReader(p.conn, int64(f.n)), drop[:cap(drop)]); err != nil {
 				return
 			}
 			continue
+		default:
+		}
+		select {
 		case b := <-p.free:
 			if cap(b) >= int(f.n) {
 				buf = b[:f.n]
@@ -199,16 +204,19 @@ func (l *links) lose(me *collective.MemberError) {
 	}
 	l.lost = me
 	close(l.lostCh)
-	l.mu.Unlock()
-	// Cut writes in progress short, then report on the streams still whole.
-	past := time.Unix(1, 0)
-	for _, p := range l.peers {
-		if p != nil {
-			p.conn.SetWriteDeadline(past)
-		}
-	}
+	// Counted under mu, so that whoever sees lost set (Close) waits for
+	// the report.
 	l.wg.Add(1)
 	l.told.Add(1)
+	l.mu.Unlock()
+	// Cut the writes in progress to the member at fault short; let the
+	// others end (the peers drain their input now) within a grace, so that
+	// the streams stay whole for the report.
+	for _, p := range l.peers {
+		if p != nil {
+			p.conn.SetWriteDeadline(l.cutoff(p.rank))
+		}
+	}
 	go func() {
 		defer l.wg.Done()
 		defer l.told.Done()
@@ -260,6 +268,18 @@ func (l *links) tell(me *collective.MemberError) {
 	}
 }
 
+// cutoff is the write deadline that ends a write to peer when the call is
+// over: at once, unless the group failed through another member, when the
+// write may end within a heartbeat so that the failure report can follow
+// it on a whole stream.
+func (l *links) cutoff(peer int) time.Time {
+	var me *collective.MemberError
+	if err := l.err(); err != nil && errors.As(err, &me) && me.Rank != peer {
+		return time.Now().Add(l.cfg.Heartbeat)
+	}
+	return time.Unix(1, 0)
+}
+
 // Send implements collective.Links.
 func (l *links) Send(ctx context.Context, to int, h collective.Header, data []byte) error {
 	if err := l.err(); err != nil {
@@ -274,7 +294,7 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 	if p.dirty {
 		return l.memberErr(to, fmt.Errorf("%w: its connection broke", collective.ErrMemberLost))
 	}
-	stop := context.AfterFunc(ctx, func() { p.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { p.conn.SetWriteDeadline(l.cutoff(to)) })
 	bufs := net.Buffers{appendFrame(nil, frame{typ: frameData, h: h, n: uint32(len(data))}), data}
 	_, err := bufs.WriteTo(p.conn)
 	p.last.Store(time.Now().UnixNano())
@@ -305,15 +325,21 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 
 // Recv implements collective.Links.
 func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []byte) error {
+	return l.RecvWith(ctx, from, h, len(buf), func(data []byte) { copy(buf, data) })
+}
+
+// RecvWith implements collective.RecvWither: fn gets the payload in the
+// reader's buffer, which goes back to the reader afterwards.
+func (l *links) RecvWith(ctx context.Context, from int, h collective.Header, n int, fn func(data []byte)) error {
 	p := l.peers[from]
 	select {
 	case m := <-p.q:
-		return l.take(p, m, h, buf)
+		return l.take(p, m, h, n, fn)
 	case <-l.lostCh:
 		// What the peer sent before the failure is still good.
 		select {
 		case m := <-p.q:
-			return l.take(p, m, h, buf)
+			return l.take(p, m, h, n, fn)
 		default:
 			return l.err()
 		}
@@ -322,18 +348,19 @@ func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []b
 	}
 }
 
-// take checks a received message against what Recv expects and copies it.
-func (l *links) take(p *peer, m message, h collective.Header, buf []byte) error {
+// take checks a received message against what the receiver expects and
+// hands it to fn.
+func (l *links) take(p *peer, m message, h collective.Header, n int, fn func([]byte)) error {
 	defer func() {
 		select {
 		case p.free <- m.data:
 		default:
 		}
 	}()
-	if m.h != h || len(m.data) != len(buf) {
-		return l.memberErr(p.rank, fmt.Errorf("%w: got %s, want %s", collective.ErrMismatch, describe(m.h, len(m.data)), describe(h, len(buf))))
+	if m.h != h || len(m.data) != n {
+		return l.memberErr(p.rank, fmt.Errorf("%w: got %s, want %s", collective.ErrMismatch, describe(m.h, len(m.data)), describe(h, n)))
 	}
-	copy(buf, m.data)
+	fn(m.data)
 	return nil
 }
 
