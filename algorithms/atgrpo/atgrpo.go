@@ -284,7 +284,7 @@ func Evaluate(ctx context.Context, pols *Policies, newEnv EnvFactory, n, maxTurn
 			active += len(idx)
 			out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, -1, int64(round), int64(ri)))
 			if err != nil {
-				return EvalStats{}, fmt.Errorf("%w: evaluate sampling for role %s: %v", ErrPolicy, role, err)
+				return EvalStats{}, fmt.Errorf("%w: evaluate sampling for role %s: %w", ErrPolicy, role, err)
 			}
 			if len(out) != len(prompts) {
 				return EvalStats{}, fmt.Errorf("%w: %d candidate lists for %d prompts", ErrPolicy, len(out), len(prompts))

@@ -74,7 +74,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 			active += len(idx)
 			out, err := pol.Sample(ctx, prompts, cfg.K, rl.DeriveSeed(cfg.Seed, step, int64(round), int64(ri)))
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %v", ErrPolicy, name, role, round, err)
+				return nil, nil, nil, fmt.Errorf("%w: %s sampling for role %s round %d: %w", ErrPolicy, name, role, round, err)
 			}
 			if len(out) != len(prompts) {
 				return nil, nil, nil, fmt.Errorf("%w: %s returned %d candidate lists for %d prompts", ErrPolicy, name, len(out), len(prompts))
