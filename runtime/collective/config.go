@@ -38,6 +38,9 @@ type Config struct {
 	QueueFrames int
 	// MaxPayload bounds a data frame's payload.
 	MaxPayload int
+	// SocketBuffer is the kernel send and receive buffer asked for on
+	// each connection (the kernel caps it at net.core.wmem_max/rmem_max).
+	SocketBuffer int
 }
 
 // Defaults.
@@ -47,6 +50,7 @@ const (
 	DefaultConnectTimeout = 30 * time.Second
 	DefaultQueueFrames    = 8
 	DefaultMaxPayload     = 1 << 30
+	DefaultSocketBuffer   = 4 << 20
 )
 
 func (c Config) withDefaults() Config {
@@ -67,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
 	}
 	return c
 }

@@ -37,10 +37,29 @@ type peer struct {
 	q    chan message // data frames read ahead
 	free chan []byte  // payload buffers Recv is done with
 	last atomic.Int64 // when a write last ended, in UnixNano
+	// post holds a Recv's own buffer, offered to the reader so that the
+	// next frame's payload is read straight into it rather than copied
+	// from a queued one. taken counts the frames the receiver has had
+	// (queued or read in place); the reader, which counts the frames it
+	// has delivered, uses a post only when the two agree (nothing is
+	// queued) and the header is the one the post expects.
+	post  chan *posted
+	taken atomic.Uint64
 
 	wmu   sync.Mutex // serialises writes; guards the following
 	dirty bool       // a write was cut short: the stream is broken
 }
+
+// posted is a Recv waiting for the next frame of a peer in its buffer.
+type posted struct {
+	h     collective.Header
+	buf   []byte
+	index uint64     // the frame it wants: peer.taken when posted
+	done  chan error // the reader's answer: nil (filled), errPassed, or the read's failure
+}
+
+// errPassed: the reader did not use a post; the frame went to the queue.
+var errPassed = errors.New("collective: post passed over")
 
 type message struct {
 	h    collective.Header
@@ -53,7 +72,8 @@ func newLinks(cfg Config, m collective.Member, conns []net.Conn) *links {
 		if j == m.Rank {
 			continue
 		}
-		p := &peer{rank: j, conn: c, q: make(chan message, cfg.QueueFrames), free: make(chan []byte, cfg.QueueFrames+2)}
+		setSockBuf(c, cfg.SocketBuffer)
+		p := &peer{rank: j, conn: c, q: make(chan message, cfg.QueueFrames), free: make(chan []byte, cfg.QueueFrames+2), post: make(chan *posted, 1)}
 		p.last.Store(time.Now().UnixNano())
 		l.peers[j] = p
 	}
@@ -66,6 +86,28 @@ func newLinks(cfg Config, m collective.Member, conns []net.Conn) *links {
 		go l.heartbeat(p)
 	}
 	return l
+}
+
+// setSockBuf asks the kernel for socket buffers of n bytes each way on c
+// (or the connection it wraps), so that a chunk's write and read take few
+// round trips through the scheduler. The kernel caps n at
+// net.core.[wr]mem_max; a conn that is not a socket keeps its own.
+func setSockBuf(c net.Conn, n int) {
+	for range 4 {
+		if s, ok := c.(interface {
+			SetReadBuffer(int) error
+			SetWriteBuffer(int) error
+		}); ok {
+			s.SetReadBuffer(n)
+			s.SetWriteBuffer(n)
+			return
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = u.NetConn()
+	}
 }
 
 // memberErr is a failure of member rank.
@@ -82,6 +124,7 @@ func (l *links) read(p *peer) {
 	defer p.conn.Close()
 	var hb [headerSize]byte
 	var drop []byte
+	var delivered uint64 // data frames queued or read in place
 	for {
 		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 		if _, err := io.ReadFull(p.conn, hb[:]); err != nil {
@@ -111,6 +154,26 @@ func (l *links) read(p *peer) {
 			continue
 		default:
 		}
+		if f.typ == frameData {
+			select {
+			case ps := <-p.post:
+				if ps.index != delivered || ps.h != f.h || len(ps.buf) != int(f.n) {
+					ps.done <- errPassed
+					break
+				}
+				p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
+				if _, err := io.ReadFull(p.conn, ps.buf); err != nil {
+					me := l.memberErr(p.rank, l.connErr(err))
+					l.lose(me)
+					ps.done <- me
+					return
+				}
+				delivered++
+				ps.done <- nil
+				continue
+			default:
+			}
+		}
 		select {
 		case b := <-p.free:
 			if cap(b) >= int(f.n) {
@@ -138,6 +201,7 @@ func (l *links) read(p *peer) {
 			l.lose(l.memberErr(rank, fmt.Errorf("%w: %s (reported by rank %d)", kind, buf, p.rank)))
 			continue
 		}
+		delivered++
 		select {
 		case p.q <- message{h: f.h, data: buf}:
 		case <-l.stop:
@@ -323,8 +387,57 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 	return me
 }
 
-// Recv implements collective.Links.
+// Recv implements collective.Links. When nothing is queued it offers buf
+// to the reader, which reads the next frame's payload straight into it:
+// one copy of the data fewer (the allgather's and broadcast's path).
 func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []byte) error {
+	p := l.peers[from]
+	if len(buf) == 0 || len(p.q) > 0 {
+		return l.RecvWith(ctx, from, h, len(buf), func(data []byte) { copy(buf, data) })
+	}
+	if err := l.err(); err != nil {
+		return l.RecvWith(ctx, from, h, len(buf), func(data []byte) { copy(buf, data) })
+	}
+	ps := &posted{h: h, buf: buf, index: p.taken.Load(), done: make(chan error, 1)}
+	p.post <- ps // empty: one receiver per peer at a time, and every post is answered before Recv returns
+	// withdraw takes the post back, or waits for the reader's answer if
+	// it has it: buf must not be written once Recv returns.
+	withdraw := func() error {
+		select {
+		case <-p.post:
+			return errPassed
+		default:
+			return <-ps.done
+		}
+	}
+	select {
+	case err := <-ps.done:
+		if err == nil {
+			p.taken.Add(1)
+			return nil
+		}
+		if err != errPassed {
+			return err
+		}
+	case m := <-p.q:
+		if err := withdraw(); err == nil {
+			// Cannot happen: the reader fills a post only when nothing
+			// is queued. Report it rather than lose a frame.
+			return l.memberErr(from, fmt.Errorf("%w: a frame both queued and read in place", collective.ErrMismatch))
+		}
+		return l.take(p, m, h, len(buf), func(data []byte) { copy(buf, data) })
+	case <-l.lostCh:
+		if err := withdraw(); err == nil {
+			p.taken.Add(1)
+			return nil
+		}
+	case <-ctx.Done():
+		if err := withdraw(); err == nil {
+			p.taken.Add(1)
+			return nil
+		}
+		return ctx.Err()
+	}
 	return l.RecvWith(ctx, from, h, len(buf), func(data []byte) { copy(buf, data) })
 }
 
@@ -351,6 +464,7 @@ func (l *links) RecvWith(ctx context.Context, from int, h collective.Header, n i
 // take checks a received message against what the receiver expects and
 // hands it to fn.
 func (l *links) take(p *peer, m message, h collective.Header, n int, fn func([]byte)) error {
+	p.taken.Add(1)
 	defer func() {
 		select {
 		case p.free <- m.data:

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type options struct {
 	member    int
 	dir       string
 	memcpyRef bool
+	cpuprof   string
 }
 
 func main() {
@@ -60,6 +62,7 @@ func main() {
 	flag.IntVar(&o.member, "member", -1, "internal: run as member rank")
 	flag.StringVar(&o.dir, "dir", "", "internal: the rendezvous directory")
 	flag.BoolVar(&o.memcpyRef, "memcpy", true, "also print this host's memcpy bandwidth (the physical bound)")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write each member's CPU profile to this path with .<rank> appended (for go tool pprof)")
 	flag.Parse()
 	var err error
 	if o.min, err = parseSize(minS); err == nil {
@@ -177,6 +180,17 @@ func printMemcpy(size int64) {
 
 func member(o options) error {
 	ctx := context.Background()
+	if o.cpuprof != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.cpuprof, o.member))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	cfg := rcollective.Config{NoUnix: o.useTLS}
 	if o.useTLS {
 		read := func(n string) []byte { b, _ := os.ReadFile(filepath.Join(o.dir, n)); return b }
