@@ -45,6 +45,10 @@ type peer struct {
 	// queued) and the header is the one the post expects.
 	post  chan *posted
 	taken atomic.Uint64
+	// held is a frame the receiver took off q while the reader was
+	// filling its post with the frame before: the next receive's. Only
+	// the receiver (one call at a time per peer) touches it.
+	held *message
 
 	wmu   sync.Mutex // serialises writes; guards the following
 	dirty bool       // a write was cut short: the stream is broken
@@ -392,7 +396,7 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 // one copy of the data fewer (the allgather's and broadcast's path).
 func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []byte) error {
 	p := l.peers[from]
-	if len(buf) == 0 || len(p.q) > 0 {
+	if len(buf) == 0 || len(p.q) > 0 || p.held != nil {
 		return l.RecvWith(ctx, from, h, len(buf), func(data []byte) { copy(buf, data) })
 	}
 	if err := l.err(); err != nil {
@@ -420,10 +424,12 @@ func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []b
 			return err
 		}
 	case m := <-p.q:
+		p.taken.Add(1)
 		if err := withdraw(); err == nil {
-			// Cannot happen: the reader fills a post only when nothing
-			// is queued. Report it rather than lose a frame.
-			return l.memberErr(from, fmt.Errorf("%w: a frame both queued and read in place", collective.ErrMismatch))
+			// The reader filled the post, then queued the next frame.
+			p.held = &m
+			p.taken.Add(1)
+			return nil
 		}
 		return l.take(p, m, h, len(buf), func(data []byte) { copy(buf, data) })
 	case <-l.lostCh:
@@ -445,13 +451,19 @@ func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []b
 // reader's buffer, which goes back to the reader afterwards.
 func (l *links) RecvWith(ctx context.Context, from int, h collective.Header, n int, fn func(data []byte)) error {
 	p := l.peers[from]
+	if m := p.held; m != nil {
+		p.held = nil
+		return l.take(p, *m, h, n, fn)
+	}
 	select {
 	case m := <-p.q:
+		p.taken.Add(1)
 		return l.take(p, m, h, n, fn)
 	case <-l.lostCh:
 		// What the peer sent before the failure is still good.
 		select {
 		case m := <-p.q:
+			p.taken.Add(1)
 			return l.take(p, m, h, n, fn)
 		default:
 			return l.err()
@@ -464,7 +476,6 @@ func (l *links) RecvWith(ctx context.Context, from int, h collective.Header, n i
 // take checks a received message against what the receiver expects and
 // hands it to fn.
 func (l *links) take(p *peer, m message, h collective.Header, n int, fn func([]byte)) error {
-	p.taken.Add(1)
 	defer func() {
 		select {
 		case p.free <- m.data:
