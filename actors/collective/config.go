@@ -19,10 +19,14 @@ const (
 	// DefaultChunkBytes is Config.ChunkBytes' default.
 	DefaultChunkBytes = 512 << 10
 	// DefaultDirectMaxBytes is Config.DirectMaxBytes' default: where the
-	// direct exchange should give way to the ring. It is provisional until
-	// measured on a quiet machine with scripts/allreduce-bench -algo
-	// direct|ring (docs/performance.md says how): on the loaded machine it
-	// was built on, the ring lost at every size up to 512 KiB.
+	// direct exchange gives way to the ring. Measured with
+	// scripts/allreduce-bench -algo direct|ring -min 4KiB -max 4MiB over
+	// Unix sockets on a quiet 2-core machine (docs/performance.md): with
+	// 4 members direct was faster up to 64 KiB (362 µs against 499) and
+	// slower from 128 KiB (592 against 555); with 2 members the two cross
+	// between 256 and 512 KiB, and the ring costs up to 20% at 128 KiB.
+	// The 4-member crossing is taken: the direct exchange's cost grows
+	// with the group (n-1 whole buffers per member).
 	DefaultDirectMaxBytes = 64 << 10
 )
 
