@@ -60,32 +60,7 @@ func TestPoliciesOnTwoNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a two-node cluster with worker processes")
 	}
-	const tok = "agent-two-nodes"
-	head := startNode(t, "head", cluster.RoleHead, tok, "node-a", nil)
-	startNode(t, "w1", cluster.RoleWorker, tok, "node-b", []string{head.Addr()})
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rt, err := runtime.Init(ctx, runtime.Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(context.Background())
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := rt.Status(ctx)
-		alive := 0
-		for _, nd := range st.Nodes {
-			if nd.State == "alive" {
-				alive++
-			}
-		}
-		if err == nil && alive == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster never had two live nodes: %+v %v", st.Nodes, err)
-		}
-	}
+	ctx, rt := startTwoNodes(t, "agent-two-nodes", 2*time.Minute)
 	pc := tinyConfig()
 	pc.MaxNewTokens = 2
 	team, err := SpawnTeam(ctx, rt, TeamConfig{Roles: []string{"planner", "tool"}, PerRole: true, Policy: pc,
@@ -123,6 +98,38 @@ func TestPoliciesOnTwoNodes(t *testing.T) {
 	for name := range st.Updates {
 		if w1[name].Steps != w0[name].Steps+1 {
 			t.Fatalf("%s trained %d -> %d steps", name, w0[name].Steps, w1[name].Steps)
+		}
+	}
+}
+
+// startTwoNodes starts a head (node-a) and a worker node (node-b) with
+// worker processes, connects a driver to the head and waits until both
+// nodes are alive. The context ends after d; everything stops with the test.
+func startTwoNodes(t *testing.T, tok string, d time.Duration) (context.Context, runtime.Runtime) {
+	t.Helper()
+	head := startNode(t, "head", cluster.RoleHead, tok, "node-a", nil)
+	startNode(t, "w1", cluster.RoleWorker, tok, "node-b", []string{head.Addr()})
+	t.Setenv("TROUPE_TOKEN", tok)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	rt, err := runtime.Init(ctx, runtime.Address(head.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := rt.Status(ctx)
+		alive := 0
+		for _, nd := range st.Nodes {
+			if nd.State == "alive" {
+				alive++
+			}
+		}
+		if err == nil && alive == 2 {
+			return ctx, rt
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster never had two live nodes: %+v %v", st.Nodes, err)
 		}
 	}
 }

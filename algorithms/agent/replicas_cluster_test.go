@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"troupe/actors"
-	"troupe/runtime"
-	"troupe/runtime/cluster"
 )
 
 // TestReplicasOnCluster: on a two-node loopback cluster, two replicas of a
@@ -20,32 +18,7 @@ func TestReplicasOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a two-node cluster with worker processes")
 	}
-	const tok = "agent-replicas"
-	head := startNode(t, "head", cluster.RoleHead, tok, "node-a", nil)
-	startNode(t, "w1", cluster.RoleWorker, tok, "node-b", []string{head.Addr()})
-	t.Setenv("TROUPE_TOKEN", tok)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rt, err := runtime.Init(ctx, runtime.Address(head.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Shutdown(context.Background())
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := rt.Status(ctx)
-		alive := 0
-		for _, nd := range st.Nodes {
-			if nd.State == "alive" {
-				alive++
-			}
-		}
-		if err == nil && alive == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster never had two live nodes: %+v %v", st.Nodes, err)
-		}
-	}
+	ctx, rt := startTwoNodes(t, "agent-replicas", 3*time.Minute)
 	// One GPU of each node taken: a packed group of two one-GPU bundles
 	// no longer fits on one node, so the replicas land on both, in
 	// different worker processes.
