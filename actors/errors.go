@@ -26,6 +26,13 @@ var (
 	// ErrActorRestarted: the actor crashed while running this call and was
 	// restarted; the call was not retried (at-most-once).
 	ErrActorRestarted = errors.New("actor restarted while running the call")
+	// ErrStaleIncarnation: a call, its reply or an object put named an
+	// incarnation of an actor other than the one the refusing side knows
+	// is current. A caller behind the cluster named an incarnation that
+	// was replaced, or an incarnation the cluster replaced (its node was
+	// lost) tried to act after a newer one had been seen: the old one is
+	// fenced off (see ActorInfo.Epoch).
+	ErrStaleIncarnation = errors.New("stale actor incarnation")
 	// ErrEncode and ErrDecode: an argument or result could not be encoded or
 	// decoded as msgpack.
 	ErrEncode = errors.New("msgpack encode")

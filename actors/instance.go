@@ -21,8 +21,9 @@ type InstanceHooks struct {
 	// them: a runtime turns an object reference into the value there.
 	Arg func(ctx context.Context, data []byte) ([]byte, error)
 	// Result, when set, maps a method's encoded result before the reply: a
-	// runtime keeps a large result and replies a reference to it.
-	Result func(data []byte) []byte
+	// runtime keeps a large result and replies a reference to it. An error
+	// (the store refused the put: ErrStaleIncarnation) fails the call.
+	Result func(data []byte) ([]byte, error)
 	// Called, when set, is told of every method run: how long the method
 	// took (decoding its argument and encoding its result included) and
 	// its error (a crash counts as one). Runtimes count calls with it.
@@ -252,7 +253,9 @@ func (in *Instance) run(obj reflect.Value, inv *Invocation) {
 		return
 	}
 	if err == nil && in.hooks.Result != nil {
-		out = in.hooks.Result(out)
+		if out, err = in.hooks.Result(out); err != nil {
+			out, err = nil, fmt.Errorf("call %s.%s: result: %w", in.label(), mi.name, err)
+		}
 	}
 	inv.Reply.Resolve(out, err)
 }

@@ -116,7 +116,7 @@ func TestInstanceHooks(t *testing.T) {
 			}
 			return data, nil
 		},
-		Result: func(data []byte) []byte { return append([]byte{0xc1}, data...) },
+		Result: func(data []byte) ([]byte, error) { return append([]byte{0xc1}, data...), nil },
 	}
 	in, err := actors.NewInstance(context.Background(), actors.Spec{Type: "Acc", Config: cfg}, actors.ActorInfo{ID: "a"}, hooks)
 	if err != nil {

@@ -79,6 +79,24 @@ type ActorInfo struct {
 
 type selfKey struct{}
 
+// Epoch is the incarnation's fencing token: its committed restart count.
+// The cluster commits an incarnation's epoch before the incarnation
+// starts, every restart gets a larger one, and no two incarnations of an
+// actor share one. troupe itself refuses calls, replies and object puts
+// of an incarnation older than the newest one the refusing process has
+// seen; what an actor writes outside troupe (files, databases, other
+// services) is not checked by troupe: pass the epoch along with such
+// writes and have the store refuse one older than the largest it has
+// accepted (docs/clusters.md, "Fencing").
+func (i ActorInfo) Epoch() uint64 { return uint64(i.Restarts) }
+
+// Epoch returns the fencing token of the actor incarnation ctx belongs to
+// (see ActorInfo.Epoch); ok is false outside an actor.
+func Epoch(ctx context.Context) (epoch uint64, ok bool) {
+	info, ok := Self(ctx)
+	return info.Epoch(), ok
+}
+
 // Self returns the ActorInfo of the actor whose constructor or method is
 // running with ctx.
 func Self(ctx context.Context) (ActorInfo, bool) {

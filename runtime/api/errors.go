@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"troupe/actors"
 	"troupe/scheduler"
@@ -65,6 +66,29 @@ func (e *NotHostedError) Error() string {
 // Is reports that a NotHostedError is an actors.ErrNotFound.
 func (e *NotHostedError) Is(target error) bool { return target == actors.ErrNotFound }
 
+// StaleIncarnationError is a worker's answer to a call that names an
+// incarnation of an actor other than the one it runs (wire.FencedHost):
+// Called is the incarnation the call named, Running the one there. Called
+// below Running: the caller is behind. Called above Running: the one there
+// was replaced, and the worker ends it. It is an
+// actors.ErrStaleIncarnation, and an error of the call path, never of a
+// method.
+type StaleIncarnationError struct {
+	Actor           string
+	Called, Running int
+}
+
+func (e *StaleIncarnationError) Error() string {
+	if e.Called > e.Running {
+		return fmt.Sprintf("actor %s: %s: the call is for incarnation %d, and incarnation %d here was replaced (ended now)",
+			e.Actor, actors.ErrStaleIncarnation, e.Called, e.Running)
+	}
+	return fmt.Sprintf("actor %s: %s: the call is for incarnation %d, incarnation %d runs here", e.Actor, actors.ErrStaleIncarnation, e.Called, e.Running)
+}
+
+// Is reports that a StaleIncarnationError is an actors.ErrStaleIncarnation.
+func (e *StaleIncarnationError) Is(target error) bool { return target == actors.ErrStaleIncarnation }
+
 // Kinds maps each sentinel that crosses a process boundary to its name on
 // the wire. The names are part of the protocol: never reuse one.
 var kinds = []struct {
@@ -79,6 +103,7 @@ var kinds = []struct {
 	{"actors.typemismatch", actors.ErrTypeMismatch},
 	{"actors.infeasible", actors.ErrInfeasible},
 	{"actors.restarted", actors.ErrActorRestarted},
+	{"actors.stale", actors.ErrStaleIncarnation},
 	{"actors.encode", actors.ErrEncode},
 	{"actors.decode", actors.ErrDecode},
 
@@ -142,6 +167,8 @@ type Error struct {
 	Node     string `msgpack:"n,omitempty"`
 	Cause    string `msgpack:"c,omitempty"`
 	Restarts int    `msgpack:"r,omitempty"`
+	// Called is the incarnation a refused call named ("stale").
+	Called int `msgpack:"ci,omitempty"`
 }
 
 // Encode converts err for the wire (nil gives nil).
@@ -159,6 +186,10 @@ func Encode(err error) *Error {
 		e.Type, e.Actor, e.Node, e.Cause, e.Restarts = "died", de.Actor, de.Node, de.Cause, de.Restarts
 	case nh != nil: // only the call path's own answer, never one a method wrapped
 		e.Type, e.Actor = "nothosted", nh.Actor
+	default:
+		if se, _ := err.(*StaleIncarnationError); se != nil { // likewise
+			e.Type, e.Actor, e.Restarts, e.Called = "stale", se.Actor, se.Running, se.Called
+		}
 	}
 	var ie *scheduler.InfeasibleError
 	if errors.As(err, &ie) {
@@ -197,6 +228,8 @@ func (e *Error) Err() error {
 			Err: &RemoteError{Msg: e.Msg, wraps: wraps}}
 	case "nothosted":
 		return &NotHostedError{Actor: e.Actor}
+	case "stale":
+		return &StaleIncarnationError{Actor: e.Actor, Called: e.Called, Running: e.Restarts}
 	}
 	return &RemoteError{Msg: e.Msg, wraps: wraps}
 }

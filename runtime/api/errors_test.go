@@ -52,10 +52,26 @@ func TestSentinelsCrossProcesses(t *testing.T) {
 
 // TestEverySentinelHasAKind: the exported sentinels of the packages whose
 // errors cross processes are all in the codec's table.
+// TestStaleIncarnationErrorTravels: a worker's refusal of a call for
+// another incarnation keeps its type and fields across processes, and is
+// an actors.ErrStaleIncarnation.
+func TestStaleIncarnationErrorTravels(t *testing.T) {
+	err := roundTrip(t, &api.StaleIncarnationError{Actor: "a", Called: 3, Running: 2})
+	var se *api.StaleIncarnationError
+	if !errors.As(err, &se) || se.Actor != "a" || se.Called != 3 || se.Running != 2 || !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("after a round trip: %#v", err)
+	}
+	// One a method wrapped is not the call path's own: only its sentinel travels.
+	err = roundTrip(t, fmt.Errorf("nested call: %w", &api.StaleIncarnationError{Actor: "b", Called: 1}))
+	if errors.As(err, &se) || !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("wrapped by a method: %#v", err)
+	}
+}
+
 func TestEverySentinelHasAKind(t *testing.T) {
 	want := []error{
 		actors.ErrNotRegistered, actors.ErrBadSignature, actors.ErrDuplicate, actors.ErrNoSuchMethod,
-		actors.ErrNotFound, actors.ErrTypeMismatch, actors.ErrInfeasible, actors.ErrActorRestarted,
+		actors.ErrNotFound, actors.ErrTypeMismatch, actors.ErrInfeasible, actors.ErrActorRestarted, actors.ErrStaleIncarnation,
 		actors.ErrEncode, actors.ErrDecode,
 		scheduler.ErrInfeasible, scheduler.ErrPending, scheduler.ErrInvalid, scheduler.ErrNotFound,
 		scheduler.ErrConflict, scheduler.ErrUnknownCommand, scheduler.ErrMalformed,

@@ -11,8 +11,34 @@ import (
 	"troupe/scheduler"
 )
 
-// Self-fencing: no actor runs twice.
+// No actor runs twice: epochs first, the self-fence as a backstop.
 //
+// Every incarnation of an actor has an epoch, its committed restart count
+// (scheduler.Actor.Restarts, actors.ActorInfo.Epoch): the leader commits
+// it before the incarnation starts, and each restart commits a larger one.
+// troupe refuses what a replaced incarnation does, by epoch, wherever it
+// reaches:
+//
+//   - the wire: a call names the incarnation it is for, and the worker runs
+//     it only there (wire.FencedHost). A call naming a newer incarnation
+//     than the one a worker runs proves that one replaced: it is refused
+//     and the worker ends it at once (runtime/worker);
+//   - the object store: a worker's store refuses the results of an
+//     incarnation older than one it has seen (objstore.Store.PutFenced);
+//   - callers: a driver refuses a reply from an incarnation older than the
+//     newest it has seen committed (runtime/driver), so a call it retried
+//     on the new incarnation is not answered twice;
+//
+// all with actors.ErrStaleIncarnation. So the leader need not wait until a
+// lost node has surely stopped its actors before it restarts them: a node
+// gossip has lost is committed suspect (it keeps its actors, gets no new
+// ones) and dead, which restarts its actors elsewhere, after suspectGrace,
+// a few probe intervals that let a node memberlist declared dead by mistake
+// refute it. memberlist has already waited out its own suspicion timeout
+// by then, so a lost worker's actors restart a few seconds after it went.
+//
+// The self-fence stays, as the backstop for what no epoch reaches: an
+// incarnation's writes outside troupe (files, databases, other services).
 // A node cut off from the cluster (its network, or the servers it can
 // reach have lost the leader) cannot learn that the leader gave its actors
 // to other nodes. So it stops them itself: once it has had no contact with
@@ -20,26 +46,27 @@ import (
 // starts nothing until contact is back. Contact is an answer to its sync
 // (NodeActors) from a server that heard from the raft leader recently, in
 // which the node is still alive; its time is when the question was asked,
-// less the server's time since it last heard from the leader.
+// less the server's time since it last heard from the leader. Between the
+// restart elsewhere and the fence, a replaced incarnation on a cut-off
+// node may still run and write outside troupe: such writes must carry
+// the epoch, checked by what they write to (docs/clusters.md, "Fencing").
 //
-// The leader, for its part, never releases a lost node's actors at once:
-// a node gossip has lost is committed suspect (it keeps its actors, gets
-// no new ones), and dead, which restarts its actors elsewhere, only after
-// it has been suspect for suspectWait, the lease plus a margin (a stale
-// answer, the fence's check period, clocks running at slightly different
-// rates). A node that drained (troupe stop) has stopped its workers and is
-// committed dead at once, as before. Every node of a cluster must use the
-// same Timing, from which both durations derive.
+// A node that drained (troupe stop) has stopped its workers and is
+// committed dead at once. Every node of a cluster must use the same
+// Timing, from which both durations derive.
 
 // fenceLease is how long a node runs its actors without contact with the
 // cluster: the job lease (20 gossip probe intervals, at least 3 s).
 func (n *Node) fenceLease() time.Duration { return n.jobLease() }
 
-// suspectWait is how long the leader keeps a lost node suspect before it
+// suspectGrace is how long the leader keeps a lost node suspect before it
 // commits the node dead and its actors restart elsewhere.
-func (n *Node) suspectWait() time.Duration { return suspectWaitFor(n.fenceLease()) }
+func (n *Node) suspectGrace() time.Duration { return suspectGraceFor(n.cfg.Timing) }
 
-func suspectWaitFor(lease time.Duration) time.Duration { return lease + lease/2 }
+// suspectGraceFor is two probe intervals (at least 200 ms): a node that
+// memberlist declared dead while it was only slow refutes that within a
+// probe or two, and keeps its actors.
+func suspectGraceFor(t Timing) time.Duration { return max(2*t.ProbeInterval, 200*time.Millisecond) }
 
 // contactClock decides when a node fences itself. It is pure logic over
 // the times it is given (tested with made-up clocks).
@@ -100,7 +127,7 @@ func nodeVerdict(nd *scheduler.Node, inGossip bool, gossip memberlist.NodeStateT
 		if cause == "" {
 			cause = fmt.Sprintf("node %s lost", nd.ID)
 		}
-		return scheduler.NodeDead, fmt.Sprintf("%s, and suspect for %v (its actors fenced themselves)", cause, wait)
+		return scheduler.NodeDead, fmt.Sprintf("%s, and suspect for %v", cause, wait)
 	}
 	return 0, ""
 }

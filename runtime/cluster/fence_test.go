@@ -46,17 +46,20 @@ func TestContactClockFences(t *testing.T) {
 	}
 }
 
-// TestNodeVerdictWaitsForTheFence: a node gossip loses is suspect first
-// and dead (its actors released) only once it has been suspect for the
-// lease plus the margin, by which time its contact clock has fenced it,
-// whatever happened between; a drained node dies at once; a node back in
+// TestNodeVerdictGrace: a node gossip loses is suspect first and dead
+// (its actors restarted elsewhere, fenced by their epochs) once it has been
+// suspect for the grace, a few probe intervals and far less than the
+// node's own fence lease; a drained node dies at once; a node back in
 // gossip is alive again.
-func TestNodeVerdictWaitsForTheFence(t *testing.T) {
-	const lease = 4 * time.Second
-	wait := suspectWaitFor(lease)
-	if wait <= lease {
-		t.Fatalf("suspect wait %v is not beyond the lease %v", wait, lease)
+func TestNodeVerdictGrace(t *testing.T) {
+	for _, tm := range []Timing{LANTiming(), FastTiming()} {
+		wait := suspectGraceFor(tm)
+		lease := max(3*time.Second, 20*tm.ProbeInterval)
+		if wait < 2*tm.ProbeInterval || wait > lease/4 {
+			t.Errorf("probe %v: grace %v, want at least two probes and at most a quarter of the lease %v", tm.ProbeInterval, wait, lease)
+		}
 	}
+	wait := suspectGraceFor(LANTiming())
 	t0 := time.Unix(1000, 0)
 	nd := &scheduler.Node{}
 	nd.ID, nd.State = "w1", scheduler.NodeAlive
@@ -70,32 +73,11 @@ func TestNodeVerdictWaitsForTheFence(t *testing.T) {
 		t.Fatalf("lost node: %v, want suspect", st)
 	}
 	nd.State, nd.Cause, nd.UpdatedAt = st, cause, t0.UnixNano()
-
-	// The node's side: its last contact was at most when it became
-	// suspect (from then on no answer counts as contact).
-	c := contactClock{lease: lease, last: t0}
-	var fencedAt time.Time
-	for d := time.Duration(0); d <= 2*wait; d += 10 * time.Millisecond {
-		now := t0.Add(d)
-		if fencedAt.IsZero() && c.due(now) {
-			fencedAt = now
-		}
-		st, _ := nodeVerdict(nd, true, dead, true, now, wait)
-		if st == scheduler.NodeDead {
-			if fencedAt.IsZero() || !fencedAt.Before(now) {
-				t.Fatalf("dead at %v, fenced at %v: the actors could run twice", d, fencedAt.Sub(t0))
-			}
-			if now.Sub(fencedAt) < lease/4 {
-				t.Errorf("margin between fence (%v) and death (%v) below a quarter lease", fencedAt.Sub(t0), d)
-			}
-			break
-		}
-		if st != 0 {
-			t.Fatalf("at %v: %v while suspect", d, st)
-		}
-		if d == 2*wait {
-			t.Fatal("never dead")
-		}
+	if st, _ := nodeVerdict(nd, true, dead, true, t0.Add(wait-time.Millisecond), wait); st != 0 {
+		t.Fatalf("suspect within the grace: %v, want nothing", st)
+	}
+	if st, c := nodeVerdict(nd, true, dead, true, t0.Add(wait), wait); st != scheduler.NodeDead || c == "" {
+		t.Fatalf("suspect for the grace: %v %q, want dead", st, c)
 	}
 	if st, _ := nodeVerdict(nd, true, alive, false, t0.Add(time.Second), wait); st != scheduler.NodeAlive {
 		t.Errorf("suspect node back in gossip: %v, want alive", st)

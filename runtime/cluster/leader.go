@@ -127,9 +127,9 @@ func (n *Node) reconcile(ctx context.Context) {
 		for _, nd := range s.Nodes() {
 			m, ok := ms[string(nd.ID)]
 			gone := (ok && m.state != memberlist.StateAlive) || (!ok && now.Sub(n.startedAt) > n.goneGrace())
-			// A lost node is suspect first, dead only after suspectWait
-			// (fence.go): by then it has stopped its actors itself.
-			want, cause := nodeVerdict(nd, ok, m.state, gone, now, n.suspectWait())
+			// A lost node is suspect first, dead after suspectGrace
+			// (fence.go): epochs fence its actors off from then on.
+			want, cause := nodeVerdict(nd, ok, m.state, gone, now, n.suspectGrace())
 			if want == 0 {
 				continue
 			}

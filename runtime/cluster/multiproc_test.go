@@ -297,8 +297,7 @@ func TestMultiProcessCluster(t *testing.T) {
 		worker.kill()
 		// Bound: generous for -race on a loaded 2-core machine (memberlist
 		// stretches its probes when the local node is slow); typical:
-		// detection (< 1.2 s) then suspect for suspectWait (6 s), by which
-		// time a cut-off node has fenced itself (fence.go).
+		// detection (< 1.2 s) then suspect for suspectGrace (400 ms).
 		waitFor(t, "worker marked dead", 25*time.Second, func() bool {
 			st, err := statusFrom(all, tok)
 			return err == nil && nodeState(st, "wrk1") == "dead"

@@ -64,8 +64,9 @@ type Driver struct {
 
 	spawns spawner // batches concurrent spawns
 
-	objs  *objRefs   // results held by workers (objects.go)
-	watch *callWatch // fails calls to vanished nodes (watch.go)
+	objs   *objRefs   // results held by workers (objects.go)
+	watch  *callWatch // fails calls to vanished nodes (watch.go)
+	epochs epochs     // the newest incarnation seen of each actor (epochs.go)
 
 	// ctx ends when Shutdown begins, ending the RPCs and waits of the
 	// driver's goroutines; goroutines owns every one of them (the

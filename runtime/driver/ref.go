@@ -137,6 +137,11 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 	in.begin(a.r.watch)
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
 		in.end()
+		if newest := a.r.epochs.newest(a.id); err == nil && newest > inc {
+			// A newer incarnation exists: this one's answer is not the
+			// actor's (it may have run on a node the cluster lost).
+			data, err = nil, &api.StaleIncarnationError{Actor: a.id, Called: newest, Running: inc}
+		}
 		if err == nil || !a.incarnationGone(cl, err) {
 			a.finish(inv, data, err)
 			return
@@ -154,7 +159,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 			a.finish(inv, nil, lerr)
 		})
 	})
-	cl.Invoke(a.id, &out)
+	cl.InvokeIncarnation(a.id, inc, &out) // the worker refuses it unless incarnation inc runs there
 	if d, token := out.Reply.DriverOf(); d != nil {
 		if fresh {
 			inv.Reply.SetDriver(d, token)
@@ -178,7 +183,8 @@ func (a *actorRef) incarnationGone(cl *wire.Client, err error) bool {
 		return true
 	}
 	var nh *api.NotHostedError
-	return errors.As(err, &nh) && nh.Actor == a.id
+	var se *api.StaleIncarnationError
+	return (errors.As(err, &nh) && nh.Actor == a.id) || (errors.As(err, &se) && se.Actor == a.id)
 }
 
 // forget drops the cached incarnation so the next call looks it up again.
@@ -198,6 +204,7 @@ func (a *actorRef) lostErr(method string, inc int, node string, cause error) err
 	for {
 		v, err := a.r.client.GetActorByID(ctx, a.id)
 		if err == nil {
+			a.r.epochs.see(a.id, v.Restarts)
 			switch {
 			case v.State == scheduler.ActorDead.String():
 				return &actors.ActorDiedError{Actor: a.label(), Node: node, Cause: v.Death, Restarts: v.Restarts, Err: cause}
@@ -250,6 +257,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 				return nil, 0, "", fmt.Errorf("actor %s: %w", label, actors.ErrNotFound)
 			}
 		} else {
+			r.epochs.see(id, v.Restarts)
 			switch {
 			case v.State == scheduler.ActorDead.String():
 				return nil, 0, "", &actors.ActorDiedError{Actor: label, Node: v.Node, Cause: v.Death, Restarts: v.Restarts}

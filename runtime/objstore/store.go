@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"troupe/actors"
 )
 
 // Errors of fetches and releases. Each is wrapped with the object's ID and
@@ -41,6 +43,9 @@ type Store struct {
 	freed map[ID]struct{} // recently freed IDs
 	ring  []ID            // freed IDs in order, for forgetting the oldest
 	next  int
+	// epochs is the newest incarnation seen of each actor whose objects
+	// the store keeps (PutFenced, Fence).
+	epochs map[string]uint64
 }
 
 type object struct {
@@ -67,9 +72,14 @@ func (s *Store) Put(data []byte) Ref { return s.PutTagged(data, "") }
 // PutTagged is Put with a tag saying who made the object (an actor ID),
 // shown by List.
 func (s *Store) PutTagged(data []byte, tag string) Ref {
+	s.mu.Lock()
+	return s.putLocked(data, tag)
+}
+
+// putLocked stores an object; s.mu is held, and released before it returns.
+func (s *Store) putLocked(data []byte, tag string) Ref {
 	id, key := newIDKey()
 	now := time.Now().UnixNano()
-	s.mu.Lock()
 	s.objs[id] = &object{data: data, key: key, refs: 1, created: now, tag: tag}
 	s.bytes += int64(len(data))
 	s.mu.Unlock()
@@ -77,6 +87,38 @@ func (s *Store) PutTagged(data []byte, tag string) Ref {
 	global.held.Add(1)
 	global.heldBytes.Add(int64(len(data)))
 	return Ref{ID: id, Key: key, Owner: s.owner, Size: int64(len(data))}
+}
+
+// Fence records that incarnation epoch of the actor tag exists: puts of
+// older incarnations of that actor are refused from now on (PutFenced).
+// It never lowers what the store has seen.
+func (s *Store) Fence(tag string, epoch uint64) {
+	s.mu.Lock()
+	s.fenceLocked(tag, epoch)
+	s.mu.Unlock()
+}
+
+func (s *Store) fenceLocked(tag string, epoch uint64) {
+	if s.epochs == nil {
+		s.epochs = map[string]uint64{}
+	}
+	if e, ok := s.epochs[tag]; !ok || epoch > e {
+		s.epochs[tag] = epoch
+	}
+}
+
+// PutFenced is PutTagged for a result of incarnation epoch of the actor
+// tag: refused with an error wrapping actors.ErrStaleIncarnation when the
+// store has seen a newer incarnation of that actor (Fence, or a put of
+// one), so a replaced incarnation's late results never become objects.
+func (s *Store) PutFenced(data []byte, tag string, epoch uint64) (Ref, error) {
+	s.mu.Lock()
+	if e, ok := s.epochs[tag]; ok && epoch < e {
+		s.mu.Unlock()
+		return Ref{}, fmt.Errorf("put of actor %s's incarnation %d at %s: incarnation %d exists: %w", tag, epoch, s.owner, e, actors.ErrStaleIncarnation)
+	}
+	s.fenceLocked(tag, epoch)
+	return s.putLocked(data, tag), nil
 }
 
 // lookup finds a live object; s.mu must be held.

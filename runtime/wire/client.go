@@ -358,8 +358,21 @@ func (cl *Client) end(err error) {
 
 // Invoke sends one call to actorID. The outcome arrives through inv.Reply.
 func (cl *Client) Invoke(actorID string, inv *actors.Invocation) {
+	cl.InvokeIncarnation(actorID, -1, inv)
+}
+
+// InvokeIncarnation sends one call to incarnation inc of actorID (its
+// epoch, the actor's committed restart count): a server whose host is a
+// FencedHost runs it only on that incarnation and otherwise fails it with
+// an error wrapping actors.ErrStaleIncarnation. inc < 0 names none (as
+// Invoke).
+func (cl *Client) InvokeIncarnation(actorID string, inc int, inv *actors.Invocation) {
 	id := cl.nextID.Add(1)
 	f := frame{kind: kindCall, callID: id, actor: actorID, method: inv.Method, data: inv.Arg}
+	if inc >= 0 {
+		f.flags |= flagEpoch
+		f.epoch = uint64(inc)
+	}
 	var later actors.ObjectRef
 	if inv.ArgRef != nil {
 		if p, ok := inv.ArgRef.(*actors.Promise); ok {

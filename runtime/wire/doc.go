@@ -16,7 +16,8 @@
 // Frame layout (little endian):
 //
 //	u32 length of the rest | u8 kind | body
-//	call:   uvarint callID | string actor | string method | u8 flags | bytes arg
+//	call:   uvarint callID | string actor | string method | u8 flags |
+//	        [uvarint incarnation, with flagEpoch] | bytes arg
 //	arg:    uvarint callID | bytes arg              (a call's deferred argument)
 //	argerr: uvarint callID | bytes error            (its argument failed)
 //	reply:  uvarint callID | u8 status | bytes payload (result, or an error)

@@ -30,6 +30,10 @@ const (
 	// server takes it from there (kept, or on that call's reply), or sends
 	// a need-arg frame, and then the client sends the argument.
 	flagArgOfCall byte = 1 << 2
+	// The call names the incarnation of the actor it is for (a uvarint
+	// after the flags): the server refuses it unless that incarnation
+	// runs there (the fencing of replaced incarnations, FencedHost).
+	flagEpoch byte = 1 << 3
 )
 
 // Reply statuses.
@@ -58,6 +62,7 @@ type frame struct {
 	actor  string
 	method string
 	flags  byte
+	epoch  uint64 // with flagEpoch: the incarnation the call is for
 	status byte
 	data   []byte
 }
@@ -72,6 +77,9 @@ func appendFrame(b []byte, f *frame) []byte {
 		b = appendBytes(b, f.actor)
 		b = appendBytes(b, f.method)
 		b = append(b, f.flags)
+		if f.flags&flagEpoch != 0 {
+			b = binary.AppendUvarint(b, f.epoch)
+		}
 		b = appendBytes(b, f.data)
 	case kindArg, kindArgErr:
 		b = appendBytes(b, f.data)
@@ -105,6 +113,9 @@ func decodeFrame(body []byte, intern *interner) (frame, error) {
 		f.actor = intern.string(r.bytes())
 		f.method = intern.string(r.bytes())
 		f.flags = r.byte()
+		if f.flags&flagEpoch != 0 {
+			f.epoch = r.uvarint()
+		}
 		f.data = r.bytes()
 	case kindArg, kindArgErr:
 		f.data = r.bytes()
@@ -136,6 +147,9 @@ func argSource(body []byte) uint64 {
 	r.bytes()
 	r.bytes()
 	flags := r.byte()
+	if flags&flagEpoch != 0 {
+		r.uvarint()
+	}
 	data := r.bytes()
 	if r.err != nil || flags&flagArgOfCall == 0 {
 		return 0

@@ -26,6 +26,19 @@ type Host interface {
 	Lookup(actorID string) (Target, bool)
 }
 
+// FencedHost is a Host that checks the incarnation a call names: a call
+// sent with Client.InvokeIncarnation runs only on that incarnation of the
+// actor (the incarnation is the actor's epoch, actors.ActorInfo.Epoch).
+// The host refuses it otherwise, with an error wrapping
+// actors.ErrStaleIncarnation: the caller is behind (it names an
+// incarnation older than the one running here) or the incarnation running
+// here was replaced (the call names a newer one, which the cluster
+// committed elsewhere). Calls without an incarnation use Lookup.
+type FencedHost interface {
+	Host
+	LookupIncarnation(actorID string, inc uint64) (Target, error)
+}
+
 // HostFunc adapts a function to Host.
 type HostFunc func(actorID string) (Target, bool)
 
@@ -269,6 +282,19 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 	}
 }
 
+// target finds the actor a call is for: the incarnation it names, when
+// it names one and the host is fenced.
+func (sc *serverConn) target(f *frame) (Target, error) {
+	if fh, ok := sc.s.host.(FencedHost); ok && f.flags&flagEpoch != 0 {
+		return fh.LookupIncarnation(f.actor, f.epoch)
+	}
+	t, ok := sc.s.host.Lookup(f.actor)
+	if !ok {
+		return nil, &api.NotHostedError{Actor: f.actor}
+	}
+	return t, nil
+}
+
 // handle serves one frame from the client.
 func (sc *serverConn) handle(f *frame, more bool) error {
 	// The reader counts as a call in flight while it has more input, so
@@ -289,9 +315,9 @@ func (sc *serverConn) handle(f *frame, more bool) error {
 			sc.burst.Add(1)
 		}
 		tracked := f.flags&(flagArgLater|flagCancel) != 0
-		t, ok := sc.s.host.Lookup(f.actor)
-		if !ok {
-			sc.reply(f.callID, false, nil, &api.NotHostedError{Actor: f.actor})
+		t, err := sc.target(f)
+		if err != nil {
+			sc.reply(f.callID, false, nil, err)
 			break
 		}
 		if sc.chained.Load() {

@@ -302,6 +302,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte{kindArg, 0x80})
 	f.Add(appendFrame(nil, &frame{kind: kindNeedArg, callID: 9})[4:])
 	f.Add(appendFrame(nil, &frame{kind: kindCall, callID: 8, actor: "b", method: "M", flags: flagArgLater | flagArgOfCall, data: []byte{7}})[4:])
+	f.Add(appendFrame(nil, &frame{kind: kindCall, callID: 9, actor: "c", method: "M", flags: flagEpoch | flagArgLater | flagArgOfCall, epoch: 3, data: []byte{8}})[4:])
 	f.Fuzz(func(t *testing.T, body []byte) {
 		src := argSource(body) // never panics, whatever the bytes
 		fr, err := decodeFrame(body, nil)
@@ -319,7 +320,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		// bytes may differ: varints have non-canonical forms).
 		again, err := decodeFrame(appendFrame(nil, &fr)[4:], &interner{})
 		if err != nil || again.kind != fr.kind || again.callID != fr.callID || again.actor != fr.actor ||
-			again.method != fr.method || again.flags != fr.flags || again.status != fr.status || string(again.data) != string(fr.data) {
+			again.method != fr.method || again.flags != fr.flags || again.epoch != fr.epoch || again.status != fr.status || string(again.data) != string(fr.data) {
 			t.Fatalf("round trip changed the frame: %+v -> %+v (%v)", fr, again, err)
 		}
 		if fr.kind == kindReply && fr.status == statusErr {

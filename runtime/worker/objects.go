@@ -56,11 +56,16 @@ func (o *objects) arg(ctx context.Context, data []byte) ([]byte, error) {
 	return o.client.Fetch(ctx, ref)
 }
 
-// result is the actors.InstanceHooks.Result of the worker's actor with
-// that ID.
-func (o *objects) result(actor string, data []byte) []byte {
+// result is the actors.InstanceHooks.Result of incarnation inc of the
+// worker's actor with that ID: a large result is refused when a newer
+// incarnation of the actor is known here (actors.ErrStaleIncarnation).
+func (o *objects) result(actor string, inc int, data []byte) ([]byte, error) {
 	if len(data) < objstore.InlineMax {
-		return data
+		return data, nil
 	}
-	return o.store.PutTagged(data, actor).Encode()
+	ref, err := o.store.PutFenced(data, actor, uint64(inc))
+	if err != nil {
+		return nil, err
+	}
+	return ref.Encode(), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"troupe/actors"
 	"troupe/actors/collective"
+	"troupe/runtime/api"
 	rcollective "troupe/runtime/collective"
 	"troupe/runtime/objstore"
 	"troupe/runtime/transport"
@@ -72,7 +73,7 @@ func Serve(ctx context.Context, rw io.ReadWriteCloser, host string, opt Options)
 	collective.SetTransport(groups)
 	defer groups.Close()
 	h := &host_{insts: map[string]running{}, objs: objs, calls: newCallRecorder()}
-	srv := wire.NewServer(wire.HostFunc(h.lookup), 0, sec)
+	srv := wire.NewServer(h, 0, sec)
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return fmt.Errorf("worker: listen: %w", err)
@@ -141,7 +142,8 @@ type running struct {
 	inc int
 }
 
-func (h *host_) lookup(id string) (wire.Target, bool) {
+// Lookup implements wire.Host, for calls that name no incarnation.
+func (h *host_) Lookup(id string) (wire.Target, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r, ok := h.insts[id]
@@ -149,6 +151,36 @@ func (h *host_) lookup(id string) (wire.Target, bool) {
 		return nil, false
 	}
 	return groupTarget{r.in}, true
+}
+
+// LookupIncarnation implements wire.FencedHost: a call runs only on the
+// incarnation it names. One naming an older incarnation than the one here
+// is refused (the caller is behind). One naming a newer incarnation proves
+// the one here was replaced (the cluster restarted the actor elsewhere,
+// its node lost): it is refused, and the incarnation here is ended at
+// once, without waiting for the node's fence, and its later results are
+// refused by the object store.
+func (h *host_) LookupIncarnation(id string, inc uint64) (wire.Target, error) {
+	h.mu.Lock()
+	r, ok := h.insts[id]
+	switch {
+	case !ok:
+		h.mu.Unlock()
+		return nil, &api.NotHostedError{Actor: id}
+	case uint64(r.inc) == inc:
+		h.mu.Unlock()
+		return groupTarget{r.in}, nil
+	case uint64(r.inc) > inc:
+		h.mu.Unlock()
+		return nil, &api.StaleIncarnationError{Actor: id, Called: int(inc), Running: r.inc}
+	}
+	delete(h.insts, id)
+	h.mu.Unlock()
+	if h.objs != nil {
+		h.objs.store.Fence(id, inc)
+	}
+	go r.in.Kill(fmt.Sprintf("incarnation %d was replaced: a call named incarnation %d", r.inc, inc))
+	return nil, &api.StaleIncarnationError{Actor: id, Called: int(inc), Running: r.inc}
 }
 
 // groupTarget hands the calls that form collective groups to package
@@ -194,8 +226,11 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 		c.send(&msg{Op: opDied, ID: id, Inc: inc, Cause: d.Cause})
 	}}
 	if h.objs != nil {
+		// Its results are objects of this incarnation: refused once a newer
+		// one is known here.
+		h.objs.store.Fence(id, uint64(inc))
 		hooks.Arg = h.objs.arg
-		hooks.Result = func(data []byte) []byte { return h.objs.result(id, data) }
+		hooks.Result = func(data []byte) ([]byte, error) { return h.objs.result(id, inc, data) }
 	}
 	if h.calls != nil {
 		hooks.Called = h.calls.hook(spec.Type)
