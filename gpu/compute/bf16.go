@@ -36,3 +36,35 @@ type BF16Matmuler interface {
 	// (nearest, ties to even, as PyTorch's .to(torch.bfloat16)) into dst.
 	RoundBF16(dst []uint16, src Buffer)
 }
+
+// BF16Resident is an optional capability of a BF16Matmuler whose products
+// read their BF16 weights from copies it keeps in device memory, one per
+// host slice it was given (a GPU's). It lets a model keep those copies
+// current without moving weights across the bus: mixed precision rounds its
+// float32 masters into them after every optimizer step, a frozen BF16 base
+// gathers its embedding rows from them.
+type BF16Resident interface {
+	// RoundBF16Resident is RoundBF16 into the backend's copy of dst only:
+	// the rounded values are what the BF16 products (and EmbedForwardBF16)
+	// read for dst from then on, and dst's host memory is left as it was.
+	// A caller that uses it passes dst to the backend's BF16 ops alone and
+	// never reads dst on the host (RoundBF16 writes both).
+	RoundBF16Resident(dst []uint16, src Buffer)
+	// EmbedForwardBF16 is EmbedForward from a BF16 table (V,C) (bits, as in
+	// MatmulForwardBF16's weight): out[n,:] = float32(table[inp[n],:]).
+	EmbedForwardBF16(out Buffer, inp IntBuffer, table []uint16, N, C, V int)
+}
+
+// MixedMatmuler is an optional Backend capability: MatmulForward and
+// MatmulBackward with both operands rounded to BF16 and float32 sums, for
+// the products of weights kept as float32 buffers that train on the device
+// (LoRA's A and B under mixed precision or on a BF16 base), as PyTorch's
+// autocast runs every Linear. Results agree with the float32 ops to about
+// BF16 precision of the operands, not bit for bit.
+type MixedMatmuler interface {
+	// MatmulForwardMixed is MatmulForward on BF16-rounded inp and weight.
+	MatmulForwardMixed(out, inp, weight, bias Buffer, N, C, OC int)
+	// MatmulBackwardMixed is MatmulBackward on BF16-rounded operands (dout,
+	// weight for dinp; dout, inp for dweight); dbias sums dout in float32.
+	MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight Buffer, N, C, OC int)
+}

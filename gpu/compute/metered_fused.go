@@ -12,6 +12,8 @@ type meteredFused struct {
 	loss  *meteredLSE
 	adam  *meteredMultiAdam
 	glu   *meteredPackedGLU
+	res   *meteredResident
+	mix   *meteredMixed
 }
 
 func newMeteredFused(m *metered, b Backend) meteredFused {
@@ -33,6 +35,12 @@ func newMeteredFused(m *metered, b Backend) meteredFused {
 	}
 	if c, ok := As[PackedSwiGLU](b); ok {
 		f.glu = &meteredPackedGLU{m: m, c: c}
+	}
+	if c, ok := As[BF16Resident](b); ok {
+		f.res = &meteredResident{m: m, c: c}
+	}
+	if c, ok := As[MixedMatmuler](b); ok {
+		f.mix = &meteredMixed{m: m, c: c}
 	}
 	return f
 }
@@ -70,6 +78,16 @@ func (f *meteredFused) capability(target any) bool {
 			*p = f.glu
 		}
 		return f.glu != nil
+	case *BF16Resident:
+		if f.res != nil {
+			*p = f.res
+		}
+		return f.res != nil
+	case *MixedMatmuler:
+		if f.mix != nil {
+			*p = f.mix
+		}
+		return f.mix != nil
 	}
 	return false
 }
@@ -167,4 +185,34 @@ func (o *meteredPackedGLU) SwiGLUPackedForward(out, gu Buffer, N, I int) {
 func (o *meteredPackedGLU) SwiGLUPackedBackward(dgu, dout, gu Buffer, N, I int) {
 	defer o.m.done(o.m.now())
 	o.c.SwiGLUPackedBackward(dgu, dout, gu, N, I)
+}
+
+type meteredResident struct {
+	m *metered
+	c BF16Resident
+}
+
+func (o *meteredResident) RoundBF16Resident(dst []uint16, src Buffer) {
+	defer o.m.done(o.m.now())
+	o.c.RoundBF16Resident(dst, src)
+}
+
+func (o *meteredResident) EmbedForwardBF16(out Buffer, inp IntBuffer, table []uint16, N, C, V int) {
+	defer o.m.done(o.m.now())
+	o.c.EmbedForwardBF16(out, inp, table, N, C, V)
+}
+
+type meteredMixed struct {
+	m *metered
+	c MixedMatmuler
+}
+
+func (o *meteredMixed) MatmulForwardMixed(out, inp, weight, bias Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.c.MatmulForwardMixed(out, inp, weight, bias, N, C, OC)
+}
+
+func (o *meteredMixed) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.c.MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight, N, C, OC)
 }

@@ -55,6 +55,18 @@ func (f *fusedFake) SwiGLUPackedForward(out, gu compute.Buffer, N, I int) {
 func (f *fusedFake) SwiGLUPackedBackward(dgu, dout, gu compute.Buffer, N, I int) {
 	f.calls["SwiGLUPackedBackward"]++
 }
+func (f *fusedFake) RoundBF16Resident(dst []uint16, src compute.Buffer) {
+	f.calls["RoundBF16Resident"]++
+}
+func (f *fusedFake) EmbedForwardBF16(out compute.Buffer, inp compute.IntBuffer, table []uint16, N, C, V int) {
+	f.calls["EmbedForwardBF16"]++
+}
+func (f *fusedFake) MatmulForwardMixed(out, inp, weight, bias compute.Buffer, N, C, OC int) {
+	f.calls["MatmulForwardMixed"]++
+}
+func (f *fusedFake) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight compute.Buffer, N, C, OC int) {
+	f.calls["MatmulBackwardMixed"]++
+}
 
 // Metered hands out each fused capability exactly when the wrapped backend
 // has it (also metered twice), and its ops reach the backend, timed.
@@ -70,6 +82,9 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 	if _, ok := compute.As[compute.MultiAdamW](plain); ok {
 		t.Error("a metered cpu backend has MultiAdamW")
 	}
+	if _, ok := compute.As[compute.MixedMatmuler](plain); ok {
+		t.Error("a metered cpu backend has MixedMatmuler")
+	}
 
 	fake := &fusedFake{Backend: cpu.New(), calls: map[string]int{}}
 	be := compute.Metered(compute.Metered(fake, c, clock.now), c, clock.now)
@@ -82,8 +97,10 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 	ls, ok4 := compute.As[compute.LSELossHeads](be)
 	ad, ok5 := compute.As[compute.MultiAdamW](be)
 	gl, ok6 := compute.As[compute.PackedSwiGLU](be)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6)
+	rs, ok7 := compute.As[compute.BF16Resident](be)
+	mx, ok8 := compute.As[compute.MixedMatmuler](be)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 {
+		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6, ok7, ok8)
 	}
 	ops := []func(){
 		func() { fa.FlashAttentionForward(nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
@@ -99,6 +116,10 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 		func() { ad.AdamWUpdateMulti(nil, compute.AdamW{}) },
 		func() { gl.SwiGLUPackedForward(nil, nil, 1, 1) },
 		func() { gl.SwiGLUPackedBackward(nil, nil, nil, 1, 1) },
+		func() { rs.RoundBF16Resident(nil, nil) },
+		func() { rs.EmbedForwardBF16(nil, nil, nil, 1, 1, 1) },
+		func() { mx.MatmulForwardMixed(nil, nil, nil, nil, 1, 1, 1) },
+		func() { mx.MatmulBackwardMixed(nil, nil, nil, nil, nil, nil, 1, 1, 1) },
 	}
 	for i, op := range ops {
 		before := c.Busy()

@@ -45,6 +45,10 @@ type launchConfig struct {
 	// tcBlocks is the number of blocks below which a GEMM with enough k
 	// tiles is split over k (about two waves of an H100/H200's 132 SMs).
 	tcBlocks int
+	// tcAtomicSplitK makes a GEMM split over k add its splits into the
+	// output with atomicAdd instead of a workspace and a second pass (see
+	// SetAtomicSplitK).
+	tcAtomicSplitK bool
 }
 
 var gpuLaunch = launchConfig{elemBlock: 256, rowBlock: 128, maxGrid: 4096, stageHalves: 1 << 22, tcBlocks: 264}

@@ -3,8 +3,12 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
+
+	"troupe/gpu/compute"
 )
 
 // (Named to sort before ops_test.go, whose TestOpZReport tabulates the
@@ -77,6 +81,8 @@ func TestOpTCGemmTiles(t *testing.T) {
 		// and M of the weight gradient.
 		{"16x64", []shape{{1, 33, 65}, {15, 7, 63}, {17, 40, 64}, {16, 160, 9}}},
 		{"64x64", []shape{{63, 31, 65}, {65, 9, 17}}},
+		{"64x16", []shape{{65, 40, 15}, {17, 33, 17}, {63, 160, 8}}},
+		{"64x32", []shape{{65, 40, 31}, {64, 9, 33}}},
 		{"128x128", []shape{{129, 33, 127}}},
 	}
 	for _, c := range cases {
@@ -154,4 +160,143 @@ func TestOpTCGemmRoundBF16(t *testing.T) {
 	p.e.MatmulForwardBF16(out.e, in.e, layer, nil, N, C, OC)
 	p.r.MatmulForward(out.r, p.up(roundBF16(inR)).r, wR.r, nil, N, C, OC)
 	p.check("tc_gemm_after_RoundBF16", out, tol)
+}
+
+// mixedCase runs compute.MixedMatmuler's forward and backward on one linear
+// layer (float32 weight, rounded to bf16 with the activations) against the
+// reference's float32 ops on the rounded inputs.
+func mixedCase(p *pair, name string, N, C, OC int) {
+	p.t.Helper()
+	inF, wF, doF := p.randn(N*C, 1), p.randn(OC*C, 1), p.randn(N*OC, 1)
+	in, inR := p.up(inF), p.up(roundBF16(inF))
+	w, wR := p.up(wF), p.up(roundBF16(wF))
+	do, doR := p.up(doF), p.up(roundBF16(doF))
+	bi := p.rand(OC, 1)
+
+	out := p.rand(N*OC, 1)
+	p.e.MatmulForwardMixed(out.e, in.e, w.e, bi.e, N, C, OC)
+	p.r.MatmulForward(out.r, inR.r, wR.r, bi.r, N, C, OC)
+	p.check(name+".forward", out, tol)
+
+	dinp, dw, db := p.rand(N*C, 1), p.rand(OC*C, 1), p.rand(OC, 1)
+	p.e.MatmulBackwardMixed(dinp.e, dw.e, db.e, do.e, in.e, w.e, N, C, OC)
+	p.r.MatmulBackward(dinp.r, dw.r, nil, doR.r, inR.r, wR.r, N, C, OC)
+	p.r.MatmulBackward(nil, nil, db.r, do.r, inR.r, wR.r, N, C, OC)
+	p.check(name+".dinp", dinp, tol)
+	p.check(name+".dweight", dw, tol)
+	p.check(name+".dbias", db, tol)
+
+	// dinp alone: the weight gradient's buffers may be nil.
+	p.e.MatmulBackwardMixed(dinp.e, nil, nil, do.e, in.e, w.e, N, C, OC)
+	p.r.MatmulBackward(dinp.r, nil, nil, doR.r, inR.r, wR.r, N, C, OC)
+	p.check(name+".dinp_only", dinp, tol)
+}
+
+// TestOpTCGemmMixedLoRA runs LoRA's six products (x·Aᵀ, u·Bᵀ and their
+// backward) through compute.MixedMatmuler at ranks 8 to 64, on token
+// counts and widths around the tile edges (1 row, 15/17 around the 16-row
+// tile, 63/65 around the 64-row one), with the shape picking the tile: the
+// rank is the product's N (64x16, 64x32, 64x64 tiles), its K (one k-tile,
+// mostly padding) or its M (16x64, 64x64) in one or another direction.
+func TestOpTCGemmMixedLoRA(t *testing.T) {
+	p := newPair(t, 37)
+	for _, c := range []struct{ N, in, out, r int }{
+		{1, 40, 24, 8}, {15, 33, 65, 8}, {17, 40, 24, 16}, {63, 24, 40, 17}, {65, 40, 33, 32}, {20, 24, 65, 64},
+	} {
+		t.Run(fmt.Sprintf("N=%d,in=%d,out=%d,r=%d", c.N, c.in, c.out, c.r), func(t *testing.T) {
+			q := *p
+			q.t = t
+			mixedCase(&q, fmt.Sprintf("tc_mixed_A(N=%d,C=%d,OC=%d)", c.N, c.in, c.r), c.N, c.in, c.r)
+			mixedCase(&q, fmt.Sprintf("tc_mixed_B(N=%d,C=%d,OC=%d)", c.N, c.r, c.out), c.N, c.r, c.out)
+		})
+	}
+}
+
+// TestOpTCGemmSplitK: a product split over k gives the reference's result
+// both ways (the deterministic workspace, the default, and atomicAdd), the
+// deterministic one bit for bit again on a second run and with the bias
+// and an accumulated output.
+func TestOpTCGemmSplitK(t *testing.T) {
+	p := newPair(t, 38)
+	defer p.e.SetAtomicSplitK(false)
+	N, C, OC := 3, 300, 40 // one tile, 10 k-tiles: split
+	for _, atomic := range []bool{false, true} {
+		p.e.SetAtomicSplitK(atomic)
+		name := fmt.Sprintf("tc_splitk(atomic=%v)", atomic)
+		inF, wF := p.randn(N*C, 1), p.randn(OC*C, 1)
+		in, inR, wR := p.up(inF), p.up(roundBF16(inF)), p.up(roundBF16(wF))
+		w := toBF16(wF)
+		bi := p.rand(OC, 1)
+		out := p.rand(N*OC, 1)
+		p.e.MatmulForwardBF16(out.e, in.e, w, bi.e, N, C, OC)
+		p.r.MatmulForward(out.r, inR.r, wR.r, bi.r, N, C, OC)
+		p.check(name+".forward", out, tol)
+		if !atomic {
+			if p.e.tc.wsN == 0 {
+				t.Fatal("the product was not split over k (no workspace)")
+			}
+			first := make([]float32, N*OC)
+			p.e.Download(first, out.e)
+			p.e.MatmulForwardBF16(out.e, in.e, w, bi.e, N, C, OC)
+			again := make([]float32, N*OC)
+			p.e.Download(again, out.e)
+			if err := p.e.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(first, again) {
+				t.Error("the deterministic split-K gave different bits on a second run")
+			}
+		}
+		do := p.rand(N*OC, 1)
+		dinp := p.rand(N*C, 1)
+		p.e.MatmulBackwardInputBF16(dinp.e, do.e, w, N, C, OC) // accumulates, C=300 wide: not split
+		dw := p.rand(OC*C, 1)
+		p.e.MatmulBackwardWeightBF16(dw.e, nil, do.e, in.e, N, C, OC)
+		doR := make([]float32, N*OC)
+		p.e.Download(doR, do.e)
+		p.r.MatmulBackward(dinp.r, dw.r, nil, p.up(roundBF16(doR)).r, inR.r, wR.r, N, C, OC)
+		p.check(name+".dinp", dinp, tol)
+		p.check(name+".dweight", dw, tol)
+	}
+}
+
+// TestOpTCGemmResident: RoundBF16Resident rounds into the copy the
+// products read and leaves the host slice alone; EmbedForwardBF16 gathers
+// rows of a resident table (exactly, the table being bf16) and flags an
+// id out of range as ErrToken.
+func TestOpTCGemmResident(t *testing.T) {
+	p := newPair(t, 39)
+	N, C, OC := 4, 24, 10
+	host := make([]uint16, OC*C)
+	masterF := p.randn(OC*C, 1)
+	master := p.up(masterF)
+	p.e.RoundBF16Resident(host, master.e)
+	in := p.rand(N*C, 1)
+	out := p.zeros(N * OC)
+	p.e.MatmulForwardBF16(out.e, in.e, host, nil, N, C, OC)
+	inF := make([]float32, N*C)
+	p.e.Download(inF, in.e)
+	p.r.MatmulForward(out.r, p.up(roundBF16(inF)).r, p.up(roundBF16(masterF)).r, nil, N, C, OC)
+	p.check("tc_round_resident", out, tol)
+	if slices.ContainsFunc(host, func(v uint16) bool { return v != 0 }) {
+		t.Error("RoundBF16Resident wrote the host slice")
+	}
+
+	// The table: V rows of C, resident after its first use.
+	V := OC
+	ids := p.tokens(N, V)
+	emb := p.zeros(N * C)
+	p.e.EmbedForwardBF16(emb.e, ids.e, host, N, C, V)
+	p.r.EmbedForward(emb.r, ids.r, p.up(roundBF16(masterF)).r, N, C, V)
+	p.check("tc_embed_bf16", emb, 0)
+
+	bad, err := p.e.AllocInt(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.e.UploadInt(bad, []int32{int32(V)})
+	p.e.EmbedForwardBF16(emb.e, bad, host, 1, C, V)
+	if err := p.e.Sync(); !errors.Is(err, compute.ErrToken) {
+		t.Errorf("an id of V: %v, want ErrToken", err)
+	}
 }

@@ -31,6 +31,8 @@ var tcConfigs = map[string]tcConfig{
 	"128x128": {"tc_gemm_128x128", 128, 128, 256},
 	"64x64":   {"tc_gemm_64x64", 64, 64, 128},
 	"16x64":   {"tc_gemm_16x64", 16, 64, 128},
+	"64x16":   {"tc_gemm_64x16", 64, 16, 128},
+	"64x32":   {"tc_gemm_64x32", 64, 32, 128},
 }
 
 const tcBK = 32 // k per pipeline stage (tc_gemm.cu TC_BK)
@@ -41,6 +43,8 @@ type tcState struct {
 	packN int     // its size in bf16 values
 	fs    uintptr // float scratch (GQAttentionForwardBF16's rounded q, k, v)
 	fsN   int
+	ws    uintptr // float workspace of the deterministic split-K's partial sums
+	wsN   int
 	// weights are the resident BF16 weights, few (one per kind of matrix).
 	weights []*tcWeight
 }
@@ -78,6 +82,10 @@ func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
 		switch {
 		case M <= 16:
 			cfg = tcConfigs["16x64"] // decode rows, LoRA's rank-r side
+		case N <= 16:
+			cfg = tcConfigs["64x16"] // LoRA's rank-r side as the product's N
+		case N <= 32:
+			cfg = tcConfigs["64x32"]
 		case M >= 256 && N >= 256:
 			cfg = tcConfigs["128x128"]
 		default:
@@ -100,6 +108,18 @@ func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
 	if acc {
 		mode |= 1
 	}
+	grid, block := [3]uint32{uint32(gx), uint32(gy), uint32(splits)}, [3]uint32{uint32(cfg.thread), 1, 1}
+	if splits > 1 && !b.cfg.tcAtomicSplitK {
+		// Deterministic: each split stores its partial sums in its slice of
+		// the workspace; one pass adds them in split order.
+		ws := b.tcWorkspace(splits * M * N)
+		if b.err != nil {
+			return
+		}
+		b.launch(cfg.kernel, grid, block, ptr(ws), ptr(a), ptr(bm), ptr(0), ptr(0), M, N, Kp, kps, int(mode|4))
+		b.launch("tc_splitk_reduce", b.elemGrid(M*N), b.elemBlock(), ptr(c), ptr(ws), ptr(bias), ptr(res), M, N, splits, int(mode))
+		return
+	}
 	if splits > 1 {
 		mode |= 2
 		if !acc {
@@ -109,9 +129,45 @@ func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
 			}
 		}
 	}
-	b.launch(cfg.kernel, [3]uint32{uint32(gx), uint32(gy), uint32(splits)}, [3]uint32{uint32(cfg.thread), 1, 1},
-		ptr(c), ptr(a), ptr(bm), ptr(bias), ptr(res), M, N, Kp, kps, int(mode))
+	b.launch(cfg.kernel, grid, block, ptr(c), ptr(a), ptr(bm), ptr(bias), ptr(res), M, N, Kp, kps, int(mode))
 }
+
+// tcWorkspace returns float workspace of at least n values for the
+// deterministic split-K.
+func (b *Backend) tcWorkspace(n int) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	if n > maxElems {
+		b.fail(compute.ShapeError("tcGemm", "split-K workspace of %d floats", n))
+		return 0
+	}
+	if b.tc.wsN >= n {
+		return b.tc.ws
+	}
+	if b.tc.ws != 0 {
+		if err := b.dev.Sync(); err != nil { // queued GEMMs may still use it
+			b.fail(fmt.Errorf("cuda: sync: %w", err))
+			return 0
+		}
+		_ = b.dev.Free(b.tc.ws)
+		b.tc.ws, b.tc.wsN = 0, 0
+	}
+	p, err := b.dev.Alloc(4 * n)
+	if err != nil {
+		b.fail(fmt.Errorf("cuda: split-K workspace of %d floats: %w: %v", n, ErrDevice, err))
+		return 0
+	}
+	b.tc.ws, b.tc.wsN = p, n
+	return p
+}
+
+// SetAtomicSplitK chooses how a GEMM split over k sums its splits: with
+// atomicAdd into the output (on: one pass, but the order of the additions is
+// the order the blocks finish, so results are not bit-reproducible), or, by
+// default, through a workspace summed in split order by a second pass
+// (bit-reproducible run to run).
+func (b *Backend) SetAtomicSplitK(on bool) { b.cfg.tcAtomicSplitK = on }
 
 // tcScratch returns bf16 scratch of at least n values.
 func (b *Backend) tcScratch(n int) uintptr {
@@ -277,7 +333,7 @@ func (b *Backend) dropOverlapping(base uintptr, n int) {
 
 func (b *Backend) freeTC() {
 	b.ForgetBF16Weights()
-	for _, p := range []uintptr{b.tc.pack, b.tc.fs} {
+	for _, p := range []uintptr{b.tc.pack, b.tc.fs, b.tc.ws} {
 		if p != 0 {
 			_ = b.dev.Free(p)
 		}
@@ -405,9 +461,32 @@ func (b *Backend) MatmulBackwardWeightBF16(dweight, dbias, dout, inp compute.Buf
 // to dst, as the contract asks.
 func (b *Backend) RoundBF16(dst []uint16, src compute.Buffer) {
 	const op = "RoundBF16"
+	e, off := b.roundResident(op, dst, src)
+	if e == nil || b.Sync() != nil {
+		return
+	}
+	if err := b.dev.DtoH(unsafe.Pointer(&dst[0]), e.dev+uintptr(2*off), 2*len(dst)); err != nil {
+		b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
+	}
+}
+
+var _ compute.BF16Resident = (*Backend)(nil)
+
+// RoundBF16Resident implements compute.BF16Resident: RoundBF16 without the
+// copy to the host, so a mixed-precision update moves no weight over the
+// bus (the masters are rounded where they are, into the copy the products
+// read).
+func (b *Backend) RoundBF16Resident(dst []uint16, src compute.Buffer) {
+	b.roundResident("RoundBF16Resident", dst, src)
+}
+
+// roundResident rounds src into the resident copy of dst (made now if dst is
+// not inside one) and returns that copy and dst's offset in it; nil after an
+// error or for an empty dst.
+func (b *Backend) roundResident(op string, dst []uint16, src compute.Buffer) (*tcWeight, int) {
 	s := b.f(op, "src", src, len(dst))
 	if b.err != nil || len(dst) == 0 {
-		return
+		return nil, 0
 	}
 	var e *tcWeight
 	off := 0
@@ -426,16 +505,89 @@ func (b *Backend) RoundBF16(dst []uint16, src compute.Buffer) {
 		var err error
 		if e, err = b.newWeight(dst); err != nil {
 			b.fail(fmt.Errorf("%s: %w", op, err))
-			return
+			return nil, 0
 		}
 	}
 	b.launch("float_to_bf16_kernel", b.elemGrid(len(dst)), b.elemBlock(), ptr(e.dev+uintptr(2*off)), ptr(s), len(dst))
 	e.ver++
-	if b.Sync() != nil {
+	return e, off
+}
+
+// EmbedForwardBF16 implements compute.BF16Resident (kernel tc_embed_bf16):
+// the rows are gathered from table's resident copy, uploaded on first use.
+func (b *Backend) EmbedForwardBF16(out compute.Buffer, inp compute.IntBuffer, table []uint16, N, C, V int) {
+	const op = "EmbedForwardBF16"
+	if !b.dims(op, N, C) || !b.dims(op, V, C) {
 		return
 	}
-	if err := b.dev.DtoH(unsafe.Pointer(&dst[0]), e.dev+uintptr(2*off), 2*len(dst)); err != nil {
-		b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
+	o, in := b.f(op, "out", out, N*C), b.ints(op, "inp", inp, N)
+	if b.err == nil && len(table) != V*C {
+		b.fail(compute.ShapeError(op, "table has %d values, want V*C = %d", len(table), V*C))
+	}
+	e, off := b.weight(op, table)
+	if b.err != nil || N*C == 0 {
+		return
+	}
+	b.launch("tc_embed_bf16", [3]uint32{uint32(ceilDiv(N*C, b.cfg.elemBlock)), 1, 1}, b.elemBlock(),
+		ptr(o), ptr(in), ptr(e.dev+uintptr(2*off)), N, C, V, ptr(b.errFlag))
+}
+
+var _ compute.MixedMatmuler = (*Backend)(nil)
+
+// MatmulForwardMixed implements compute.MixedMatmuler on the tensor cores:
+// inp and weight are rounded to bf16 into scratch as they are packed (a
+// trained float32 weight, LoRA's A or B, changes every step, so nothing is
+// kept), out = inp·weightᵀ + bias.
+func (b *Backend) MatmulForwardMixed(out, inp, weight, bias compute.Buffer, N, C, OC int) {
+	const op = "MatmulForwardMixed"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	o, in, w, bi := b.f(op, "out", out, N*OC), b.f(op, "inp", inp, N*C), b.f(op, "weight", weight, OC*C), b.opt(op, "bias", bias, OC)
+	if b.err != nil || N*OC == 0 {
+		return
+	}
+	Cp := pad8(C)
+	s := b.tcScratch((N + OC) * Cp)
+	if b.err != nil {
+		return
+	}
+	a, bm := s, s+uintptr(2*N*Cp)
+	b.packF32(a, in, N, C, Cp, false)
+	b.packF32(bm, w, OC, C, Cp, false)
+	b.tcGemm(o, a, bm, bi, 0, N, OC, Cp, false)
+}
+
+// MatmulBackwardMixed implements compute.MixedMatmuler: dinp (N,C) +=
+// bf16(dout)·bf16(weight), dweight (OC,C) += bf16(dout)ᵀ·bf16(inp), dbias
+// (OC) += column sums of dout; each of dinp, dweight, dbias may be nil.
+func (b *Backend) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight compute.Buffer, N, C, OC int) {
+	const op = "MatmulBackwardMixed"
+	if !b.dims(op, N, C, OC) {
+		return
+	}
+	di := b.opt(op, "dinp", dinp, N*C)
+	do := b.f(op, "dout", dout, N*OC)
+	var w uintptr
+	if di != 0 {
+		w = b.f(op, "weight", weight, OC*C)
+	}
+	if b.err != nil || N == 0 {
+		return
+	}
+	if di != 0 && N*C > 0 {
+		OCp := pad8(OC)
+		s := b.tcScratch((N + C) * OCp)
+		if b.err != nil {
+			return
+		}
+		a, wt := s, s+uintptr(2*N*OCp)
+		b.packF32(a, do, N, OC, OCp, false) // dout (N, OCp)
+		b.packF32(wt, w, C, OC, OCp, true)  // weightᵀ (C, OCp)
+		b.tcGemm(di, a, wt, 0, 0, N, C, OCp, true)
+	}
+	if dweight != nil || dbias != nil {
+		b.MatmulBackwardWeightBF16(dweight, dbias, dout, inp, N, C, OC)
 	}
 }
 

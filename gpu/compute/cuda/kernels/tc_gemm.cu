@@ -19,13 +19,18 @@
 // 32 bf16 = 64 bytes = four 16-byte chunks; chunk c of row r is stored at
 // position c ^ ((r>>1)&3), so the eight rows one ldmatrix phase reads (and
 // the eight chunks one cp.async phase writes) fall in eight distinct 16-byte
-// bank groups: no bank conflicts. Split-K (gridDim.z > 1) adds each split's
-// partial sum into C with atomicAdd.
+// bank groups: no bank conflicts. Split-K (gridDim.z > 1) either writes each
+// split's partial sum to its own slice of a workspace, summed in split order
+// by tc_splitk_reduce (deterministic, the default), or adds it into C with
+// atomicAdd (order of arrival: not bit-reproducible).
 //
 // Epilogue, per element: C = (mode&1 ? C : 0) + acc + bias[n] + R[m,n]
 // (bias, R may be null; R is N-strided like C). mode&2: split-K, every
 // split atomically adds acc and split 0 adds bias and R (the host set C
-// beforehand: zero, or kept when accumulating).
+// beforehand: zero, or kept when accumulating). mode&4: split-K into a
+// workspace, C here being the workspace (gridDim.z slices of M×N): split z
+// stores its acc alone at C[z·M·N + m·N + n]; tc_splitk_reduce does the
+// rest of the epilogue.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -133,6 +138,10 @@ __device__ __forceinline__ void tc_gemm_body(float* C, const bf16* A, const bf16
                 if (m >= M || n >= N) continue;
                 const long idx = (long)m * N + n;
                 float v = acc[i][j][e];
+                if (mode & 4) {
+                    C[(long)blockIdx.z * M * N + idx] = v;
+                    continue;
+                }
                 if (first) {
                     if (bias) v += bias[n];
                     if (R) v += R[idx];
@@ -164,6 +173,54 @@ extern "C" __global__ void __launch_bounds__(128)
     tc_gemm_16x64(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
                   int ktiles_per_split, int mode) {
     tc_gemm_body<16, 64, 1, 4, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+}
+
+// Skinny-N tiles for products with few output columns (LoRA's rank-r side
+// when r is the N of the product: x·Aᵀ, dout·B, doutᵀ·u): a 64-wide N tile
+// would compute 4 to 8 times the needed columns there.
+extern "C" __global__ void __launch_bounds__(128)
+    tc_gemm_64x16(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
+                  int ktiles_per_split, int mode) {
+    tc_gemm_body<64, 16, 4, 1, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    tc_gemm_64x32(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
+                  int ktiles_per_split, int mode) {
+    tc_gemm_body<64, 32, 4, 1, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+}
+
+// tc_splitk_reduce finishes a deterministic split-K GEMM: C (M,N) = (mode&1 ?
+// C : 0) + sum over s < splits, in order, of W[s] + bias[n] + R[m,n], with W
+// the workspace the splits wrote (splits slices of M×N). Grid-stride.
+extern "C" __global__ void tc_splitk_reduce(float* C, const float* W, const float* bias, const float* R, int M, int N,
+                                            int splits, int mode) {
+    const long mn = (long)M * N;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < mn; i += (long)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += W[s * mn + i];
+        if (bias) v += bias[i % N];
+        if (R) v += R[i];
+        C[i] = (mode & 1) ? C[i] + v : v;
+    }
+}
+
+// tc_embed_bf16 is embed_forward (decoder.cu) from a bf16 table: out[n,c] =
+// float(table[inp[n],c]), exact. Ids outside [0,V) leave the row at 0 and
+// raise TROUPE_ERR_TOKEN in *err. One thread per output element.
+extern "C" __global__ void tc_embed_bf16(float* __restrict__ out, const int* __restrict__ inp,
+                                         const bf16* __restrict__ table, int N, int C, int V, unsigned int* err) {
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)N * C) return;
+    const long n = idx / C;
+    const int c = (int)(idx % C);
+    const int tok = inp[n];
+    if (tok < 0 || tok >= V) {
+        out[idx] = 0.0f;
+        if (c == 0) atomicOr(err, TROUPE_ERR_TOKEN);
+        return;
+    }
+    out[idx] = bf16_to_float(table[(long)tok * C + c]);
 }
 
 // tc_pack_f32 writes dst (R,Kp) bf16 = src rounded to nearest even, with
