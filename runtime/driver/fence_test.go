@@ -1,0 +1,137 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"troupe/actors"
+	"troupe/runtime/wire"
+)
+
+// TestLostNodeIncarnationsFenced: a worker node is lost (its node process
+// and its worker process stopped with SIGSTOP: no reset, no fence of its
+// own), the cluster restarts its actor on the other node after the short
+// suspect grace, and no two incarnations of the actor both complete calls
+// for the driver: every answer it takes after the restart comes from the
+// new incarnation, though the old worker process is running again and
+// reachable (only its node stays stopped, so nothing there ends the old
+// incarnation). A caller that names the new incarnation at the old
+// worker's address is refused with ErrStaleIncarnation, and that ends the
+// old incarnation there at once: a later call finds no actor.
+func TestLostNodeIncarnationsFenced(t *testing.T) {
+	const tok = "fenced-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	var stopped []int
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	procs := map[string]*exec.Cmd{}
+	for _, id := range []string{"g1", "g2"} {
+		cmd := nodeProcCmd(t, fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr()))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Process.Signal(syscall.SIGCONT)
+			cmd.Wait()
+		})
+		procs[id] = cmd
+	}
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 3, 60*time.Second)
+	defer done()
+	a, err := actors.Spawn[rfrozen](ctx, rt, "RFrozen", 0, actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// answers are the incarnations that completed the driver's calls, in
+	// the order the driver took them.
+	var answers []int
+	where := func() frozenWhere {
+		t.Helper()
+		w, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
+		if err != nil {
+			t.Fatalf("Where: %v", err)
+		}
+		answers = append(answers, w.Restarts)
+		return w
+	}
+	w0 := where()
+	if procs[w0.Node] == nil || w0.Restarts != 0 {
+		t.Fatalf("placed at %+v, want incarnation 0 on g1 or g2", w0)
+	}
+	v0, err := rt.client.GetActorByID(ctx, a.ID())
+	if err != nil || v0.Address == "" {
+		t.Fatalf("committed view of incarnation 0: %+v, %v", v0, err)
+	}
+
+	sig, started := startedSignal(t, ctx)
+	inflight := actors.Call(ctx, a, (*rfrozen).HangSignal, sleepArg{Ms: 60000, Signal: sig})
+	started(1)
+	lost := time.Now()
+	for _, pid := range []int{w0.Pid, procs[w0.Node].Process.Pid} {
+		stopped = append(stopped, pid)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := inflight.Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("call in flight to the lost node: %v, want ErrActorRestarted", err)
+	}
+	w1 := where()
+	if w1.Restarts != 1 || w1.Node == w0.Node {
+		t.Fatalf("after the loss: %+v, want incarnation 1 on the other node", w1)
+	}
+	t.Logf("node %s lost: incarnation 1 answered on %s %v later", w0.Node, w1.Node, time.Since(lost).Round(time.Millisecond))
+
+	// The old worker runs again, incarnation 0 in it, reachable; its node
+	// stays stopped (a node cut off from the servers, not from callers).
+	if err := syscall.Kill(w0.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		where()
+	}
+	for i, inc := range answers {
+		if i > 0 && inc < answers[i-1] {
+			t.Fatalf("the driver took answers of incarnations %v: incarnation %d answered after incarnation %d", answers, inc, answers[i-1])
+		}
+	}
+	if n := rt.epochs.newest(a.ID()); n != 1 {
+		t.Errorf("the driver's newest incarnation of the actor: %d, want 1 (a late answer of incarnation 0 would be refused)", n)
+	}
+
+	// A caller that knows incarnation 1 reaches the old worker: refused,
+	// and incarnation 0 ends there.
+	cl, err := wire.Dial(ctx, rt.sec, "tcp", v0.Address, 0)
+	if err != nil {
+		t.Fatalf("dial the old worker at %s: %v", v0.Address, err)
+	}
+	defer cl.Close()
+	arg, _ := msgpack.Marshal(0)
+	call := func(inc int) error {
+		p := actors.NewPromise()
+		cl.InvokeIncarnation(a.ID(), inc, &actors.Invocation{Method: "Where", Arg: arg, Reply: p})
+		_, err := p.Wait(ctx)
+		return err
+	}
+	if err := call(1); !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("call for incarnation 1 at the old worker: %v, want ErrStaleIncarnation", err)
+	}
+	if err := call(0); !errors.Is(err, actors.ErrNotFound) {
+		t.Fatalf("call for incarnation 0 after the old worker saw incarnation 1: %v, want ErrNotFound (ended)", err)
+	}
+	if w := where(); w.Restarts != 1 {
+		t.Fatalf("the actor after the old incarnation ended: %+v, want incarnation 1", w)
+	}
+}
