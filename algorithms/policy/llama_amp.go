@@ -24,6 +24,11 @@ import (
 // agree with float32 to about 1e-2, not 1e-4 (TestLlamaMixedPrecision
 // compares both against PyTorch's own autocast error).
 
+// On a backend with compute.BF16Resident (a GPU's) the copies are the
+// backend's, on the device: the masters are rounded into them where they
+// live after each update, and the host slices in mats stay zero (they only
+// name the copies).
+
 // ampState is the BF16 copies of a float32 model's matrices.
 type ampState struct {
 	mm   compute.BF16Matmuler
@@ -101,7 +106,13 @@ func (m *Llama) ampMat(k, l int) []uint16 {
 	a := m.amp
 	if a.ver != m.wver {
 		for _, kk := range m.ampKinds() {
-			a.mm.RoundBF16(a.mats[kk], m.pv.all[kk])
+			if r := m.fu.res; r != nil {
+				// The copies live on the device (the host slices only name
+				// them): rounded there, nothing crosses the bus.
+				r.RoundBF16Resident(a.mats[kk], m.pv.all[kk])
+			} else {
+				a.mm.RoundBF16(a.mats[kk], m.pv.all[kk])
+			}
 		}
 		a.ver = m.wver
 	}

@@ -336,6 +336,12 @@ func (m *Llama) embedForward(out compute.Buffer, inp compute.IntBuffer, host []i
 		m.be.EmbedForward(out, inp, m.pv.all[kEmbed], N, C, V)
 		return
 	}
+	if m.bf.mm != nil && m.fu.res != nil {
+		// Gathered on the device from the table's resident copy: only the
+		// ids cross the bus.
+		m.fu.res.EmbedForwardBF16(out, inp, m.bf.mats[kEmbed], N, C, V)
+		return
+	}
 	var dst []float32
 	h, direct := out.(hostData)
 	if direct {

@@ -33,6 +33,12 @@ type fusedOps struct {
 	rope  compute.QKRoper
 	loss  compute.LSELossHeads
 	adam  compute.MultiAdamW
+	// res keeps the BF16 copies on the device (mixed precision's rounding,
+	// a BF16 base's embedding rows); mix runs LoRA's products in BF16
+	// where the base's run in BF16. Neither is a fused kernel, but both are
+	// found here for the same reason: once, and nil on gpu/compute/cpu.
+	res compute.BF16Resident
+	mix compute.MixedMatmuler
 }
 
 // findFused looks up be's fused capabilities.
@@ -52,6 +58,12 @@ func findFused(be compute.Backend) fusedOps {
 	}
 	if c, ok := compute.As[compute.MultiAdamW](be); ok {
 		f.adam = c
+	}
+	if c, ok := compute.As[compute.BF16Resident](be); ok {
+		f.res = c
+	}
+	if c, ok := compute.As[compute.MixedMatmuler](be); ok {
+		f.mix = c
 	}
 	return f
 }

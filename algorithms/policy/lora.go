@@ -20,7 +20,8 @@ import (
 //	y += s · (x·Aᵀ)·Bᵀ      A (r, in), B (out, r), s = alpha/r (alpha/√r with rsLoRA)
 //
 // computed with the backend's ordinary matmuls (so any compute.Backend
-// runs it): u = s·x·Aᵀ (N, r), then y += u·Bᵀ. The backward is the same two
+// runs it; in BF16 on a backend with compute.MixedMatmuler when the base
+// computes in BF16): u = s·x·Aᵀ (N, r), then y += u·Bᵀ. The backward is the same two
 // matmuls transposed. While a model holds an adapter its base is frozen:
 // no gradient buffers or AdamW moments exist for it, and Step updates the
 // adapters that received gradients since ZeroGrad, each with its own
@@ -672,9 +673,9 @@ func (m *Llama) loraForward(la *loraActs, l, t int, y, x compute.Buffer) {
 		u := view(be, la.u[li][t], g.t0*la.maxR, g.n*r)
 		tmp := view(be, la.tmp, 0, g.n*out)
 		yg := view(be, y, g.t0*out, g.n*out)
-		be.MatmulForward(u, view(be, x, g.t0*in, g.n*in), lv.a[t], nil, g.n, in, r)
+		m.loraMatmul(u, view(be, x, g.t0*in, g.n*in), lv.a[t], g.n, in, r)
 		be.Scale(u, ad.scale, g.n*r)
-		be.MatmulForward(tmp, u, lv.b[t], nil, g.n, r, out)
+		m.loraMatmul(tmp, u, lv.b[t], g.n, r, out)
 		be.ResidualForward(yg, yg, tmp, g.n*out)
 	}
 }
@@ -699,10 +700,40 @@ func (m *Llama) loraBackward(l, t int, dx, dy, x compute.Buffer) {
 		u := view(be, la.u[l][t], g.t0*la.maxR, g.n*r)
 		du := view(be, la.du, 0, g.n*r)
 		be.Zero(du)
-		be.MatmulBackward(du, gv.b[t], nil, view(be, dy, g.t0*out, g.n*out), u, lv.b[t], g.n, r, out)
+		m.loraMatmulBackward(du, gv.b[t], view(be, dy, g.t0*out, g.n*out), u, lv.b[t], g.n, r, out)
 		be.Scale(du, ad.scale, g.n*r)
-		be.MatmulBackward(view(be, dx, g.t0*in, g.n*in), gv.a[t], nil, du, view(be, x, g.t0*in, g.n*in), lv.a[t], g.n, in, r)
+		m.loraMatmulBackward(view(be, dx, g.t0*in, g.n*in), gv.a[t], du, view(be, x, g.t0*in, g.n*in), lv.a[t], g.n, in, r)
 	}
+}
+
+// loraMixed is the backend's MixedMatmuler when the base's products run in
+// BF16 (mixed precision, a BF16 base): LoRA's products then run in BF16
+// too, as autocast runs every Linear. Without the capability (gpu/compute/cpu)
+// they stay float32.
+func (m *Llama) loraMixed() compute.MixedMatmuler {
+	if m.fu.mix == nil || m.ComputeDType() != hf.BF16 {
+		return nil
+	}
+	return m.fu.mix
+}
+
+// loraMatmul is out (N, OC) = inp (N, C)·wᵀ for an adapter's A or B.
+func (m *Llama) loraMatmul(out, inp, w compute.Buffer, N, C, OC int) {
+	if mx := m.loraMixed(); mx != nil {
+		mx.MatmulForwardMixed(out, inp, w, nil, N, C, OC)
+		return
+	}
+	m.be.MatmulForward(out, inp, w, nil, N, C, OC)
+}
+
+// loraMatmulBackward is loraMatmul's backward: dinp += dout·w, dw +=
+// doutᵀ·inp.
+func (m *Llama) loraMatmulBackward(dinp, dw, dout, inp, w compute.Buffer, N, C, OC int) {
+	if mx := m.loraMixed(); mx != nil {
+		mx.MatmulBackwardMixed(dinp, dw, nil, dout, inp, w, N, C, OC)
+		return
+	}
+	m.be.MatmulBackward(dinp, dw, nil, dout, inp, w, N, C, OC)
 }
 
 // ---------------------------------------------------------------- optimizer

@@ -108,6 +108,7 @@ type Backend struct {
 	// words), grown on demand and kept.
 	adamTable  uintptr
 	adamTableN int
+	adamLast   []uint64 // the table's contents on the device (empty: unknown)
 
 	// tc is the state of the tensor-core GEMMs: packing scratch and the
 	// device-resident BF16 weights (tc_gemm.go).
@@ -153,6 +154,7 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.errFlag, b.sumsq, b.scratch, b.stage, b.adamTable = 0, 0, 0, 0, 0
+	b.adamLast = nil
 	return b.dev.Close()
 }
 

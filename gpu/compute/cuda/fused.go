@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"troupe/gpu/compute"
@@ -170,7 +171,8 @@ const adamEntryWords = 7
 
 // AdamWUpdateMulti implements compute.MultiAdamW (kernel adamw_multi): the
 // tensors' pointers and sizes go to the device as a table (56 bytes per
-// tensor, in a buffer kept between calls), then one grid-stride launch
+// tensor, in a buffer kept between calls and uploaded only when it differs
+// from the call before), then one grid-stride launch
 // covers the concatenation of all tensors (64-bit indices: it may exceed
 // 2³¹ elements, each tensor may not).
 func (b *Backend) AdamWUpdateMulti(ts []compute.AdamWTensor, h compute.AdamW) {
@@ -212,11 +214,17 @@ func (b *Backend) AdamWUpdateMulti(ts []compute.AdamWTensor, h compute.AdamW) {
 	if b.err != nil {
 		return
 	}
-	// A synchronous copy on the default stream: it waits for the previous
-	// adamw_multi that read the table.
-	if err := b.dev.HtoD(d, unsafe.Pointer(&table[0]), 8*len(table)); err != nil {
-		b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
-		return
+	// The same tensors step after step: the table on the device is already
+	// this one, and an update moves no bytes but the kernel's arguments.
+	if !slices.Equal(b.adamLast, table) {
+		// A synchronous copy on the default stream: it waits for the
+		// previous adamw_multi that read the table.
+		if err := b.dev.HtoD(d, unsafe.Pointer(&table[0]), 8*len(table)); err != nil {
+			b.adamLast = b.adamLast[:0]
+			b.fail(fmt.Errorf("%s: %w: %v", op, ErrDevice, err))
+			return
+		}
+		b.adamLast = append(b.adamLast[:0], table...)
 	}
 	b.launch("adamw_multi", b.elemGrid(total), b.elemBlock(),
 		append([]any{ptr(d), len(table) / adamEntryWords, int64(total)}, hp...)...)
@@ -235,6 +243,7 @@ func (b *Backend) ensureAdamTable(words int) uintptr {
 		}
 		_ = b.dev.Free(b.adamTable)
 		b.adamTable, b.adamTableN = 0, 0
+		b.adamLast = b.adamLast[:0]
 	}
 	p, err := b.dev.Alloc(8 * words)
 	if err != nil {
