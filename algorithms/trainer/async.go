@@ -44,6 +44,25 @@ type AsyncOptions struct {
 // ErrRolloutWorkers reports that no rollout worker is left to sample.
 var ErrRolloutWorkers = errors.New("trainer: no rollout worker left")
 
+// ErrLearnerLost reports that the rollout workers cannot pull the
+// learner's published version: the learner that held it was lost.
+var ErrLearnerLost = errors.New("trainer: the learner's published weights are lost")
+
+// ErrJoyAsync says why JoyAgents-R1 does not run with rollout workers.
+// Its sampling is not a function of the weights alone: without
+// MemoryConfig.PerStep the memory bank evolves at every node while a step
+// samples, and every action first reads it (an answer from memory skips
+// the policy). A worker sampling ahead would read a bank the learner's
+// evolution has not reached, or race it; the staleness bound and the
+// versions published cover weights, not the bank. And its rollouts
+// (joyagents.Rollouts) hold the sampler and the bank by reference, so a
+// chunk cannot be streamed through the object store to the learner.
+// Running it asynchronously needs a versioned, published memory and
+// serialisable rollouts in package joyagents.
+var ErrJoyAsync = errors.New("JoyAgents-R1 does not run with rollout workers: " +
+	"its sampling reads and evolves the memory bank at every node, which the staleness bound (on weights) does not cover, " +
+	"and its rollouts hold the sampler and the bank by reference, so they cannot be streamed through the object store; use the synchronous mode")
+
 func (a AsyncOptions) validate() error {
 	switch {
 	case a.RolloutWorkers < 0:
@@ -68,11 +87,11 @@ func withRolloutWorkers(o Options, algo Algorithm) (Algorithm, error) {
 		return algo, nil
 	}
 	at, ok := algo.(*ATGRPO)
+	if _, joy := algo.(*JoyAgents); joy {
+		return nil, fmt.Errorf("%w: %w", ErrAlgorithm, ErrJoyAsync)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: rollout workers run AT-GRPO and GRPO, not %s", ErrAlgorithm, algo.Name())
-	}
-	if o.EnvActors > 0 {
-		return nil, fmt.Errorf("%w: rollout workers step their environments in the driver; --env-actors does not combine with them", ErrAlgorithm)
 	}
 	return &asyncATGRPO{inner: at, opts: o.Async}, nil
 }
@@ -104,18 +123,28 @@ type asyncATGRPO struct {
 	failed    error
 	stopped   bool
 	pulls     []time.Duration // workers' pulls since the last step record
+	// epoch counts restores (a resume, a recovery): a chunk handed out
+	// before the last one is dropped when it comes in, since the learner
+	// it was sampled for went back to a checkpoint.
+	epoch int64
+	// open is false while a resume is pending (Start before LoadState):
+	// the lanes hand out nothing until the learner's version is restored.
+	open bool
 }
 
 type unit struct {
 	step  int64
 	chunk int
+	epoch int64
 }
 
 // lane is one rollout worker: a copy of the team and its goroutine.
 type lane struct {
 	id      int
 	team    *agent.Team
-	version int64 // the weights it holds; −1 before the first pull
+	pool    *envs.Pool       // its environment hosts (Options.EnvActors), or nil
+	pub     *agent.Published // the version it holds; nil before the first pull
+	version int64            // pub's version
 	dead    bool
 	// snap is the lane's own timeline snapshot, taken between chunks when
 	// its actors are idle (a call then would wait behind a chunk).
@@ -158,6 +187,9 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 	a.cond = sync.NewCond(&a.mu)
 	a.done = map[int64][]*actors.Future[chunkResult]{}
 	a.limit = int64(o.Steps)
+	// A resume (or a recovery) restores the learner's version in
+	// LoadState; until then nothing is sampled.
+	a.open = t.rs.dir == ""
 	pub, err := t.Team().Publish(ctx, 0)
 	if err != nil {
 		return err
@@ -167,12 +199,21 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 		tc := t.teamCfg
 		tc.NamePrefix = fmt.Sprintf("%srollout%d-", o.ActorPrefix, i)
 		tc.Policy.Decoupled = false
-		team, err := agent.SpawnTeam(ctx, t.Runtime(), tc)
+		// a resumed run's workers take the names of the stopped run's,
+		// which a cluster frees when that run's job ends
+		team, err := t.spawnTeamResuming(ctx, tc)
 		if err != nil {
 			a.killLanes()
 			return fmt.Errorf("rollout worker %d: %w", i, err)
 		}
-		a.lanes = append(a.lanes, &lane{id: i, team: team, version: -1})
+		l := &lane{id: i, team: team, version: -1}
+		a.lanes = append(a.lanes, l)
+		if o.EnvActors > 0 { // each worker steps its chunks in hosts of its own
+			if l.pool, err = envs.SpawnPool(ctx, t.Runtime(), o.EnvActors, envs.HostConfig{Env: o.Env, Config: t.EnvConfig()}); err != nil {
+				a.killLanes()
+				return fmt.Errorf("rollout worker %d: %w", i, err)
+			}
+		}
 	}
 	a.alive = len(a.lanes)
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -199,20 +240,39 @@ func (a *asyncATGRPO) take(l *lane) (unit, *agent.Published, bool) {
 		if a.stopped || l.dead {
 			return unit{}, nil, false
 		}
+		if !a.open {
+			a.cond.Wait()
+			continue
+		}
 		if len(a.retry) > 0 {
 			u := a.retry[0]
 			a.retry = a.retry[1:]
 			return u, a.published, true
 		}
+		// chunks a checkpoint brought back are not sampled again
+		for a.next < a.limit && a.have(a.next, a.nextChunk) {
+			a.advance()
+		}
 		if a.next < a.limit && a.published.Version >= a.next-int64(a.opts.MaxStaleness) {
-			u := unit{a.next, a.nextChunk}
-			if a.nextChunk++; a.nextChunk == a.chunks {
-				a.next, a.nextChunk = a.next+1, 0
-			}
+			u := unit{a.next, a.nextChunk, a.epoch}
+			a.advance()
 			return u, a.published, true
 		}
 		a.cond.Wait()
 	}
+}
+
+// advance moves the hand-out cursor to the next chunk; a.mu held.
+func (a *asyncATGRPO) advance() {
+	if a.nextChunk++; a.nextChunk == a.chunks {
+		a.next, a.nextChunk = a.next+1, 0
+	}
+}
+
+// have reports whether chunk c of step s is in; a.mu held.
+func (a *asyncATGRPO) have(s int64, c int) bool {
+	d := a.done[s]
+	return d != nil && d[c] != nil
 }
 
 // run is lane l's loop: take a chunk, pull the newest weights if it lacks
@@ -224,17 +284,21 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 		if !ok {
 			return
 		}
-		err := func() error {
-			if l.version < pub.Version {
-				d, err := l.team.Pull(ctx, pub)
-				if err != nil {
-					return err
+		if l.pub != pub {
+			d, err := l.team.Pull(ctx, pub)
+			if err != nil {
+				if a.sourceLost(ctx, l, u, pub, err) {
+					continue
 				}
-				l.version = pub.Version
-				a.mu.Lock()
-				a.pulls = append(a.pulls, d)
-				a.mu.Unlock()
+				a.lose(l, u, err)
+				return
 			}
+			l.pub, l.version = pub, pub.Version
+			a.mu.Lock()
+			a.pulls = append(a.pulls, d)
+			a.mu.Unlock()
+		}
+		err := func() error {
 			res, err := a.sample(ctx, l, u)
 			if err != nil {
 				return err
@@ -250,6 +314,12 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			l.snap, l.snapAt = snap, time.Now()
+			if u.epoch != a.epoch || a.have(u.step, u.chunk) {
+				// sampled for a learner that has since gone back to a
+				// checkpoint (which may hold this chunk)
+				f.Release()
+				return nil
+			}
 			d := a.done[u.step]
 			if d == nil {
 				d = make([]*actors.Future[chunkResult], a.chunks)
@@ -272,7 +342,9 @@ func (a *asyncATGRPO) lose(l *lane, u unit, err error) {
 	stopped := a.stopped
 	if !stopped {
 		l.dead = true
-		a.retry = append([]unit{u}, a.retry...)
+		if u.epoch == a.epoch {
+			a.retry = append([]unit{u}, a.retry...)
+		}
 		if a.alive--; a.alive == 0 {
 			a.failed = fmt.Errorf("%w: the last one failed: %w", ErrRolloutWorkers, err)
 		}
@@ -283,7 +355,43 @@ func (a *asyncATGRPO) lose(l *lane, u unit, err error) {
 		return
 	}
 	a.t.logf("rollout worker %d lost at step %d chunk %d (%v); its episodes go to the others", l.id, u.step+1, u.chunk, err)
+	l.kill()
+}
+
+// sourceLost handles lane l's failed pull of pub: when the lane's own
+// actors still answer, the version's holder (the learner) was lost, not
+// the lane. The lane gives chunk u back, fails the learner's wait for
+// chunks with err (so that the run recovers the learner from its last
+// checkpoint with Options.Recover, or ends), waits for another version
+// and reports true. Otherwise it reports false and the lane is lost.
+func (a *asyncATGRPO) sourceLost(ctx context.Context, l *lane, u unit, pub *agent.Published, err error) bool {
+	if _, perr := l.team.Timelines(ctx); perr != nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.published == pub && !a.stopped {
+		a.t.logf("rollout worker %d: pull of version %d failed (%v): the learner was lost; waiting for its next version", l.id, pub.Version, err)
+		if a.failed == nil {
+			a.failed = fmt.Errorf("%w: rollout worker %d cannot pull version %d: %w", ErrLearnerLost, l.id, pub.Version, err)
+		}
+		a.cond.Broadcast()
+	}
+	if u.epoch == a.epoch {
+		a.retry = append([]unit{u}, a.retry...)
+	}
+	for a.published == pub && !a.stopped && ctx.Err() == nil {
+		a.cond.Wait()
+	}
+	return true
+}
+
+// kill ends the lane's actors and environment hosts.
+func (l *lane) kill() {
 	l.team.Kill(context.Background())
+	if l.pool != nil {
+		l.pool.Kill(context.Background())
+	}
 }
 
 // sample tree-samples chunk u with lane l's policies: the environments the
@@ -291,18 +399,35 @@ func (a *asyncATGRPO) lose(l *lane, u unit, err error) {
 // chunk, renumbered to their place in the step.
 func (a *asyncATGRPO) sample(ctx context.Context, l *lane, u unit) (chunkResult, error) {
 	lo, hi := a.chunkRange(u.chunk)
-	newEnv := a.t.NewEnv(-1)
-	es := make([]envs.Env, hi-lo)
-	for j := range es {
-		e, err := newEnv(lo+j, rl.DeriveSeed(a.cfg.Seed, u.step, int64(lo+j), 1))
-		if err != nil {
-			return chunkResult{}, fmt.Errorf("step %d: make env %d: %w", u.step, lo+j, err)
-		}
-		es[j] = e
-	}
 	cc := a.cfg
 	cc.Envs, cc.Seed = hi-lo, rl.DeriveSeed(a.cfg.Seed, int64(lo), 0x6c616e65)
-	rolls, buffers, err := atgrpo.TreeRollouts(ctx, cc, l.team.Policies, es, u.step)
+	var (
+		rolls   []atgrpo.Rollout
+		buffers map[string][]rl.Sample
+		err     error
+	)
+	if l.pool != nil {
+		seeds := make([]int64, hi-lo)
+		for j := range seeds {
+			seeds[j] = rl.DeriveSeed(a.cfg.Seed, u.step, int64(lo+j), 1)
+		}
+		ep, err := l.pool.Reset(ctx, seeds)
+		if err != nil {
+			return chunkResult{}, fmt.Errorf("rollout worker %d step %d chunk %d: reset environments: %w", l.id, u.step, u.chunk, err)
+		}
+		rolls, buffers, err = atgrpo.TreeRolloutsBatch(ctx, cc, l.team.Policies, l.pool, ep, u.step)
+	} else {
+		newEnv := a.t.NewEnv(-1)
+		es := make([]envs.Env, hi-lo)
+		for j := range es {
+			e, err := newEnv(lo+j, rl.DeriveSeed(a.cfg.Seed, u.step, int64(lo+j), 1))
+			if err != nil {
+				return chunkResult{}, fmt.Errorf("step %d: make env %d: %w", u.step, lo+j, err)
+			}
+			es[j] = e
+		}
+		rolls, buffers, err = atgrpo.TreeRollouts(ctx, cc, l.team.Policies, es, u.step)
+	}
 	if err != nil {
 		return chunkResult{}, fmt.Errorf("rollout worker %d step %d chunk %d: %w", l.id, u.step, u.chunk, err)
 	}
@@ -457,7 +582,7 @@ func (a *asyncATGRPO) Stop(ctx context.Context) {
 func (a *asyncATGRPO) killLanes() {
 	for _, l := range a.lanes {
 		if !l.dead {
-			l.team.Kill(context.Background())
+			l.kill()
 		}
 	}
 }

@@ -158,7 +158,6 @@ func TestAsyncOptionsErrors(t *testing.T) {
 		{"staleness without workers", func(o *Options) { o.Async = AsyncOptions{MaxStaleness: 1} }},
 		{"cap below 1", func(o *Options) { o.Async.ISCap = 0.5 }},
 		{"joyagents", func(o *Options) { o.Algo = "joyagents" }},
-		{"env actors", func(o *Options) { o.EnvActors = 2 }},
 	} {
 		o := asyncOptions(2, 1)
 		tc.edit(&o)
@@ -168,6 +167,11 @@ func TestAsyncOptionsErrors(t *testing.T) {
 			}
 			t.Errorf("%s: err %v, want ErrAlgorithm", tc.name, err)
 		}
+	}
+	o := asyncOptions(2, 1)
+	o.Algo = "joyagents"
+	if _, err := New(ctx, rt, o); !errors.Is(err, ErrJoyAsync) {
+		t.Errorf("joyagents with rollout workers: %v, want ErrJoyAsync (the reason)", err)
 	}
 }
 
