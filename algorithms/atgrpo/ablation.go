@@ -192,7 +192,7 @@ func independentRollouts(ctx context.Context, cfg Config, pols *Policies, b envs
 	refs, states := ep.Refs, append([]envs.State(nil), ep.States...)
 	rolls := make([]Rollout, len(refs))
 	for i := range rolls {
-		rolls[i].Env = i / cfg.K
+		rolls[i].Env = cfg.envBase + i/cfg.K
 	}
 	for round := 0; round < cfg.MaxTurns; round++ {
 		active := 0

@@ -107,6 +107,16 @@ type Config struct {
 	// turn)) and tree or independent sampling (default Tree).
 	Grouping Grouping
 	Sampler  Sampling
+	// Resample > 0 is DAPO's dynamic sampling (resample.go): with the
+	// "dapo" Filter, which drops the groups whose rewards are all equal,
+	// up to Resample more environment instances a step are sampled until
+	// the step holds as many groups with reward variance as it first
+	// sampled groups. 0: none.
+	Resample int
+
+	// envBase numbers a call's environment instances from envBase (the
+	// extra instances of Resample), so their group keys stay distinct.
+	envBase int
 }
 
 // DefaultConfig is K = 4, α = 1, 8 environments, at most 32 rounds, GRPO
@@ -129,6 +139,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Filter.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if c.Resample < 0 {
+		return fmt.Errorf("%w: Resample = %d, want >= 0", ErrConfig, c.Resample)
+	}
+	if c.Resample > 0 && c.Filter.Method != rl.FilterDAPO {
+		return fmt.Errorf("%w: resampling (DAPO's dynamic sampling) replaces dropped zero-variance groups: it needs the dapo filter, not %q", ErrConfig, c.Filter.Method)
 	}
 	if c.Grouping < AgentTurn || c.Grouping > Trajectory || c.Sampler < Tree || c.Sampler > Independent {
 		return fmt.Errorf("%w: grouping %d, sampler %d", ErrConfig, c.Grouping, c.Sampler)
@@ -350,6 +366,7 @@ type StepStats struct {
 	TeamReturn   float64                   // mean team return along the tree path
 	SuccessRate  float64                   // of the tree path (optimistic: best-of-K at every turn)
 	SampledZero  float64                   // share of all sampled candidates whose group advantage is 0
+	Resampled    int                       // environment instances sampled beyond Config.Envs (Config.Resample)
 	Filter       rl.FilterStats            // what the group filter kept (all of it without a filter)
 	ZeroAdv      float64                   // share of the trained samples whose advantage is 0
 	Adv          grpo.AdvStats             // over the trained samples
@@ -363,6 +380,9 @@ type StepStats struct {
 func Prepare(cfg Config, step int64, rolls []Rollout, buffers map[string][]rl.Sample) (StepStats, map[string][]rl.Sample, error) {
 	st := StepStats{Step: step, Updates: map[string]rl.UpdateStats{}}
 	zero := 0
+	if cfg.Resample > 0 {
+		st.Resampled = max(0, countInstances(rolls)-cfg.Envs)
+	}
 	for _, r := range rolls {
 		st.TeamReturn += r.TeamReturn
 		if r.Success {
@@ -457,6 +477,11 @@ func (t *Trainer) Step(ctx context.Context) (StepStats, error) {
 	rolls, buffers, err := TreeRollouts(ctx, cfg, t.Policies, es, step)
 	if err != nil {
 		return StepStats{}, fmt.Errorf("step %d: %w", step, err)
+	}
+	if cfg.Resample > 0 {
+		if rolls, buffers, err = Resample(ctx, cfg, t.Policies, t.NewEnv, step, rolls, buffers); err != nil {
+			return StepStats{}, fmt.Errorf("step %d: %w", step, err)
+		}
 	}
 	st, buffers, err := Prepare(cfg, step, rolls, buffers)
 	if err != nil {

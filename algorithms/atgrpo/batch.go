@@ -48,7 +48,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 	}
 	rolls := make([]Rollout, len(refs))
 	for i := range rolls {
-		rolls[i].Env = i
+		rolls[i].Env = cfg.envBase + i
 	}
 	buffers := map[string][]rl.Sample{}
 	for round := 0; round < cfg.MaxTurns; round++ {
@@ -95,7 +95,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 			}
 			var drop []envs.Ref
 			for j, e := range idx {
-				node := Node{Key: GroupKey{Env: e, Role: role, Turn: states[e].Turn}, Policy: name, Prompt: prompts[j]}
+				node := Node{Key: GroupKey{Env: cfg.envBase + e, Role: role, Turn: states[e].Turn}, Policy: name, Prompt: prompts[j]}
 				rewards := make([]float64, cfg.K)
 				for c, comp := range out[j] {
 					st := res[j][c].Step
@@ -111,7 +111,7 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 					}
 					buffers[name] = append(buffers[name], rl.Sample{
 						Prompt: node.Prompt, Completion: node.Candidates[c].Completion, Group: node.Key.String(),
-						UID: uid(e), Role: role, Reward: rewards[c], Advantage: adv[c],
+						UID: uid(cfg.envBase + e), Role: role, Reward: rewards[c], Advantage: adv[c],
 					})
 				}
 				node.Chosen = best
