@@ -388,6 +388,9 @@ func (a *ATGRPO) Rollout(ctx context.Context) (*ATGRPORollouts, error) {
 		err     error
 	)
 	if a.Envs != nil {
+		if cfg.Resample > 0 {
+			return nil, fmt.Errorf("%w: resampling (atgrpo.Resample) makes environments with NewEnv, not in a batch", ErrConfig)
+		}
 		rolls, buffers, err = a.rolloutsBatch(ctx, step)
 	} else {
 		es := make([]envs.Env, cfg.Envs)
@@ -399,6 +402,9 @@ func (a *ATGRPO) Rollout(ctx context.Context) (*ATGRPORollouts, error) {
 			es[i] = e
 		}
 		rolls, buffers, err = atgrpo.TreeRollouts(ctx, cfg, a.Team.Policies, es, step)
+		if err == nil && cfg.Resample > 0 {
+			rolls, buffers, err = atgrpo.Resample(ctx, cfg, a.Team.Policies, a.NewEnv, step, rolls, buffers)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("step %d: %w", step, err)
