@@ -6,6 +6,7 @@ import (
 	"troupe/algorithms/atgrpo"
 	"troupe/algorithms/envs"
 	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
 )
 
 // advantageMode reads Options.Advantage: "" or "std" is GRPO's, "mean"
@@ -63,4 +64,25 @@ func memoryKey(o Options) (string, error) {
 		return env, nil
 	}
 	return "", fmt.Errorf("%w: unknown memory key %q (raw, situation)", ErrAlgorithm, o.Joy.MemoryKey)
+}
+
+// dapoResample reads Options.ATGRPO.Resample with f, the group filter:
+// resampling needs the "dapo" filter (set when there is none) and
+// environments made in the driver.
+func dapoResample(o Options, f rl.GroupFilter) (int, rl.GroupFilter, error) {
+	n := o.ATGRPO.Resample
+	switch {
+	case n == 0:
+		return 0, f, nil
+	case n < 0:
+		return 0, f, fmt.Errorf("%w: --resample %d, want >= 0", ErrAlgorithm, n)
+	case f.Method == rl.FilterNone:
+		f = rl.GroupFilter{Method: rl.FilterDAPO}
+	case f.Method != rl.FilterDAPO:
+		return 0, f, fmt.Errorf("%w: --resample refills the groups --filter dapo drops, not --filter %s's", ErrAlgorithm, f.Method)
+	}
+	if o.EnvActors > 0 || o.Async.RolloutWorkers > 0 {
+		return 0, f, fmt.Errorf("%w: --resample makes its grids in the driver: no --env-actors or rollout workers", ErrAlgorithm)
+	}
+	return n, f, nil
 }

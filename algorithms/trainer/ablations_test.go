@@ -6,6 +6,7 @@ import (
 
 	"troupe/algorithms/atgrpo"
 	"troupe/algorithms/grpo"
+	"troupe/algorithms/rl"
 )
 
 func TestATGRPOVariantOptions(t *testing.T) {
@@ -76,6 +77,29 @@ func TestJoyAgentsMemoryKeyOption(t *testing.T) {
 	} {
 		if _, err := newJoyAgents(o); !errors.Is(err, ErrAlgorithm) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestResampleOption(t *testing.T) {
+	a, err := newATGRPO(Options{ATGRPO: ATGRPOOptions{Resample: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := a.(*ATGRPO); g.Resample != 16 || g.Filter.Method != rl.FilterDAPO {
+		t.Fatalf("resample %d filter %q, want 16 dapo", g.Resample, g.Filter.Method)
+	}
+	if a, _ := newATGRPO(Options{}); a.(*ATGRPO).Resample != 0 || a.(*ATGRPO).Filter.Active() {
+		t.Fatal("default resamples or filters")
+	}
+	for name, o := range map[string]Options{
+		"negative":    {ATGRPO: ATGRPOOptions{Resample: -1}},
+		"mean filter": {ATGRPO: ATGRPOOptions{Resample: 4, Filter: "mean", FilterRatio: 0.5}},
+		"env actors":  {EnvActors: 2, ATGRPO: ATGRPOOptions{Resample: 4}},
+		"workers":     {Async: AsyncOptions{RolloutWorkers: 2}, ATGRPO: ATGRPOOptions{Resample: 4}},
+	} {
+		if _, err := newATGRPO(o); !errors.Is(err, ErrAlgorithm) {
+			t.Errorf("%s: %v, want ErrAlgorithm", name, err)
 		}
 	}
 }

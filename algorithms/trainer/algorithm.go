@@ -90,6 +90,8 @@ type ATGRPO struct {
 	Grouping  atgrpo.Grouping
 	Sampler   atgrpo.Sampling
 	Advantage grpo.AdvantageMode
+	// Resample > 0 is DAPO's dynamic sampling (atgrpo.Config.Resample).
+	Resample int
 
 	name   string
 	tr     *agent.ATGRPO
@@ -107,6 +109,9 @@ func newATGRPO(o Options) (Algorithm, error) {
 		return nil, err
 	}
 	if a.Grouping, a.Sampler, a.Advantage, err = atgrpoVariant(o); err != nil {
+		return nil, err
+	}
+	if a.Resample, a.Filter, err = dapoResample(o, a.Filter); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -136,7 +141,7 @@ func (a *ATGRPO) Start(ctx context.Context, t *Trainer) error {
 	o := t.Options()
 	a.tr = &agent.ATGRPO{
 		Config: atgrpo.Config{K: o.K, Alpha: 1, Envs: o.Envs, MaxTurns: t.Budget(), Advantage: a.Advantage, Seed: o.Seed,
-			DrMAS: a.DrMAS, Filter: a.Filter, Grouping: a.Grouping, Sampler: a.Sampler},
+			DrMAS: a.DrMAS, Filter: a.Filter, Grouping: a.Grouping, Sampler: a.Sampler, Resample: a.Resample},
 		Team:   t.Team(),
 		NewEnv: t.NewEnv(-1),
 	}
@@ -162,7 +167,7 @@ func (a *ATGRPO) Update(ctx context.Context, r Rollouts) (StepRecord, error) {
 	}
 	s, err := a.tr.Train(ctx, ro)
 	rec := StepRecord{Kind: "step", Step: int(s.Step) + 1, Reward: s.MeanReward, Success: s.SuccessRate, TeamReturn: s.TeamReturn,
-		Samples: s.Samples, ZeroAdv: s.ZeroAdv, SampledZero: s.SampledZero, Trained: s.Filter.SamplesKept}
+		Samples: s.Samples, ZeroAdv: s.ZeroAdv, SampledZero: s.SampledZero, Trained: s.Filter.SamplesKept, Resampled: s.Resampled}
 	fillUpd(&rec, s.Updates)
 	return rec, err
 }

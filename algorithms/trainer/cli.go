@@ -88,6 +88,7 @@ func Main(prog, doc string, o Options) {
 		fs.StringVar(&o.ATGRPO.Filter, "filter", o.ATGRPO.Filter, "PettingLLMs group filter: none, mean (drop the lowest-mean groups), std, dapo (drop equal-reward groups) or uid")
 		fs.Float64Var(&o.ATGRPO.FilterRatio, "filter-ratio", o.ATGRPO.FilterRatio, "share of groups the filter drops (mean, std; uid: of each group's samples)")
 		fs.StringVar(&o.ATGRPO.Grouping, "grouping", o.ATGRPO.Grouping, "advantage group key (ablations): agent-turn (AT-GRPO, default), agent, turn, or trajectory (trajectory-level GRPO, with --sampler independent)")
+		fs.IntVar(&o.ATGRPO.Resample, "resample", o.ATGRPO.Resample, "DAPO dynamic sampling: drop equal-reward groups (--filter dapo) and sample up to N more grids a step until as many groups have reward variance as the step first sampled (0: none)")
 		fs.StringVar(&o.ATGRPO.Sampler, "sampler", o.ATGRPO.Sampler, "sampler (ablation): tree (AT-GRPO, default) or independent (K independent episodes per grid)")
 	}
 	fs.IntVar(&o.Model.Replicas, "replicas-per-role", o.Model.Replicas, "data-parallel replicas of every policy actor (one GPU each where there are GPUs): each trains on its shard of every mini-batch, gradients averaged by allreduce (0 or 1: one actor)")

@@ -164,6 +164,12 @@ type ATGRPOOptions struct {
 	// episodes per grid, about the tree's number of samples).
 	Grouping string
 	Sampler  string
+	// Resample > 0 is DAPO's dynamic sampling (atgrpo.Resample): the groups
+	// whose rewards are all equal are dropped (Filter "dapo", set when
+	// Filter is empty) and up to Resample more grids a step are sampled
+	// until the step holds as many groups with reward variance as it first
+	// sampled groups. Environments in the driver only.
+	Resample int
 }
 
 // JoyOptions are JoyAgents-R1's own settings.
@@ -345,6 +351,7 @@ type StepRecord struct {
 	GradNorm    float64 `json:"grad_norm"`     // pre-clip gradient norm, mean over optimiser steps
 	ZeroAdv     float64 `json:"zero_adv_frac"` // share of the trained samples with advantage 0
 	SampledZero float64 `json:"sampled_zero_adv_frac,omitempty"`
+	Resampled   int     `json:"resampled,omitempty"` // grids sampled beyond Envs (ATGRPO.Resample)
 	Trained     int     `json:"trained,omitempty"`   // samples the policies trained on (after filter / top-K)
 	OptSteps    int     `json:"opt_steps,omitempty"` // optimiser steps, summed over policies
 	StepWall    float64 `json:"step_s,omitempty"`    // wall time of the step
