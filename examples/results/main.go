@@ -366,6 +366,9 @@ func cells(s settings, size int) []cell {
 		}},
 		{"k8", "K = 8 branches per node (PettingLLMs' setting)", func(o *trainer.Options) { o.K = 8 }},
 		{"dapo", "zero-variance groups dropped (DAPO's filter)", func(o *trainer.Options) { o.ATGRPO.Filter = "dapo" }},
+		{"resample", "zero-variance groups dropped and refilled from up to 16 more grids a step (DAPO's dynamic sampling)", func(o *trainer.Options) {
+			o.ATGRPO.Filter, o.ATGRPO.Resample = "dapo", 16
+		}},
 		{"toolteam", "the tool earns the team reward of its suggestion (α acts on it)", func(o *trainer.Options) { o.EnvConfig.ToolTeam = true }},
 	} {
 		cs = append(cs, cell{Name: "atgrpo-perrole-" + a.name, Desc: "AT-GRPO per-role, " + a.desc, InitFrom: "atgrpo-perrole", Versus: "atgrpo-perrole",
