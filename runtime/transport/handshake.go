@@ -336,7 +336,7 @@ func clientHandshake(ctx context.Context, nc net.Conn, token string, tlsConf *tl
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, fail(fmt.Errorf("%w: TLS: %v", ErrUnauthenticated, err))
 		}
-		nc = &tlsConn{Conn: tc, raw: raw}
+		nc = &tlsConn{Conn: tc, raw: raw, client: true}
 	}
 	binding, err := tlsBinding(nc)
 	if err != nil {

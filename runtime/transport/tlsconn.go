@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/binary"
 	"io"
 	"net"
 	"sync"
@@ -35,6 +36,7 @@ type batchConn struct {
 	net.Conn
 	r    *bufio.Reader
 	spin *spinReader // beneath r
+	left int         // bytes of the current TLS record Read has yet to return
 
 	mu       sync.Mutex // guards the following
 	batching bool       // inside tlsConn.Write: gather records
@@ -55,12 +57,30 @@ func newBatchConn(nc net.Conn, spin time.Duration) *batchConn {
 	return b
 }
 
+// Read returns bytes of one TLS record at most, so crypto/tls never takes
+// what follows a record into its own buffer: sealed bulk frames (bulk.go)
+// after it stay in r.
 func (b *batchConn) Read(p []byte) (int, error) {
 	if b.r == nil {
 		return b.Conn.Read(p)
 	}
-	return b.r.Read(p)
+	if b.left == 0 {
+		h, err := b.r.Peek(recordHeaderLen)
+		if len(h) < recordHeaderLen {
+			if len(h) == 0 {
+				return 0, err
+			}
+			return b.r.Read(p[:min(len(p), len(h))]) // crypto/tls reports the short record
+		}
+		b.left = recordHeaderLen + int(binary.BigEndian.Uint16(h[3:5]))
+	}
+	n, err := b.r.Read(p[:min(len(p), b.left)])
+	b.left -= n
+	return n, err
 }
+
+// recordHeaderLen is a TLS record header's size: type, version, length.
+const recordHeaderLen = 5
 
 // Write gathers records while a tlsConn.Write is in progress, and writes
 // anything else (handshake messages, alerts, key updates) at once.
@@ -94,8 +114,9 @@ func (b *batchConn) flushLocked() error {
 // tlsConn is a TLS connection over a batchConn.
 type tlsConn struct {
 	*tls.Conn
-	raw *batchConn
-	wmu sync.Mutex // one Write at a time gathers
+	raw    *batchConn
+	client bool       // the dialling side (bulk frame keys)
+	wmu    sync.Mutex // one Write at a time gathers
 	// pending is input a Probe read, returned first by Read.
 	pending []byte
 }
