@@ -41,8 +41,9 @@ type Client struct {
 
 // clientConn is one connection to an owner.
 type clientConn struct {
-	nc net.Conn
-	br *bufio.Reader
+	nc   net.Conn
+	br   *bufio.Reader
+	bulk *transport.Bulk // on TLS: objects come in sealed bulk frames
 }
 
 // A ClientOption changes how a Client connects.
@@ -160,11 +161,20 @@ func (c *Client) fetchOn(ctx context.Context, cc *clientConn, ref Ref) (data []b
 	if int64(resp.size) != ref.Size {
 		return nil, false, false, fail("response", fmt.Errorf("%w: %d bytes, the reference says %d", ErrProtocol, resp.size, ref.Size))
 	}
-	data = make([]byte, resp.size)
+	// The spare capacity lets the last sealed frame open in place.
+	data = make([]byte, resp.size, resp.size+transport.BulkOverhead)
 	for off := 0; off < len(data); {
 		end := min(off+ChunkSize, len(data))
 		cc.nc.SetReadDeadline(time.Now().Add(IOTimeout))
-		if _, err := io.ReadFull(cc.br, data[off:end]); err != nil {
+		var err error
+		if cc.bulk != nil {
+			if err = cc.bulk.ReadFull(data[off:end]); errors.Is(err, transport.ErrBulkFrame) {
+				err = fmt.Errorf("%w: %w", ErrProtocol, err)
+			}
+		} else {
+			_, err = io.ReadFull(cc.br, data[off:end])
+		}
+		if err != nil {
 			return nil, false, false, fail(fmt.Sprintf("at byte %d of %d", off, len(data)), err)
 		}
 		off = end
@@ -195,13 +205,22 @@ func (c *Client) conn(ctx context.Context, owner string) (cc *clientConn, reused
 	if err != nil {
 		return nil, false, err
 	}
+	bulk, err := transport.NewBulk(nc)
+	if err != nil {
+		nc.Close()
+		return nil, false, err
+	}
+	pre := preface
+	if bulk != nil {
+		pre = prefaceSealed
+	}
 	nc.SetWriteDeadline(time.Now().Add(IOTimeout))
-	if _, err := nc.Write([]byte(preface)); err != nil {
+	if _, err := nc.Write([]byte(pre)); err != nil {
 		nc.Close()
 		return nil, false, err
 	}
 	// Reads of whole chunks bypass the buffer; it only serves headers.
-	return &clientConn{nc: nc, br: bufio.NewReaderSize(nc, 4096)}, false, nil
+	return &clientConn{nc: nc, br: bufio.NewReaderSize(nc, 4096), bulk: bulk}, false, nil
 }
 
 // putIdle keeps cc for reuse, or closes it.

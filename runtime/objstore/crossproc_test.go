@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,9 +40,23 @@ func TestMain(m *testing.M) {
 
 const crossSize = 64 << 20
 
+// ownerProfileEnv names a file the owner process writes its CPU profile
+// to, for comparing it with the fetcher's (-test.cpuprofile).
+const ownerProfileEnv = "TROUPE_OBJSTORE_BENCH_OWNER_CPUPROFILE"
+
 // runBenchOwner serves one object until its standard input closes. It
 // prints the plaintext reference, the TLS one and the CA (base64).
 func runBenchOwner() {
+	if p := os.Getenv(ownerProfileEnv); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			panic(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			panic(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	pki, err := transporttest.New()
 	if err != nil {
 		panic(err)

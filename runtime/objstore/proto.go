@@ -7,8 +7,13 @@ import (
 	"io"
 )
 
-// preface begins every transfer connection.
-const preface = "TOBJ\x01"
+// preface begins every transfer connection. A client on a TLS
+// connection sends prefaceSealed instead: the objects it fetches come in
+// sealed bulk frames (transport.Bulk), not in TLS records.
+const (
+	preface       = "TOBJ\x01"
+	prefaceSealed = "TOBJ\x02"
+)
 
 // Request operations.
 const (

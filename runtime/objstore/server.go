@@ -113,8 +113,16 @@ func (s *Server) serveConn(nc net.Conn) {
 	br := bufio.NewReaderSize(nc, 4096)
 	nc.SetReadDeadline(time.Now().Add(IOTimeout))
 	var p [len(preface)]byte
-	if _, err := io.ReadFull(br, p[:]); err != nil || string(p[:]) != preface {
+	if _, err := io.ReadFull(br, p[:]); err != nil || (string(p[:]) != preface && string(p[:]) != prefaceSealed) {
 		return // not a transfer client
+	}
+	var bulk *transport.Bulk
+	if string(p[:]) == prefaceSealed {
+		b, err := transport.NewBulk(nc)
+		if err != nil {
+			return
+		}
+		bulk = b // nil on a plaintext connection: chunks as they are
 	}
 	var hdr []byte
 	for {
@@ -130,7 +138,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		nc.SetWriteDeadline(time.Now().Add(IOTimeout))
 		switch req.op {
 		case opFetch:
-			if !s.fetch(nc, req.items[0], hdr[:0]) {
+			if !s.fetch(nc, bulk, req.items[0], hdr[:0]) {
 				return
 			}
 		case opRelease:
@@ -144,9 +152,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
-// fetch sends one object (or the reason it cannot); false means the
-// connection broke.
-func (s *Server) fetch(nc net.Conn, it item, hdr []byte) bool {
+// fetch sends one object (or the reason it cannot), its chunks sealed
+// in bulk frames when bulk is not nil; false means the connection broke.
+func (s *Server) fetch(nc net.Conn, bulk *transport.Bulk, it item, hdr []byte) bool {
 	data, done, err := s.store.acquire(it.id, it.key)
 	if err != nil {
 		_, werr := nc.Write(appendResponse(hdr, statusOf(err), 0, err.Error()))
@@ -159,10 +167,17 @@ func (s *Server) fetch(nc net.Conn, it item, hdr []byte) bool {
 	for off := 0; off < len(data); {
 		end := min(off+ChunkSize, len(data))
 		nc.SetWriteDeadline(time.Now().Add(IOTimeout))
-		n, err := nc.Write(data[off:end])
-		global.servedBytes.Add(int64(n))
-		if err != nil {
-			return false
+		if bulk != nil {
+			if err := bulk.Write(data[off:end]); err != nil {
+				return false
+			}
+			global.servedBytes.Add(int64(end - off))
+		} else {
+			n, err := nc.Write(data[off:end])
+			global.servedBytes.Add(int64(n))
+			if err != nil {
+				return false
+			}
 		}
 		off = end
 	}
