@@ -135,3 +135,94 @@ func TestLostNodeIncarnationsFenced(t *testing.T) {
 		t.Fatalf("the actor after the old incarnation ended: %+v, want incarnation 1", w)
 	}
 }
+
+// TestStaleReferenceFencesOldWorker: only a worker node's own process is
+// stopped, so its worker process, which runs incarnation 0 of an actor,
+// stays reachable while the cluster restarts the actor elsewhere. A
+// reference that still holds incarnation 0 sends nothing more there once
+// the driver has seen incarnation 1 through another reference: its next
+// call is answered by incarnation 1, and the old worker is told, which
+// ends incarnation 0 there.
+func TestStaleReferenceFencesOldWorker(t *testing.T) {
+	const tok = "stale-ref-token"
+	head := startHead(t, tok)
+	defer head.Shutdown()
+	var stopped []int
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	procs := map[string]*exec.Cmd{}
+	for _, id := range []string{"h1", "h2"} {
+		cmd := nodeProcCmd(t, fmt.Sprintf("%s,127.0.0.1:%d,%d,%s,%s", id, freeTCPPort(t), freeTCPPort(t), tok, head.Addr()))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Process.Signal(syscall.SIGCONT)
+			cmd.Wait()
+		})
+		procs[id] = cmd
+	}
+	ctx, rt, done := connectDriver(t, tok, head.Addr(), 3, 60*time.Second)
+	defer done()
+	a, err := actors.Spawn[rfrozen](ctx, rt, "RFrozen", 0, actors.Name("fenced"), actors.Resources(map[string]float64{"special": 1}), actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx)
+	if err != nil || procs[w0.Node] == nil {
+		t.Fatalf("placed at %+v, %v", w0, err)
+	}
+	v0, err := rt.client.GetActorByID(ctx, a.ID())
+	if err != nil || v0.Address == "" {
+		t.Fatalf("committed view of incarnation 0: %+v, %v", v0, err)
+	}
+	node := procs[w0.Node].Process.Pid
+	stopped = append(stopped, node, w0.Pid)
+	if err := syscall.Kill(node, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := rt.client.GetActorByID(ctx, a.ID())
+		if err == nil && v.Restarts == 1 && v.Address != "" && v.State == "ALIVE" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("actor not restarted after its node stopped: %+v, %v", v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, err := actors.GetActor[rfrozen](ctx, rt, "fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := actors.Call(ctx, b, (*rfrozen).Where, 0).Get(ctx); err != nil || w.Restarts != 1 {
+		t.Fatalf("new reference: %+v, %v; want incarnation 1", w, err)
+	}
+	if w, err := actors.Call(ctx, a, (*rfrozen).Where, 0).Get(ctx); err != nil || w.Restarts != 1 || w.Node == w0.Node {
+		t.Fatalf("old reference after the driver saw incarnation 1: %+v, %v; want incarnation 1 elsewhere", w, err)
+	}
+	cl, err := wire.Dial(ctx, rt.sec, "tcp", v0.Address, 0)
+	if err != nil {
+		t.Fatalf("dial the old worker at %s: %v", v0.Address, err)
+	}
+	defer cl.Close()
+	arg, _ := msgpack.Marshal(0)
+	for {
+		p := actors.NewPromise()
+		cl.InvokeIncarnation(a.ID(), 0, &actors.Invocation{Method: "Where", Arg: arg, Reply: p})
+		_, err := p.Wait(ctx)
+		if errors.Is(err, actors.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("incarnation 0 still answers at the old worker: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -85,10 +85,17 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cur != nil && a.cur.cl.Err() == nil && !a.resolving {
-		// A first attempt is sent by the caller's Invoke: nobody waits for
-		// its promise yet.
-		a.send(a.cur, inv, attempt, attempt == 0)
-		return
+		newest := a.r.epochs.newest(a.id)
+		if newest <= a.cur.inc {
+			// A first attempt is sent by the caller's Invoke: nobody waits
+			// for its promise yet.
+			a.send(a.cur, inv, attempt, attempt == 0)
+			return
+		}
+		// The driver has seen a newer incarnation (through another
+		// reference): tell the old one's worker, which ends it, and look
+		// the actor up again.
+		a.fenceOld(a.cur.cl, newest)
 	}
 	a.cur = nil
 	a.queue = append(a.queue, queued{inv, attempt})
@@ -168,6 +175,22 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 		}
 	}
 }
+
+// fenceOld tells the worker behind cl that incarnation newest of the
+// actor exists: a call naming it, which that worker refuses and which
+// ends the older incarnation it runs (worker.LookupIncarnation). Nobody
+// waits for the answer.
+func (a *actorRef) fenceOld(cl *wire.Client, newest int) {
+	p := actors.NewPromise()
+	cl.InvokeIncarnation(a.id, newest, &actors.Invocation{Method: fenceMethod, Reply: p})
+	if d, _ := p.DriverOf(); d != nil {
+		d.Need() // its reply is read in the background
+	}
+}
+
+// fenceMethod is the method of fenceOld's call: no actor has it, so a
+// worker that does run incarnation newest answers ErrNoSuchMethod.
+const fenceMethod = "troupe.fence"
 
 // incarnationGone reports whether err means the incarnation that cl served
 // is gone: the connection was lost, the worker no longer hosts the actor,
