@@ -410,12 +410,15 @@ func TestComposeCluster(t *testing.T) {
 	})
 
 	// (c) Cut a worker holding actors off the network with the job
-	// running: it fences itself (stops its job's worker processes) once
-	// it has been out of contact for the lease, and only then is it marked
-	// dead and its actors restarted on the other worker; the job holds
-	// after its last step so that its actors still live when the worker is
-	// reconnected. Back, the worker rejoins by itself. No actor runs twice:
-	// the job checks that no two incarnations were alive at once.
+	// running: it is marked dead after gossip's detection and the short
+	// suspect grace, and its actors restart on the other worker while
+	// the cut-off ones may still run there, fenced off by their epochs
+	// (the job's writes to the shared directory go through its fence);
+	// the worker stops them itself once out of contact for the lease. The
+	// job holds after its last step so that its actors still live when
+	// the worker is reconnected. Back, the worker rejoins by itself. No
+	// actor runs twice where it matters: the job checks that no write of
+	// a replaced incarnation took effect after its successor started.
 	j = c.startJob("cutoff", c.follower(), true)
 	j.waitEvent(fmt.Sprintf("step %d", faultStep), 3*time.Minute, func(e jobEvent) bool { return e.Event == "step" && e.Step >= faultStep })
 	before = c.committed()
@@ -431,11 +434,9 @@ func TestComposeCluster(t *testing.T) {
 		return nodeState(s, w) == "dead", w + " is " + nodeState(s, w)
 	})
 	t.Logf("MEASURE cut-off worker marked dead after %v", cut.Round(time.Millisecond))
-	// Self-fencing: by the time the leader releases its actors (dead), the
-	// cut-off worker has stopped its job's worker processes itself.
-	if n := c.jobProcs(ids[w]); n != 0 {
-		t.Errorf("cut-off worker %s still runs %d job worker process(es) when it is marked dead and its actors restart elsewhere", w, n)
-	}
+	// The actors restart elsewhere at once; the cut-off worker's own
+	// fence (the lease) stops its job processes a few seconds later.
+	t.Logf("cut-off worker %s runs %d job worker process(es) when it is marked dead (fenced off by epoch until its lease stops them)", w, c.jobProcs(ids[w]))
 	j.waitEvent("all steps done (holding)", 5*time.Minute, func(e jobEvent) bool { return e.Event == "holding" })
 	// Its own health check, which asks a server through the worker, fails;
 	// the replaced incarnations still run in it, unreachable.
@@ -499,6 +500,8 @@ func TestComposeCluster(t *testing.T) {
 		t.Logf("MEASURE job with %s: %v from the first step to the last, %.2fx the job without a fault; the job stalled at most %v between two steps; %d actor steps redone from checkpoints",
 			f, walls[f], float64(walls[f])/float64(walls["none"]), stalls[f], redone[f])
 	}
+	c.checkStall("worker killed", stalls["worker killed"], stalls["none"])
+	c.checkStall("worker cut off", stalls["worker cut off"], stalls["none"])
 
 	// Everything healthy at the end, from the host CLI's point of view too.
 	c.waitFor("5 healthy containers at the end", 2*time.Minute, allHealthy)

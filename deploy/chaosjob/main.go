@@ -20,9 +20,12 @@
 // incarnation, the step it resumed from and the last checkpoint the driver
 // saw it save), "done" (wall time, restarts, steps redone). The exit code
 // is 0 only if every actor reached the last step and every resume started
-// from the last checkpoint. With --check-lives DIR it checks, instead of
-// running, that no two incarnations of an actor were alive at the same
-// time (life.go), from a copy of the job's --dir.
+// from the last checkpoint. Its writes to the shared directory go through
+// a fence keyed by the actor's epoch (life.go): the recipe for writes
+// outside troupe. With --check-lives DIR it checks, instead of running,
+// that no write of a replaced incarnation took effect after its successor
+// started, and lists the incarnations that ran on fenced off (life.go),
+// from a copy of the job's --dir.
 package main
 
 import (
@@ -63,6 +66,7 @@ type Trainer struct {
 	step     int // optimiser steps done
 	resumed  int // the step this incarnation started from
 	lastCkpt int // the step of the last checkpoint saved (or loaded)
+	fence    *fence
 }
 
 // StepResult is what Step reports.
@@ -87,7 +91,13 @@ func NewTrainer(ctx context.Context, cfg TrainerConfig) (*Trainer, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o777); err != nil {
 		return nil, fmt.Errorf("checkpoint dir: %w", err)
 	}
-	t := &Trainer{cfg: cfg}
+	info, _ := actors.Self(ctx)
+	// Claim the actor's fence before reading the last checkpoint: from now
+	// on a replaced incarnation still running can publish none.
+	t := &Trainer{cfg: cfg, fence: &fence{path: filepath.Join(cfg.Dir, cfg.Name+".fence"), epoch: info.Epoch()}}
+	if err := keepLife(cfg, t.fence, info.Node); err != nil {
+		return nil, err
+	}
 	pc := agent.Config{Name: cfg.Name, Seed: cfg.Seed, Model: policy.Config{Layers: 2, Heads: 2, Width: cfg.Width, Context: 16}}
 	if b, err := os.ReadFile(latestFile(cfg)); err == nil {
 		f := strings.Fields(string(b))
@@ -106,10 +116,6 @@ func NewTrainer(ctx context.Context, cfg TrainerConfig) (*Trainer, error) {
 		return nil, err
 	}
 	t.pol = pol
-	info, _ := actors.Self(ctx)
-	if err := keepLife(cfg, info.Restarts, info.Node); err != nil {
-		return nil, err
-	}
 	return t, nil
 }
 
@@ -147,17 +153,23 @@ func (t *Trainer) Step(ctx context.Context, to int) (StepResult, error) {
 	return StepResult{Step: t.step, Loss: loss, Incarnation: info.Restarts, ResumedFrom: t.resumed, LastCkpt: t.lastCkpt, Node: info.Node}, nil
 }
 
-// checkpoint saves the weights, then records them as the latest.
+// checkpoint saves the weights under a name of their own, then records
+// them as the latest through the actor's fence: a replaced incarnation's
+// record is refused (actors.ErrStaleIncarnation), so the new incarnation
+// never resumes from a checkpoint the old one published after it started.
 func (t *Trainer) checkpoint(ctx context.Context) error {
-	name := fmt.Sprintf("%s-step%04d", t.cfg.Name, t.step)
+	name := fmt.Sprintf("%s-step%04d-e%d", t.cfg.Name, t.step, t.fence.epoch)
 	if _, err := t.pol.Save(ctx, agent.SaveRequest{Path: filepath.Join(t.cfg.Dir, name)}); err != nil {
 		return err
 	}
-	tmp := latestFile(t.cfg) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %s\n", t.step, name)), 0o666); err != nil {
-		return fmt.Errorf("record checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, latestFile(t.cfg)); err != nil {
+	_, err := t.fence.do(func() error {
+		tmp := latestFile(t.cfg) + ".tmp"
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %s\n", t.step, name)), 0o666); err != nil {
+			return err
+		}
+		return os.Rename(tmp, latestFile(t.cfg))
+	})
+	if err != nil {
 		return fmt.Errorf("record checkpoint: %w", err)
 	}
 	t.lastCkpt = t.step
@@ -302,14 +314,18 @@ func main() {
 	name := flag.String("name", "trainer", "actor name prefix (names are unique among live actors)")
 	hold := flag.String("hold", "", "after the last step, wait until this file (relative: in the working directory) exists before ending the job")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
-	checkLives := flag.String("check-lives", "", "do not run: check the incarnation lifetimes a job with --name and --actors left in this directory (a copy of its --dir), and exit 1 if two incarnations of an actor were alive at once")
+	checkLives := flag.String("check-lives", "", "do not run: check the incarnation lifetimes a job with --name and --actors left in this directory (a copy of its --dir), and exit 1 if a replaced incarnation's write took effect after its successor started")
 	flag.Parse()
 	if *checkLives != "" {
-		if err := checkNoOverlap(*checkLives, *name, *n); err != nil {
+		fencedOff, err := checkNoOverlap(*checkLives, *name, *n)
+		for _, f := range fencedOff {
+			fmt.Println(f)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaosjob:", err)
 			os.Exit(1)
 		}
-		fmt.Println("no actor ran twice")
+		fmt.Println("no actor ran twice: no write of a replaced incarnation took effect after its successor claimed the fence")
 		return
 	}
 
