@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -13,8 +14,10 @@ import (
 // to actor B in another worker process (two nodes on loopback), MB/s from
 // SetBytes:
 //
-//   - direct-64MiB, direct-32MiB: CallRef; B's worker fetches the object
-//     from A's in chunks and B decodes it; the driver holds none of it.
+//   - direct-64MiB, direct-32MiB, then 1 to 256 MiB: CallRef; B's worker
+//     fetches the object from A's in chunks and B decodes it; the driver
+//     holds none of it. 64 MiB first, as before: the sizes' rates are
+//     compared, so the first must not be the only one that warms up.
 //   - viaDriver-32MiB, the baseline of the same run: the value passes
 //     through the driver (Get, then a plain Call with the bytes), as every
 //     future argument did before object references. (64 MiB cannot go
@@ -53,8 +56,9 @@ func BenchmarkRemoteObjectTransfer(b *testing.B) {
 			}
 		}
 	}
-	b.Run("direct-64MiB", direct(64<<20))
-	b.Run("direct-32MiB", direct(32<<20))
+	for _, mib := range []int{64, 32, 1, 4, 16, 128, 256} {
+		b.Run(fmt.Sprintf("direct-%dMiB", mib), direct(mib<<20))
+	}
 	b.Run("viaDriver-32MiB", func(b *testing.B) {
 		const size = 32 << 20
 		fa := actors.Call(ctx, a, (*oblob).Make, size)

@@ -67,12 +67,18 @@ func runBenchOwner() {
 	secure := NewStore(tlsL.Addr().String())
 	go NewServer(plain, testSec).Serve(plainL)
 	go NewServer(secure, transport.Security{Token: testSec.Token, Server: pki.Server()}).Serve(tlsL)
-	data := pattern(crossSize, 3)
-	r1, r2 := plain.Put(data), secure.Put(data)
-	fmt.Printf("%s %s %s\n", base64.StdEncoding.EncodeToString(r1.Encode()), base64.StdEncoding.EncodeToString(r2.Encode()),
-		base64.StdEncoding.EncodeToString(pki.CA))
+	line := base64.StdEncoding.EncodeToString(pki.CA)
+	for _, mib := range crossSizes {
+		data := pattern(mib<<20, 3)
+		r1, r2 := plain.Put(data), secure.Put(data)
+		line += " " + base64.StdEncoding.EncodeToString(r1.Encode()) + " " + base64.StdEncoding.EncodeToString(r2.Encode())
+	}
+	fmt.Println(line)
 	io.Copy(io.Discard, os.Stdin)
 }
+
+// crossSizes are the objects the owner holds, in MiB: crossSize first.
+var crossSizes = []int{crossSize >> 20, 1, 4, 16, 256}
 
 // procCPU is the user+system CPU time of process pid (/proc, 10 ms ticks).
 func procCPU(pid int) (time.Duration, error) {
@@ -103,8 +109,10 @@ func selfCPU() time.Duration {
 }
 
 // BenchmarkTransferCrossProcess fetches a 64 MiB object from an owner
-// process over TCP, in plaintext and with TLS 1.3, reporting the wall rate
-// (MB/s) and each end's MB per CPU-second (fetcher and owner).
+// process over TCP, in plaintext (tcp) and with TLS 1.3 (tls), reporting
+// the wall rate (MB/s) and each end's MB per CPU-second (fetcher and
+// owner); sizes/ does the same from 1 to 256 MiB, to show whether the rate
+// depends on the size.
 func BenchmarkTransferCrossProcess(b *testing.B) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), ownerEnv+"=1")
@@ -120,7 +128,7 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 		b.Fatalf("owner did not start: %v", err)
 	}
 	f := strings.Fields(line)
-	if len(f) != 3 {
+	if len(f) != 1+2*len(crossSizes) {
 		b.Fatalf("owner said %q", line)
 	}
 	dec := func(s string) []byte {
@@ -130,15 +138,14 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 		}
 		return v
 	}
-	plainRef, err := DecodeRef(dec(f[0]))
-	if err != nil {
-		b.Fatal(err)
+	ref := func(s string) Ref {
+		r, err := DecodeRef(dec(s))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r
 	}
-	tlsRef, err := DecodeRef(dec(f[1]))
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientTLS, err := transporttest.ClientTrusting(dec(f[2]))
+	clientTLS, err := transporttest.ClientTrusting(dec(f[0]))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -150,7 +157,7 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 			if _, err := c.Fetch(ctx, ref); err != nil { // connect and warm up
 				b.Fatal(err)
 			}
-			b.SetBytes(crossSize)
+			b.SetBytes(ref.Size)
 			self0 := selfCPU()
 			owner0, err := procCPU(cmd.Process.Pid)
 			if err != nil {
@@ -163,13 +170,18 @@ func BenchmarkTransferCrossProcess(b *testing.B) {
 			}
 			self := selfCPU() - self0
 			owner1, _ := procCPU(cmd.Process.Pid)
-			mb := float64(crossSize) * float64(b.N) / 1e6
+			mb := float64(ref.Size) * float64(b.N) / 1e6
 			b.ReportMetric(mb/self.Seconds(), "fetcher-MB/cpu-s")
 			if o := owner1 - owner0; o > 0 {
 				b.ReportMetric(mb/o.Seconds(), "owner-MB/cpu-s")
 			}
 		}
 	}
-	b.Run("tcp", run(plainRef, testSec))
-	b.Run("tls", run(tlsRef, transport.Security{Token: testSec.Token, Client: clientTLS}))
+	tlsSec := transport.Security{Token: testSec.Token, Client: clientTLS}
+	b.Run("tcp", run(ref(f[1]), testSec))
+	b.Run("tls", run(ref(f[2]), tlsSec))
+	for i, mib := range crossSizes {
+		b.Run(fmt.Sprintf("sizes/tcp-%dMiB", mib), run(ref(f[1+2*i]), testSec))
+		b.Run(fmt.Sprintf("sizes/tls-%dMiB", mib), run(ref(f[2+2*i]), tlsSec))
+	}
 }
