@@ -28,10 +28,15 @@
 // # No actor runs twice
 //
 // A committed KillActor returns only once the hosting node's worker has
-// ended the incarnation (kill.go). A node out of contact with the cluster
-// for a lease stops its worker processes itself, and the leader keeps a
-// node that gossip lost suspect for the lease plus a margin before it
-// commits it dead and restarts its actors elsewhere (fence.go).
+// ended the incarnation (kill.go). Every incarnation has an epoch, its
+// committed restart count, and the wire, the workers' object stores and
+// the drivers refuse a replaced incarnation by it
+// (actors.ErrStaleIncarnation), so the leader restarts a lost node's
+// actors after a short grace (two probe intervals), not after the node
+// has surely stopped them. A node out of contact with the cluster for a
+// lease still stops its worker processes itself, as the backstop for
+// what epochs do not reach: an incarnation's writes outside troupe, which
+// must carry the epoch as a fencing token (fence.go).
 //
 // # Errors
 //

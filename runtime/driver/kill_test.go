@@ -67,8 +67,9 @@ func TestRemoteKillIsSynchronous(t *testing.T) {
 // TestRemoteNodeFencesItself: a node (another process) that loses the
 // cluster (here every server stops) kills its job's worker processes
 // itself once it has had no contact for the lease (4 s with FastTiming),
-// not before, and lives on, so that the actors never run beside the
-// incarnations the leader would restart elsewhere after lease + margin.
+// not before, and lives on: the backstop that ends incarnations the
+// leader has restarted elsewhere (they are fenced off by their epochs
+// meanwhile) where no epoch reaches.
 func TestRemoteNodeFencesItself(t *testing.T) {
 	const tok = "fence-token"
 	head := startHead(t, tok)
