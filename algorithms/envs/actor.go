@@ -31,10 +31,24 @@ type State struct {
 	Turn    int  `msgpack:"t"`
 	Done    bool `msgpack:"d"`
 	Success bool `msgpack:"s"`
+	// Next is the role that acts now in a Router environment ("" in one
+	// whose roles all act in turn order).
+	Next string `msgpack:"n,omitempty"`
 }
 
 // StateOf reads e's State.
-func StateOf(e Env) State { return State{Turn: e.Turn(), Done: e.Done(), Success: e.Success()} }
+func StateOf(e Env) State {
+	st := State{Turn: e.Turn(), Done: e.Done(), Success: e.Success()}
+	if r, ok := e.(Router); ok {
+		st.Next = r.Next()
+	}
+	return st
+}
+
+// Acts reports whether role acts now in the instance of st: it is not
+// done, and it is the role a Router routed the turn to (any role of a
+// plain environment, whose roles act in turn order).
+func (st State) Acts(role string) bool { return !st.Done && (st.Next == "" || st.Next == role) }
 
 // Result is the outcome of one Step on an instance and the state after it.
 type Result struct {

@@ -41,6 +41,28 @@ type Env interface {
 	Clone() Env
 }
 
+// Router is an Env whose roles do not all act every round: an action
+// decides which role acts next, as JoyAgents-R1's master agent routes each
+// turn to one of its sub-agents (see routepath). Roles still lists every
+// role in the order the samplers offer them the turn; a role other than
+// Next is skipped (it neither observes nor acts) until the turn is routed
+// to it. The samplers and evaluations ask State.Acts or ActsNow.
+type Router interface {
+	Env
+	// Next is the role that acts now ("" once Done).
+	Next() string
+}
+
+// ActsNow reports whether role acts now in e: e is not done and, if e is
+// a Router, the turn is routed to role.
+func ActsNow(e Env, role string) bool {
+	if e.Done() {
+		return false
+	}
+	r, ok := e.(Router)
+	return !ok || r.Next() == role
+}
+
 // Step is the outcome of one action.
 type Step struct {
 	Valid bool    // the action parsed and was legal

@@ -14,7 +14,7 @@ func allSetups() []string {
 }
 
 func TestNamesAndPresets(t *testing.T) {
-	want := []string{"arith", "planpath", "sokoban", "sudoku4"}
+	want := []string{"arith", "planpath", "routepath", "sokoban", "sudoku4"}
 	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -83,9 +83,12 @@ func playExpert(t *testing.T, name string, cfg Config, seed int64) Env {
 			if e.Done() {
 				break
 			}
+			if !ActsNow(e, r) {
+				continue
+			}
 			a := ex.ExpertAction(r)
 			st := e.Step(r, a)
-			if good := map[string]float64{"planpath": PathLocalGood, "sokoban": PathLocalGood}[e.Name()]; !st.Valid || st.Local != max(good, LocalGood) {
+			if good := map[string]float64{"planpath": PathLocalGood, "sokoban": PathLocalGood, "routepath": PathLocalGood}[e.Name()]; !st.Valid || st.Local != max(good, LocalGood) {
 				t.Fatalf("%s seed %d: expert %s action %q judged %+v (obs %q)", name, seed, r, a, st, e.Observe(r))
 			}
 		}
@@ -103,6 +106,9 @@ func TestExpertSolves100Seeds(t *testing.T) {
 	}
 	// The single-agent baseline.
 	for _, name := range Names() {
+		if name == "routepath" {
+			continue // a hierarchy: no single-agent form
+		}
 		for seed := int64(0); seed < 100; seed++ {
 			if e := playExpert(t, name, Config{Single: true}, seed); !e.Success() || len(e.Roles()) != 1 {
 				t.Fatalf("%s single seed %d: expert did not succeed alone", name, seed)

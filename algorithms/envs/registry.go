@@ -58,6 +58,10 @@ type Config struct {
 	// the tool's reward too. Off (default): the tool's step earns no team
 	// reward.
 	ToolTeam bool
+	// RandomRoute is routepath without its master agent: every round the
+	// environment routes the turn to a sub-agent at random (seeded), the
+	// routing-off baseline.
+	RandomRoute bool
 }
 
 // Preset is a named configuration of an environment, so scripts and the
@@ -94,10 +98,11 @@ var ErrRegister = errors.New("envs: cannot register environment")
 var (
 	mu    sync.RWMutex
 	specs = map[string]Spec{
-		"planpath": {New: newPlanPath, MaxObsLen: planPathMaxObs, MaxActionLen: planPathMaxAction},
-		"sudoku4":  {New: newSudoku4, MaxObsLen: sudoku4MaxObs, MaxActionLen: sudoku4MaxAction},
-		"sokoban":  {New: newSokoban, MaxObsLen: sokobanMaxObs, MaxActionLen: sokobanMaxAction},
-		"arith":    {New: newArith, MaxObsLen: arithMaxObsLen, MaxActionLen: arithMaxAction},
+		"planpath":  {New: newPlanPath, MaxObsLen: planPathMaxObs, MaxActionLen: planPathMaxAction},
+		"sudoku4":   {New: newSudoku4, MaxObsLen: sudoku4MaxObs, MaxActionLen: sudoku4MaxAction},
+		"sokoban":   {New: newSokoban, MaxObsLen: sokobanMaxObs, MaxActionLen: sokobanMaxAction},
+		"arith":     {New: newArith, MaxObsLen: arithMaxObsLen, MaxActionLen: arithMaxAction},
+		"routepath": {New: newRoutePath, MaxObsLen: routePathMaxObs, MaxActionLen: routePathMaxAction},
 	}
 )
 
@@ -214,6 +219,12 @@ func merge(base, over Config) Config {
 	}
 	if over.Single {
 		base.Single = true
+	}
+	if over.ToolTeam {
+		base.ToolTeam = true
+	}
+	if over.RandomRoute {
+		base.RandomRoute = true
 	}
 	return base
 }

@@ -91,6 +91,9 @@ func Transcripts(name string, cfg Config, seeds []int64, opt TranscriptOptions) 
 				if env.Done() {
 					break
 				}
+				if !ActsNow(env, role) {
+					continue // a Router routed the turn to another role
+				}
 				obs := env.Observe(role)
 				act, expert := ex.ExpertAction(role), true
 				if opt.Noise > 0 && noisy != nil && (len(opt.NoiseRoles) == 0 || contains(opt.NoiseRoles, role)) && rng.Float64() < opt.Noise {
