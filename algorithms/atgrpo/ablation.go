@@ -204,13 +204,13 @@ func independentRollouts(ctx context.Context, cfg Config, pols *Policies, b envs
 			var idx []int
 			var live []envs.Ref
 			for i, st := range states {
-				if !st.Done {
+				if st.Acts(role) {
 					idx = append(idx, i)
 					live = append(live, refs[i])
 				}
 			}
 			if len(idx) == 0 {
-				break
+				continue // (a Router may give the turn to the next role)
 			}
 			active += len(idx)
 			prompts, err := b.Observe(ctx, live, role)

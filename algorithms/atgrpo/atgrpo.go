@@ -289,13 +289,13 @@ func Evaluate(ctx context.Context, pols *Policies, newEnv EnvFactory, n, maxTurn
 			var idx []int
 			var prompts []string
 			for e, env := range es {
-				if !env.Done() {
+				if envs.ActsNow(env, role) {
 					idx = append(idx, e)
 					prompts = append(prompts, env.Observe(role))
 				}
 			}
 			if len(idx) == 0 {
-				break
+				continue // (a Router may give the turn to the next role)
 			}
 			active += len(idx)
 			out, err := pol.Sample(ctx, prompts, 1, rl.DeriveSeed(seed, -1, int64(round), int64(ri)))

@@ -60,12 +60,12 @@ func treeRollouts(ctx context.Context, cfg Config, pols *Policies, b envs.Batch,
 			}
 			var idx []int
 			for e, st := range states {
-				if !st.Done {
+				if st.Acts(role) {
 					idx = append(idx, e)
 				}
 			}
 			if len(idx) == 0 {
-				break
+				continue // (a Router may give the turn to the next role)
 			}
 			prompts, err := b.Observe(ctx, pick(idx), role)
 			if err != nil {

@@ -405,9 +405,12 @@ func (s *NodeSampler) RolloutsBatch(ctx context.Context, b envs.Batch, ep envs.E
 		}
 		var liveIdx []int
 		for e, st := range states {
-			if live(st) {
+			if live(st) && st.Acts(role) {
 				liveIdx = append(liveIdx, e)
 			}
+		}
+		if len(liveIdx) == 0 {
+			continue // a Router routed every live turn to another role
 		}
 		obs, err := b.Observe(ctx, pick(liveIdx), role)
 		if err != nil {
@@ -546,7 +549,7 @@ func (s *NodeSampler) playout(ctx context.Context, b envs.Batch, roles []string,
 		role := roles[ri]
 		var act []int
 		for j, st := range states {
-			if active(st) {
+			if active(st) && st.Acts(role) {
 				act = append(act, j)
 			}
 		}
