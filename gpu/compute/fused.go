@@ -92,3 +92,21 @@ type PackedSwiGLU interface {
 	// half dgu[n,I+i] (dgu (N,2I)) from dout (N,I), as SwiGLUBackward.
 	SwiGLUPackedBackward(dgu, dout, gu Buffer, N, I int)
 }
+
+// StackedBF16Matmuler multiplies one input by two BF16 weights of the same
+// shape as if they were stacked in one (2·OC, C) weight, without a stacked
+// copy: the MLP's gate and up projections, whose (N, 2I) output
+// PackedSwiGLU reads, so the MLP's input is read by one GEMM. Weights are
+// BF16Matmuler's (bits of an (OC, C) Linear weight, w1's rows first).
+type StackedBF16Matmuler interface {
+	// MatmulForwardBF16Stacked: out (N, 2·OC), out[n, :OC] = inp·w1ᵀ and
+	// out[n, OC:] = inp·w2ᵀ, as MatmulForwardBF16 on each (no bias).
+	MatmulForwardBF16Stacked(out, inp Buffer, w1, w2 []uint16, N, C, OC int)
+	// MatmulBackwardInputBF16Stacked accumulates dinp (N, C) +=
+	// dout[:, :OC]·w1 + dout[:, OC:]·w2 for dout (N, 2·OC).
+	MatmulBackwardInputBF16Stacked(dinp, dout Buffer, w1, w2 []uint16, N, C, OC int)
+	// MatmulBackwardWeightBF16Stacked accumulates dw1 (OC, C) +=
+	// dout[:, :OC]ᵀ·inp and dw2 += dout[:, OC:]ᵀ·inp (BF16-rounded operands,
+	// float32 sums); either may be nil.
+	MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp Buffer, N, C, OC int)
+}

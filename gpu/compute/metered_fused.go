@@ -14,6 +14,7 @@ type meteredFused struct {
 	glu   *meteredPackedGLU
 	res   *meteredResident
 	mix   *meteredMixed
+	stack *meteredStacked
 }
 
 func newMeteredFused(m *metered, b Backend) meteredFused {
@@ -41,6 +42,9 @@ func newMeteredFused(m *metered, b Backend) meteredFused {
 	}
 	if c, ok := As[MixedMatmuler](b); ok {
 		f.mix = &meteredMixed{m: m, c: c}
+	}
+	if c, ok := As[StackedBF16Matmuler](b); ok {
+		f.stack = &meteredStacked{m: m, c: c}
 	}
 	return f
 }
@@ -88,6 +92,11 @@ func (f *meteredFused) capability(target any) bool {
 			*p = f.mix
 		}
 		return f.mix != nil
+	case *StackedBF16Matmuler:
+		if f.stack != nil {
+			*p = f.stack
+		}
+		return f.stack != nil
 	}
 	return false
 }
@@ -215,4 +224,24 @@ func (o *meteredMixed) MatmulForwardMixed(out, inp, weight, bias Buffer, N, C, O
 func (o *meteredMixed) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight Buffer, N, C, OC int) {
 	defer o.m.done(o.m.now())
 	o.c.MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight, N, C, OC)
+}
+
+type meteredStacked struct {
+	m *metered
+	c StackedBF16Matmuler
+}
+
+func (o *meteredStacked) MatmulForwardBF16Stacked(out, inp Buffer, w1, w2 []uint16, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.c.MatmulForwardBF16Stacked(out, inp, w1, w2, N, C, OC)
+}
+
+func (o *meteredStacked) MatmulBackwardInputBF16Stacked(dinp, dout Buffer, w1, w2 []uint16, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.c.MatmulBackwardInputBF16Stacked(dinp, dout, w1, w2, N, C, OC)
+}
+
+func (o *meteredStacked) MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp Buffer, N, C, OC int) {
+	defer o.m.done(o.m.now())
+	o.c.MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp, N, C, OC)
 }

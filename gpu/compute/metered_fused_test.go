@@ -67,6 +67,15 @@ func (f *fusedFake) MatmulForwardMixed(out, inp, weight, bias compute.Buffer, N,
 func (f *fusedFake) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight compute.Buffer, N, C, OC int) {
 	f.calls["MatmulBackwardMixed"]++
 }
+func (f *fusedFake) MatmulForwardBF16Stacked(out, inp compute.Buffer, w1, w2 []uint16, N, C, OC int) {
+	f.calls["MatmulForwardBF16Stacked"]++
+}
+func (f *fusedFake) MatmulBackwardInputBF16Stacked(dinp, dout compute.Buffer, w1, w2 []uint16, N, C, OC int) {
+	f.calls["MatmulBackwardInputBF16Stacked"]++
+}
+func (f *fusedFake) MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp compute.Buffer, N, C, OC int) {
+	f.calls["MatmulBackwardWeightBF16Stacked"]++
+}
 
 // Metered hands out each fused capability exactly when the wrapped backend
 // has it (also metered twice), and its ops reach the backend, timed.
@@ -99,8 +108,9 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 	gl, ok6 := compute.As[compute.PackedSwiGLU](be)
 	rs, ok7 := compute.As[compute.BF16Resident](be)
 	mx, ok8 := compute.As[compute.MixedMatmuler](be)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 {
-		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6, ok7, ok8)
+	st, ok9 := compute.As[compute.StackedBF16Matmuler](be)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 {
+		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6, ok7, ok8, ok9)
 	}
 	ops := []func(){
 		func() { fa.FlashAttentionForward(nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
@@ -120,6 +130,9 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 		func() { rs.EmbedForwardBF16(nil, nil, nil, 1, 1, 1) },
 		func() { mx.MatmulForwardMixed(nil, nil, nil, nil, 1, 1, 1) },
 		func() { mx.MatmulBackwardMixed(nil, nil, nil, nil, nil, nil, 1, 1, 1) },
+		func() { st.MatmulForwardBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
+		func() { st.MatmulBackwardInputBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
+		func() { st.MatmulBackwardWeightBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
 	}
 	for i, op := range ops {
 		before := c.Busy()

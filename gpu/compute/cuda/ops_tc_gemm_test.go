@@ -300,3 +300,48 @@ func TestOpTCGemmResident(t *testing.T) {
 		t.Errorf("an id of V: %v, want ErrToken", err)
 	}
 }
+
+// TestOpTCGemmStacked: compute.StackedBF16Matmuler against the reference's
+// products with the two weights stacked in one (2·OC, C) matrix (stacking
+// rows of the weight is stacking columns of the output), on shapes around
+// the tile edges: the pair's seam inside a tile (OC not a multiple of 16 or
+// 64), C not a multiple of 8 (packed operands), and a split k.
+func TestOpTCGemmStacked(t *testing.T) {
+	p := newPair(t, 40)
+	for _, s := range []struct{ N, C, OC int }{{1, 40, 24}, {17, 33, 20}, {65, 16, 40}, {3, 300, 9}} {
+		N, C, OC := s.N, s.C, s.OC
+		name := fmt.Sprintf("tc_stacked(N=%d,C=%d,OC=%d)", N, C, OC)
+		inF, wF, doF := p.randn(N*C, 1), p.randn(2*OC*C, 1), p.randn(N*2*OC, 1)
+		w1, w2 := toBF16(wF[:OC*C]), toBF16(wF[OC*C:])
+		in, inR, wR := p.up(inF), p.up(roundBF16(inF)), p.up(roundBF16(wF))
+		do, doR := p.up(doF), p.up(roundBF16(doF))
+
+		out := p.rand(N*2*OC, 1)
+		p.e.MatmulForwardBF16Stacked(out.e, in.e, w1, w2, N, C, OC)
+		p.r.MatmulForward(out.r, inR.r, wR.r, nil, N, C, 2*OC)
+		p.check(name+".forward", out, tol)
+
+		dinp := p.rand(N*C, 1)
+		p.e.MatmulBackwardInputBF16Stacked(dinp.e, do.e, w1, w2, N, C, OC)
+		p.r.MatmulBackward(dinp.r, nil, nil, doR.r, inR.r, wR.r, N, C, 2*OC)
+		p.check(name+".dinp", dinp, tol)
+
+		dw := p.rand(2*OC*C, 1) // dw1 then dw2, accumulated into
+		dw1, err := p.e.View(dw.e, 0, OC*C)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dw2, err := p.e.View(dw.e, OC*C, OC*C)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.e.MatmulBackwardWeightBF16Stacked(dw1, dw2, do.e, in.e, N, C, OC)
+		p.r.MatmulBackward(nil, dw.r, nil, doR.r, inR.r, wR.r, N, C, 2*OC)
+		p.check(name+".dweight", dw, tol)
+
+		// A second use reads the pair's cached operands.
+		p.e.MatmulBackwardInputBF16Stacked(dinp.e, do.e, w1, w2, N, C, OC)
+		p.r.MatmulBackward(dinp.r, nil, nil, doR.r, inR.r, wR.r, N, C, 2*OC)
+		p.check(name+".dinp_again", dinp, tol)
+	}
+}

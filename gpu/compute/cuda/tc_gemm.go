@@ -62,11 +62,14 @@ type tcWeight struct {
 type tcPackKey struct {
 	off, rows, cols int
 	trans           bool
+	// pair, off2: the second weight of a stacked operand (nil: none).
+	pair *tcWeight
+	off2 int
 }
 
 type tcPacked struct {
-	dev uintptr
-	ver int
+	dev       uintptr
+	ver, ver2 int
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
@@ -74,6 +77,12 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 // tcGemm launches C (M,N) = A (M,Kp) · B (N,Kp)ᵀ with bf16 A and B, and the
 // epilogue: C += when acc, plus bias[n] and res[m,n] where nonzero.
 func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
+	b.tcGemm2(c, a, bm, 0, N, bias, res, M, N, Kp, acc)
+}
+
+// tcGemm2 is tcGemm with B's rows from nsplit on read from b2 (row n -
+// nsplit): two weights stacked as one B.
+func (b *Backend) tcGemm2(c, a, bm, b2 uintptr, nsplit int, bias, res uintptr, M, N, Kp int, acc bool) {
 	if b.err != nil || M == 0 || N == 0 {
 		return
 	}
@@ -116,7 +125,7 @@ func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
 		if b.err != nil {
 			return
 		}
-		b.launch(cfg.kernel, grid, block, ptr(ws), ptr(a), ptr(bm), ptr(0), ptr(0), M, N, Kp, kps, int(mode|4))
+		b.launch(cfg.kernel, grid, block, ptr(ws), ptr(a), ptr(bm), ptr(b2), nsplit, ptr(0), ptr(0), M, N, Kp, kps, int(mode|4))
 		b.launch("tc_splitk_reduce", b.elemGrid(M*N), b.elemBlock(), ptr(c), ptr(ws), ptr(bias), ptr(res), M, N, splits, int(mode))
 		return
 	}
@@ -129,7 +138,7 @@ func (b *Backend) tcGemm(c, a, bm, bias, res uintptr, M, N, Kp int, acc bool) {
 			}
 		}
 	}
-	b.launch(cfg.kernel, grid, block, ptr(c), ptr(a), ptr(bm), ptr(bias), ptr(res), M, N, Kp, kps, int(mode))
+	b.launch(cfg.kernel, grid, block, ptr(c), ptr(a), ptr(bm), ptr(b2), nsplit, ptr(bias), ptr(res), M, N, Kp, kps, int(mode))
 }
 
 // tcWorkspace returns float workspace of at least n values for the
@@ -269,7 +278,7 @@ func (b *Backend) operand(e *tcWeight, off, rows, cols int, trans bool) uintptr 
 	if !trans && cols%8 == 0 && off%8 == 0 {
 		return e.dev + uintptr(2*off) // already (rows, cols) with 16-byte aligned rows
 	}
-	k := tcPackKey{off, rows, cols, trans}
+	k := tcPackKey{off: off, rows: rows, cols: cols, trans: trans}
 	pk := e.packed[k]
 	r, kk := rows, cols
 	if trans {
@@ -287,6 +296,33 @@ func (b *Backend) operand(e *tcWeight, off, rows, cols int, trans bool) uintptr 
 	if pk.ver != e.ver {
 		b.packBF16(pk.dev, e.dev+uintptr(2*off), r, kk, pad8(kk), trans)
 		pk.ver = e.ver
+	}
+	return pk.dev
+}
+
+// pairOperandT returns [w1; w2]ᵀ (cols, pad8(2·rows)) for weights rows×cols
+// at off1 of e1 and off2 of e2: the input gradient's operand of a stacked
+// pair, made on the device and kept (with e1) until either changes.
+func (b *Backend) pairOperandT(e1 *tcWeight, off1 int, e2 *tcWeight, off2, rows, cols int) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	k := tcPackKey{off: off1, rows: rows, cols: cols, trans: true, pair: e2, off2: off2}
+	pk := e1.packed[k]
+	Kp := pad8(2 * rows)
+	if pk == nil {
+		p, err := b.dev.Alloc(2 * cols * Kp)
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: packed weight pair: %w: %v", ErrDevice, err))
+			return 0
+		}
+		pk = &tcPacked{dev: p, ver: -1, ver2: -1}
+		e1.packed[k] = pk
+	}
+	if pk.ver != e1.ver || pk.ver2 != e2.ver {
+		b.launch("tc_pack_bf16_pair_t", b.elemGrid(cols*Kp), b.elemBlock(),
+			ptr(pk.dev), ptr(e1.dev+uintptr(2*off1)), ptr(e2.dev+uintptr(2*off2)), cols, rows, Kp)
+		pk.ver, pk.ver2 = e1.ver, e2.ver
 	}
 	return pk.dev
 }
@@ -634,4 +670,91 @@ func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T,
 		}
 	}
 	b.GQAttentionForward(out, att, rq, rk, rv, B, T, NH, KVH, HD, scale)
+}
+
+var _ compute.StackedBF16Matmuler = (*Backend)(nil)
+
+// stackedWeights checks and finds the resident copies of a stacked pair.
+func (b *Backend) stackedWeights(op string, w1, w2 []uint16, C, OC int) (e1 *tcWeight, off1 int, e2 *tcWeight, off2 int) {
+	if b.err == nil && (len(w1) != OC*C || len(w2) != OC*C) {
+		b.fail(compute.ShapeError(op, "weights have %d and %d values, want OC*C = %d", len(w1), len(w2), OC*C))
+	}
+	e1, off1 = b.weight(op, w1)
+	e2, off2 = b.weight(op, w2)
+	return
+}
+
+// MatmulForwardBF16Stacked implements compute.StackedBF16Matmuler: one GEMM
+// over the two resident weights as one B of 2·OC rows (tc_gemm's B2), the
+// input packed once.
+func (b *Backend) MatmulForwardBF16Stacked(out, inp compute.Buffer, w1, w2 []uint16, N, C, OC int) {
+	const op = "MatmulForwardBF16Stacked"
+	if !b.dims(op, N, C, 2*OC) {
+		return
+	}
+	o, in := b.f(op, "out", out, N*2*OC), b.f(op, "inp", inp, N*C)
+	e1, off1, e2, off2 := b.stackedWeights(op, w1, w2, C, OC)
+	if b.err != nil || N*OC == 0 {
+		return
+	}
+	Cp := pad8(C)
+	a := b.tcScratch(N * Cp)
+	p1, p2 := b.operand(e1, off1, OC, C, false), b.operand(e2, off2, OC, C, false)
+	if b.err != nil {
+		return
+	}
+	b.packF32(a, in, N, C, Cp, false)
+	b.tcGemm2(o, a, p1, p2, OC, 0, 0, N, 2*OC, Cp, false)
+}
+
+// MatmulBackwardInputBF16Stacked implements compute.StackedBF16Matmuler:
+// dinp (N,C) += bf16(dout) (N,2·OC) · [w1; w2], one GEMM with k = 2·OC over
+// the pair's transposed stacked copy.
+func (b *Backend) MatmulBackwardInputBF16Stacked(dinp, dout compute.Buffer, w1, w2 []uint16, N, C, OC int) {
+	const op = "MatmulBackwardInputBF16Stacked"
+	if !b.dims(op, N, C, 2*OC) {
+		return
+	}
+	di, do := b.f(op, "dinp", dinp, N*C), b.f(op, "dout", dout, N*2*OC)
+	e1, off1, e2, off2 := b.stackedWeights(op, w1, w2, C, OC)
+	if b.err != nil || N*C == 0 {
+		return
+	}
+	Kp := pad8(2 * OC)
+	a := b.tcScratch(N * Kp)
+	wt := b.pairOperandT(e1, off1, e2, off2, OC, C) // (C, Kp)
+	if b.err != nil {
+		return
+	}
+	b.packF32(a, do, N, 2*OC, Kp, false)
+	b.tcGemm(di, a, wt, 0, 0, N, C, Kp, true)
+}
+
+// MatmulBackwardWeightBF16Stacked implements compute.StackedBF16Matmuler:
+// doutᵀ (2·OC, N) and inpᵀ are packed once; the first OC rows of the one
+// make dw1's GEMM, the others dw2's.
+func (b *Backend) MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp compute.Buffer, N, C, OC int) {
+	const op = "MatmulBackwardWeightBF16Stacked"
+	if !b.dims(op, N, C, 2*OC) {
+		return
+	}
+	g1, g2 := b.opt(op, "dw1", dw1, OC*C), b.opt(op, "dw2", dw2, OC*C)
+	do, in := b.f(op, "dout", dout, N*2*OC), b.f(op, "inp", inp, N*C)
+	if b.err != nil || N == 0 || OC*C == 0 || (g1 == 0 && g2 == 0) {
+		return
+	}
+	Np := pad8(N)
+	s := b.tcScratch((2*OC + C) * Np)
+	if b.err != nil {
+		return
+	}
+	a, bt := s, s+uintptr(2*2*OC*Np)
+	b.packF32(a, do, 2*OC, N, Np, true) // doutᵀ (2·OC, Np)
+	b.packF32(bt, in, C, N, Np, true)   // inpᵀ (C, Np)
+	if g1 != 0 {
+		b.tcGemm(g1, a, bt, 0, 0, OC, C, Np, true)
+	}
+	if g2 != 0 {
+		b.tcGemm(g2, a+uintptr(2*OC*Np), bt, 0, 0, OC, C, Np, true)
+	}
 }

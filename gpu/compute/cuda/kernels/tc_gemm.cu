@@ -24,6 +24,10 @@
 // by tc_splitk_reduce (deterministic, the default), or adds it into C with
 // atomicAdd (order of arrival: not bit-reproducible).
 //
+// B's rows n ≥ nsplit come from B2 (row n - nsplit) instead: two weights
+// stacked without a stacked copy (the MLP's gate and up projections, one
+// GEMM over the pair; nsplit = N otherwise).
+//
 // Epilogue, per element: C = (mode&1 ? C : 0) + acc + bias[n] + R[m,n]
 // (bias, R may be null; R is N-strided like C). mode&2: split-K, every
 // split atomically adds acc and split 0 adds bias and R (the host set C
@@ -44,9 +48,9 @@ struct alignas(16) tc_chunk {
 __device__ __forceinline__ int tc_swz(int r, int c) { return r * 4 + (c ^ ((r >> 1) & 3)); }
 
 template <int BM, int BN, int WM, int WN, int STAGES>
-__device__ __forceinline__ void tc_gemm_body(float* C, const bf16* A, const bf16* B, const float* bias,
-                                             const float* R, int M, int N, int Kp, int ktiles_per_split,
-                                             int mode) {
+__device__ __forceinline__ void tc_gemm_body(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit,
+                                             const float* bias, const float* R, int M, int N, int Kp,
+                                             int ktiles_per_split, int mode) {
     constexpr int NTHREADS = WM * WN * 32;
     constexpr int WTM = BM / WM, WTN = BN / WN;  // warp tile
     constexpr int MT = WTM / 16, NT = WTN / 8;   // mma tiles per warp
@@ -80,7 +84,8 @@ __device__ __forceinline__ void tc_gemm_body(float* C, const bf16* A, const bf16
         for (int i = tid; i < BN * 4; i += NTHREADS) {
             const int r = i >> 2, c = i & 3, n = n0 + r, k = kb + c * 8;
             const bool ok = n < N && k < Kp;
-            cp_async16(&sB[stage][tc_swz(r, c)], ok ? B + (long)n * Kp + k : B, ok ? 16 : 0);
+            const bf16* src = n < nsplit ? B + (long)n * Kp + k : B2 + (long)(n - nsplit) * Kp + k;
+            cp_async16(&sB[stage][tc_swz(r, c)], ok ? src : B, ok ? 16 : 0);
         }
     };
 
@@ -158,36 +163,36 @@ __device__ __forceinline__ void tc_gemm_body(float* C, const bf16* A, const bf16
 // large for big M and N, medium, and a skinny 16-row tile for decode and
 // LoRA's rank-r products.
 extern "C" __global__ void __launch_bounds__(256)
-    tc_gemm_128x128(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
-                    int ktiles_per_split, int mode) {
-    tc_gemm_body<128, 128, 2, 4, 3>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+    tc_gemm_128x128(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit, const float* bias,
+                    const float* R, int M, int N, int Kp, int ktiles_per_split, int mode) {
+    tc_gemm_body<128, 128, 2, 4, 3>(C, A, B, B2, nsplit, bias, R, M, N, Kp, ktiles_per_split, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-    tc_gemm_64x64(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
-                  int ktiles_per_split, int mode) {
-    tc_gemm_body<64, 64, 2, 2, 3>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+    tc_gemm_64x64(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit, const float* bias,
+                  const float* R, int M, int N, int Kp, int ktiles_per_split, int mode) {
+    tc_gemm_body<64, 64, 2, 2, 3>(C, A, B, B2, nsplit, bias, R, M, N, Kp, ktiles_per_split, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-    tc_gemm_16x64(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
-                  int ktiles_per_split, int mode) {
-    tc_gemm_body<16, 64, 1, 4, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+    tc_gemm_16x64(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit, const float* bias,
+                  const float* R, int M, int N, int Kp, int ktiles_per_split, int mode) {
+    tc_gemm_body<16, 64, 1, 4, 4>(C, A, B, B2, nsplit, bias, R, M, N, Kp, ktiles_per_split, mode);
 }
 
 // Skinny-N tiles for products with few output columns (LoRA's rank-r side
 // when r is the N of the product: x·Aᵀ, dout·B, doutᵀ·u): a 64-wide N tile
 // would compute 4 to 8 times the needed columns there.
 extern "C" __global__ void __launch_bounds__(128)
-    tc_gemm_64x16(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
-                  int ktiles_per_split, int mode) {
-    tc_gemm_body<64, 16, 4, 1, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+    tc_gemm_64x16(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit, const float* bias,
+                  const float* R, int M, int N, int Kp, int ktiles_per_split, int mode) {
+    tc_gemm_body<64, 16, 4, 1, 4>(C, A, B, B2, nsplit, bias, R, M, N, Kp, ktiles_per_split, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-    tc_gemm_64x32(float* C, const bf16* A, const bf16* B, const float* bias, const float* R, int M, int N, int Kp,
-                  int ktiles_per_split, int mode) {
-    tc_gemm_body<64, 32, 4, 1, 4>(C, A, B, bias, R, M, N, Kp, ktiles_per_split, mode);
+    tc_gemm_64x32(float* C, const bf16* A, const bf16* B, const bf16* B2, int nsplit, const float* bias,
+                  const float* R, int M, int N, int Kp, int ktiles_per_split, int mode) {
+    tc_gemm_body<64, 32, 4, 1, 4>(C, A, B, B2, nsplit, bias, R, M, N, Kp, ktiles_per_split, mode);
 }
 
 // tc_splitk_reduce finishes a deterministic split-K GEMM: C (M,N) = (mode&1 ?
@@ -243,6 +248,23 @@ extern "C" __global__ void tc_pack_bf16(bf16* dst, const bf16* src, int R, int K
         const int r = (int)(i / Kp), k = (int)(i % Kp);
         bf16 v = 0;
         if (k < K) v = trans ? src[(long)k * R + r] : src[(long)r * K + k];
+        dst[i] = v;
+    }
+}
+
+// tc_pack_bf16_pair_t writes dst (R,Kp) = [src1; src2]ᵀ for src1, src2 (K1,R)
+// bf16: dst[r,k] = src1[k,r] for k < K1, src2[k-K1,r] for K1 ≤ k < 2·K1,
+// zero beyond (the input gradient's operand of two stacked weights).
+// Grid-stride over dst.
+extern "C" __global__ void tc_pack_bf16_pair_t(bf16* dst, const bf16* src1, const bf16* src2, int R, int K1, int Kp) {
+    const long n = (long)R * Kp;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int r = (int)(i / Kp), k = (int)(i % Kp);
+        bf16 v = 0;
+        if (k < K1)
+            v = src1[(long)k * R + r];
+        else if (k < 2 * K1)
+            v = src2[(long)(k - K1) * R + r];
         dst[i] = v;
     }
 }
