@@ -403,6 +403,19 @@ func cells(s settings, size int) []cell {
 		cs = append(cs, cell{Name: a.name, Desc: "JoyAgents-R1, " + a.desc, InitFrom: "joyagents", Versus: "joyagents",
 			Opt: with(joy, func(o *trainer.Options) { a.f(o); o.Name = "JoyAgents-R1, " + a.desc })})
 	}
+	// JoyAgents-R1's master agent (envs routepath): each round a master
+	// routes the turn to sub-agent h (left/right) or v (up/down), its route
+	// an action with its own grouped advantage; off, the environment routes
+	// at random. Memory off in both, so that the routing is what differs.
+	route := with(joy, func(o *trainer.Options) { o.Env, o.Joy.Memory, o.Warm.Hints = "routepath", false, 0 })
+	cs = append(cs,
+		cell{Name: "joyagents-route", Desc: "JoyAgents-R1 with a master agent routing each round to one of two sub-agents (routepath: h moves left/right, v up/down), trained by RL with the sub-agents; no memory",
+			Versus: "joyagents-route-random", Opt: with(route, func(o *trainer.Options) { o.Name = "JoyAgents-R1, master routing (routepath)" })},
+		cell{Name: "joyagents-route-random", Desc: "the same sub-agents without the master: the environment routes each round at random (routing off)",
+			Opt: with(route, func(o *trainer.Options) {
+				o.EnvConfig.RandomRoute, o.Name = true, "JoyAgents-R1, random routing (routepath, no master)"
+			})},
+	)
 	for i := range cs {
 		cs[i].Size = size
 		cs[i].ID = sizeID(size, cs[i].Name)
