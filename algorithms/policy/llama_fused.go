@@ -1,6 +1,9 @@
 package policy
 
-import "troupe/gpu/compute"
+import (
+	"troupe/algorithms/policy/hf"
+	"troupe/gpu/compute"
+)
 
 // This file holds the backend's fused kernels (gpu/compute/fused.go) as the
 // model uses them. Each capability is found once, when the model is built
@@ -18,12 +21,16 @@ import "troupe/gpu/compute"
 //   - LSELossHeads: the loss head keeps a log-sum-exp per row instead of
 //     writing the softmax over the logits, and its backward writes the
 //     gradient over the logits in place (no second (R,V) buffer);
-//   - MultiAdamW: one AdamW launch over every parameter tensor.
-//
-// PackedSwiGLU is not used: it needs each layer's gate and up matrices
-// stacked in one (2I,C) weight, and the model keeps every kind stacked over
-// layers (the flat order of Weights, the optimizer state and the
-// checkpoints), with LoRA adapters on gate and up separately.
+//   - MultiAdamW: one AdamW launch over every parameter tensor;
+//   - PackedSwiGLU with StackedBF16Matmuler: where the products read BF16
+//     weights (mixed precision, a BF16 base), the MLP's gate and up
+//     projections are one GEMM over the two matrices stacked (the backend
+//     stacks them without a copy; the model keeps every kind stacked over
+//     layers, the flat order of Weights, the optimizer state and the
+//     checkpoints) into one (N,2I) buffer that the packed SwiGLU reads, and
+//     the backward is one input-gradient GEMM over the pair. Not with
+//     gate/up biases or an adapter on gate or up, which need the two
+//     outputs apart.
 
 // fusedOps are the fused capabilities of the model's backend; a nil field
 // is one it lacks.
@@ -39,6 +46,9 @@ type fusedOps struct {
 	// found here for the same reason: once, and nil on gpu/compute/cpu.
 	res compute.BF16Resident
 	mix compute.MixedMatmuler
+	// glu and stack together run the MLP's gate and up as one GEMM.
+	glu   compute.PackedSwiGLU
+	stack compute.StackedBF16Matmuler
 }
 
 // findFused looks up be's fused capabilities.
@@ -65,7 +75,50 @@ func findFused(be compute.Backend) fusedOps {
 	if c, ok := compute.As[compute.MixedMatmuler](be); ok {
 		f.mix = c
 	}
+	g, ok1 := compute.As[compute.PackedSwiGLU](be)
+	st, ok2 := compute.As[compute.StackedBF16Matmuler](be)
+	if ok1 && ok2 {
+		f.glu, f.stack = g, st
+	}
 	return f
+}
+
+// packable reports whether the backend can run the MLP packed: the gate and
+// up activations (and their gradients) are then allocated as one (N,2I)
+// buffer with the two (N,I) halves as views, so either form fits.
+func (m *Llama) packable() bool { return m.fu.glu != nil }
+
+// packedMLP reports whether the MLP's gate and up run as one stacked BF16
+// GEMM into the (N,2I) buffer PackedSwiGLU reads: on a backend with both
+// capabilities, when the products read BF16 matrices and nothing needs the
+// gate and up outputs apart (biases, an adapter on either).
+func (m *Llama) packedMLP() bool {
+	if !m.packable() || m.arch.mlpBias || m.ComputeDType() != hf.BF16 {
+		return false
+	}
+	if m.hasAdapters() {
+		if mask, _, _ := m.loraNeeds(); mask[tGate] || mask[tUp] {
+			return false
+		}
+	}
+	return true
+}
+
+// bf16Mat is layer l's BF16 matrix of kind k as the products read it: the
+// mixed-precision copy or the BF16 base's.
+func (m *Llama) bf16Mat(k, l int) []uint16 {
+	if m.amp != nil {
+		return m.ampMat(k, l)
+	}
+	return m.layerBF16(k, l)
+}
+
+// mlpGateUpForward sets gu (N,2I) to the gate and up projections of inp
+// (N,C), stacked per row, and act (N,I) to their SwiGLU (packedMLP).
+func (m *Llama) mlpGateUpForward(l int, act, gu, inp compute.Buffer, N int) {
+	C, I := m.arch.C, m.arch.I
+	m.fu.stack.MatmulForwardBF16Stacked(gu, inp, m.bf16Mat(kGate, l), m.bf16Mat(kUp, l), N, C, I)
+	m.fu.glu.SwiGLUPackedForward(act, gu, N, I)
 }
 
 // flashAttn reports whether the forward saves the log-sum-exp for a

@@ -47,6 +47,7 @@ type ldecode struct {
 	o       compute.Buffer   // (B,QD)
 	gate    compute.Buffer   // (B,I)
 	up, act compute.Buffer   // (B,I)
+	gu      compute.Buffer   // (B,2I) with gate, up its halves, where packable
 	logits  compute.Buffer   // (B,V)
 	tok     compute.IntBuffer
 	pos     compute.IntBuffer
@@ -99,7 +100,15 @@ func (m *Llama) newDecode(B, maxT int) (*ldecode, error) {
 	if ar.qkNorm {
 		d.qr, d.kr, d.rq, d.rk = f(B*QD), f(B*KD), f(B*ar.NH), f(B*ar.KVH)
 	}
-	d.gate, d.up, d.act, d.logits = f(B*I), f(B*I), f(B*I), f(B*V)
+	d.act, d.logits = f(B*I), f(B*V)
+	if m.packable() {
+		d.gu = f(2 * B * I)
+		if err == nil {
+			d.gate, d.up = view(m.be, d.gu, 0, B*I), view(m.be, d.gu, B*I, B*I)
+		}
+	} else {
+		d.gate, d.up = f(B*I), f(B*I)
+	}
 	d.tok, d.pos = fi(B), fi(B)
 	d.hostLogits, d.hostTok, d.hostPos = make([]float32, B*V), make([]int32, B), make([]int32, B)
 	if err == nil && m.hasAdapters() {
@@ -287,11 +296,15 @@ func (m *Llama) decodeLayer(d *ldecode, tw *ltransposed, l int) {
 	mm(kO, d.tmp, d.o, lp.o, to, lp.ob, QD, C)
 	lf(tO, d.tmp, d.o)
 	m.residualNorm(d.x, d.ln, d.r, d.x, d.tmp, lp.mlpNorm, B, C)
-	mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
-	lf(tGate, d.gate, d.ln)
-	mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)
-	lf(tUp, d.up, d.ln)
-	be.SwiGLUForward(d.act, d.gate, d.up, B*I)
+	if m.packedMLP() {
+		m.mlpGateUpForward(l, d.act, d.gu, d.ln, B)
+	} else {
+		mm(kGate, d.gate, d.ln, lp.gate, tg, lp.gateb, C, I)
+		lf(tGate, d.gate, d.ln)
+		mm(kUp, d.up, d.ln, lp.up, tu, lp.upb, C, I)
+		lf(tUp, d.up, d.ln)
+		be.SwiGLUForward(d.act, d.gate, d.up, B*I)
+	}
 	mm(kDown, d.tmp, d.act, lp.down, td, lp.downb, I, C)
 	lf(tDown, d.tmp, d.act)
 	be.ResidualForward(d.x, d.x, d.tmp, B*C)

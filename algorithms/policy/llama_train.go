@@ -35,6 +35,7 @@ type lacts struct {
 
 	// backward scratch (N rows)
 	dres, dl, dI1, dI2, dI3, dO, dq, dk, dv, dqr, dkr, dlogits compute.Buffer
+	dgu                                                        compute.Buffer // (N,2I) with dI2, dI3 its halves, where packable
 	viewN                                                      int
 	bv                                                         lbackViews
 
@@ -62,6 +63,7 @@ type llayerActs struct {
 	res2           compute.Buffer // residual after attention (N,C)
 	ln2, r2        compute.Buffer // MLP input norm
 	gate, up, act  compute.Buffer // (N,I)
+	gu             compute.Buffer // (N,2I) with gate, up its halves, where packable
 	res3           compute.Buffer // residual after the MLP (N,C): the next layer's input
 }
 
@@ -123,7 +125,15 @@ func (m *Llama) ensureBaseActs(B, T int, train bool) error {
 	layer := func() llayerActs {
 		la := llayerActs{
 			ln1: f(BT * C), r1: f(BT), q: f(BT * QD), k: f(BT * KD), v: f(BT * KD), att: f(att), o: f(BT * QD),
-			res2: f(BT * C), ln2: f(BT * C), r2: f(BT), gate: f(BT * I), up: f(BT * I), act: f(BT * I), res3: f(BT * C),
+			res2: f(BT * C), ln2: f(BT * C), r2: f(BT), act: f(BT * I), res3: f(BT * C),
+		}
+		if m.packable() {
+			la.gu = f(2 * BT * I)
+			if err == nil {
+				la.gate, la.up = view(m.be, la.gu, 0, BT*I), view(m.be, la.gu, BT*I, BT*I)
+			}
+		} else {
+			la.gate, la.up = f(BT*I), f(BT*I)
 		}
 		if ar.qkNorm {
 			la.qr, la.kr, la.rq, la.rk = f(BT*QD), f(BT*KD), f(BT*ar.NH), f(BT*ar.KVH)
@@ -193,7 +203,15 @@ func (m *Llama) ensureBackward() error {
 		a.all = append(a.all, b)
 		return b
 	}
-	a.dres, a.dl, a.dI1, a.dI2, a.dI3 = f(BT*C), f(BT*C), f(BT*I), f(BT*I), f(BT*I)
+	a.dres, a.dl, a.dI1 = f(BT*C), f(BT*C), f(BT*I)
+	if m.packable() {
+		a.dgu = f(2 * BT * I)
+		if err == nil {
+			a.dI2, a.dI3 = view(m.be, a.dgu, 0, BT*I), view(m.be, a.dgu, BT*I, BT*I)
+		}
+	} else {
+		a.dI2, a.dI3 = f(BT*I), f(BT*I)
+	}
 	a.dO, a.dq, a.dk, a.dv = f(BT*QD), f(BT*QD), f(BT*KD), f(BT*KD)
 	if ar.qkNorm {
 		a.dqr, a.dkr = f(BT*QD), f(BT*KD)
@@ -387,11 +405,15 @@ func (m *Llama) forwardBlocks(B, T int, kvOnlyLast bool, kv func(l int, k, v com
 		m.baseForward(l, kO, la.res2, la.o, lp.o, lp.ob, N, QD, C)
 		m.loraForward(m.la, l, tO, la.res2, la.o)
 		m.residualNorm(la.res2, la.ln2, la.r2, la.res2, x, lp.mlpNorm, N, C)
-		m.baseForward(l, kGate, la.gate, la.ln2, lp.gate, lp.gateb, N, C, I)
-		m.loraForward(m.la, l, tGate, la.gate, la.ln2)
-		m.baseForward(l, kUp, la.up, la.ln2, lp.up, lp.upb, N, C, I)
-		m.loraForward(m.la, l, tUp, la.up, la.ln2)
-		be.SwiGLUForward(la.act, la.gate, la.up, N*I)
+		if m.packedMLP() {
+			m.mlpGateUpForward(l, la.act, view(be, la.gu, 0, 2*N*I), la.ln2, N)
+		} else {
+			m.baseForward(l, kGate, la.gate, la.ln2, lp.gate, lp.gateb, N, C, I)
+			m.loraForward(m.la, l, tGate, la.gate, la.ln2)
+			m.baseForward(l, kUp, la.up, la.ln2, lp.up, lp.upb, N, C, I)
+			m.loraForward(m.la, l, tUp, la.up, la.ln2)
+			be.SwiGLUForward(la.act, la.gate, la.up, N*I)
+		}
 		m.baseForward(l, kDown, la.res3, la.act, lp.down, lp.downb, N, I, C)
 		m.loraForward(m.la, l, tDown, la.res3, la.act)
 		switch last := l == len(a.layers)-1; {
@@ -541,14 +563,25 @@ func (m *Llama) backward(B, T, head int) {
 		be.Zero(d.dI1)
 		m.baseBackward(l, kDown, d.dI1, lg.down, lg.downb, d.dres, la.act, lp.down, N, I, C)
 		m.loraBackward(l, tDown, d.dI1, d.dres, la.act)
-		be.Zero(d.dI2)
-		be.Zero(d.dI3)
-		be.SwiGLUBackward(d.dI2, d.dI3, d.dI1, la.gate, la.up, N*I)
-		be.Zero(d.dl)
-		m.baseBackward(l, kGate, d.dl, lg.gate, lg.gateb, d.dI2, la.ln2, lp.gate, N, C, I)
-		m.loraBackward(l, tGate, d.dl, d.dI2, la.ln2)
-		m.baseBackward(l, kUp, d.dl, lg.up, lg.upb, d.dI3, la.ln2, lp.up, N, C, I)
-		m.loraBackward(l, tUp, d.dl, d.dI3, la.ln2)
+		if m.packedMLP() {
+			dgu := view(be, a.dgu, 0, 2*N*I)
+			be.Zero(dgu)
+			m.fu.glu.SwiGLUPackedBackward(dgu, d.dI1, view(be, la.gu, 0, 2*N*I), N, I)
+			be.Zero(d.dl)
+			m.fu.stack.MatmulBackwardInputBF16Stacked(d.dl, dgu, m.bf16Mat(kGate, l), m.bf16Mat(kUp, l), N, C, I)
+			if lg.gate != nil || lg.up != nil {
+				m.fu.stack.MatmulBackwardWeightBF16Stacked(lg.gate, lg.up, dgu, la.ln2, N, C, I)
+			}
+		} else {
+			be.Zero(d.dI2)
+			be.Zero(d.dI3)
+			be.SwiGLUBackward(d.dI2, d.dI3, d.dI1, la.gate, la.up, N*I)
+			be.Zero(d.dl)
+			m.baseBackward(l, kGate, d.dl, lg.gate, lg.gateb, d.dI2, la.ln2, lp.gate, N, C, I)
+			m.loraBackward(l, tGate, d.dl, d.dI2, la.ln2)
+			m.baseBackward(l, kUp, d.dl, lg.up, lg.upb, d.dI3, la.ln2, lp.up, N, C, I)
+			m.loraBackward(l, tUp, d.dl, d.dI3, la.ln2)
+		}
 		be.RMSNormBackward(d.dres, lg.mlpNorm, d.dl, la.res2, lp.mlpNorm, la.r2, N, C)
 		// attention
 		be.Zero(d.dO)

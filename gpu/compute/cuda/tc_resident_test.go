@@ -40,7 +40,7 @@ func busBytes(t *testing.T) (htod, dtoh uint64) {
 // on the device after the update (compute.BF16Resident): a pass after an
 // update moves exactly what a pass before it moved.
 func TestEmuDriverLlamaBF16Resident(t *testing.T) {
-	be := newFakeDriverBackend(t)
+	be := &mixCounter{Backend: newFakeDriverBackend(t), n: map[string]int{}}
 	cfg := tinyLlama(t)
 	mc, err := policy.NewLlama(be, cfg, 42)
 	if err != nil {
@@ -109,6 +109,7 @@ func TestEmuDriverLlamaBF16Resident(t *testing.T) {
 	if maxLP > bfTol*4 {
 		t.Errorf("log-probs differ from the CPU's mixed precision by up to %.3g", maxLP)
 	}
+	be.checkPacked(t, true) // gate and up as one stacked GEMM, PackedSwiGLU
 
 	// Bytes per call, weights resident.
 	measure := func(what string, f func()) (uint64, uint64) {
@@ -258,6 +259,37 @@ func (c *mixCounter) MatmulBackward(dinp, dweight, dbias, dout, inp, weight comp
 	c.Backend.MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC)
 }
 
+func (c *mixCounter) SwiGLUForward(out, gate, up compute.Buffer, N int) {
+	c.n["SwiGLUForward"]++
+	c.Backend.SwiGLUForward(out, gate, up, N)
+}
+
+func (c *mixCounter) SwiGLUBackward(dgate, dup, dout, gate, up compute.Buffer, N int) {
+	c.n["SwiGLUBackward"]++
+	c.Backend.SwiGLUBackward(dgate, dup, dout, gate, up, N)
+}
+
+func (c *mixCounter) SwiGLUPackedForward(out, gu compute.Buffer, N, I int) {
+	c.n["SwiGLUPackedForward"]++
+	c.Backend.SwiGLUPackedForward(out, gu, N, I)
+}
+
+func (c *mixCounter) SwiGLUPackedBackward(dgu, dout, gu compute.Buffer, N, I int) {
+	c.n["SwiGLUPackedBackward"]++
+	c.Backend.SwiGLUPackedBackward(dgu, dout, gu, N, I)
+}
+
+// checkPacked fails unless every SwiGLU the policy ran was the packed one
+// (want) or none was (!want).
+func (c *mixCounter) checkPacked(t *testing.T, want bool) {
+	t.Helper()
+	packed := c.n["SwiGLUPackedForward"] > 0 && c.n["SwiGLUPackedBackward"] > 0 && c.n["SwiGLUForward"]+c.n["SwiGLUBackward"] == 0
+	plain := c.n["SwiGLUForward"] > 0 && c.n["SwiGLUBackward"] > 0 && c.n["SwiGLUPackedForward"]+c.n["SwiGLUPackedBackward"] == 0
+	if want && !packed || !want && !plain {
+		t.Errorf("SwiGLU calls %v, want packed: %v", c.n, want)
+	}
+}
+
 func (c *mixCounter) MatmulForwardMixed(out, inp, weight, bias compute.Buffer, N, C, OC int) {
 	c.n["MatmulForwardMixed"]++
 	c.Backend.MatmulForwardMixed(out, inp, weight, bias, N, C, OC)
@@ -275,7 +307,24 @@ func (c *mixCounter) MatmulBackwardMixed(dinp, dweight, dbias, dout, inp, weight
 // the losses and log-probs agree with the CPU's (whose adapter products are
 // float32) to BF16 precision, and once warm a training step moves the batch
 // in and scalars out, a log-prob pass after it exactly what one before did.
+//
+// With adapters on every projection the MLP runs gate and up apart; with
+// adapters on q and v alone it runs them packed (one stacked GEMM and
+// PackedSwiGLU, the backward into the frozen pair's input gradient only).
 func TestEmuDriverLlamaLoRABF16(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		targets []string
+		packed  bool
+	}{
+		{"all", []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, false},
+		{"qv", []string{"q_proj", "v_proj"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkLoRABF16(t, c.targets, c.packed) })
+	}
+}
+
+func checkLoRABF16(t *testing.T, targets []string, packed bool) {
 	be := &mixCounter{Backend: newFakeDriverBackend(t), n: map[string]int{}}
 	cfg := tinyLlama(t)
 	mc, err := policy.NewLlama(be, cfg, 42)
@@ -296,7 +345,7 @@ func TestEmuDriverLlamaLoRABF16(t *testing.T) {
 	for i := range w {
 		w[i] += float32(rng.NormFloat64() * 0.3)
 	}
-	lc := policy.LoRAConfig{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}
+	lc := policy.LoRAConfig{Rank: 8, Alpha: 16, Targets: targets}
 	for _, m := range []*policy.Llama{mc, mr} {
 		if err := m.SetWeights(w); err != nil {
 			t.Fatal(err)
@@ -349,6 +398,7 @@ func TestEmuDriverLlamaLoRABF16(t *testing.T) {
 	if be.n["MatmulForward"]+be.n["MatmulBackward"] != 0 || be.n["MatmulForwardMixed"] == 0 || be.n["MatmulBackwardMixed"] == 0 {
 		t.Errorf("the adapter's products: %v, want all through the Mixed (tensor-core) ops", be.n)
 	}
+	be.checkPacked(t, packed)
 
 	measure := func(what string, f func()) (uint64, uint64) {
 		h0, d0 := busBytes(t)
