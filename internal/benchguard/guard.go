@@ -5,7 +5,7 @@
 //
 //	go run ./internal/benchguard parse -o bench.json bench.txt    # results file
 //	go run ./internal/benchguard compare bench.json               # exit 1 on a regression
-//	go run ./internal/benchguard table -o docs/bench-ratios.md bench.json
+//	go run ./internal/benchguard table -o docs/performance.md bench.json  # between its markers
 //
 // Ratios, not figures, are compared: on shared machines absolute numbers
 // move 2–5× between runs, while a figure and its peer measured in the same
@@ -61,6 +61,18 @@ var pairs = []Pair{
 	{"peers: n:n calls vs protoactor-go", Metric{"troupe/examples/peers", "BenchmarkPeers/troupe-n2n-4x4", "calls/s"}, Metric{"troupe/examples/peers", "BenchmarkPeers/protoactor-n2n-4x4", "calls/s"}, true},
 	{"objstore: 64 MiB fetch across processes, TLS vs TCP", Metric{"troupe/runtime/objstore", "BenchmarkTransferCrossProcess/tls", "MB/s"}, Metric{"troupe/runtime/objstore", "BenchmarkTransferCrossProcess/tcp", "MB/s"}, true},
 	{"objstore: 64 MiB fetch over TCP vs a raw TCP copy", Metric{"troupe/runtime/objstore", "BenchmarkTransfer64MiB/objstore-tcp", "MB/s"}, Metric{"troupe/runtime/objstore", "BenchmarkTransfer64MiB/rawTCP", "MB/s"}, true},
+	// The non-Go peers: scripts/bench_peers.py prints their figures as
+	// benchmark lines under "pkg: peer/..." (OpenBLAS through numpy,
+	// PyTorch), and the allreduce JSON lines of scripts/allreduce-bench and
+	// scripts/gloo_allreduce.py become package "allreduce" (parseAllreduce).
+	{"gemm: float32 matmul 512³, 1 thread, vs OpenBLAS (numpy)", Metric{"troupe/gpu/compute/cpu/gemm", "BenchmarkFamily/t1/cube512/NN", "GFLOP/s-best"}, Metric{"peer/openblas", "BenchmarkFamily/t1/cube512/NN", "GFLOP/s-best"}, true},
+	{"gemm: float32 matmul 512³, 2 threads, vs OpenBLAS (numpy)", Metric{"troupe/gpu/compute/cpu/gemm", "BenchmarkFamily/t2/cube512/NN", "GFLOP/s-best"}, Metric{"peer/openblas", "BenchmarkFamily/t2/cube512/NN", "GFLOP/s-best"}, true},
+	{"models: SmolLM2-135M prefill 1×512 vs PyTorch", Metric{"troupe/algorithms/policy", "BenchmarkLlama/smollm2-135m/prefill-1x512", "tokens/s"}, Metric{"peer/pytorch", "BenchmarkLlama/smollm2-135m/prefill-1x512", "tokens/s"}, true},
+	{"models: SmolLM2-135M training step 4×128 vs PyTorch", Metric{"troupe/algorithms/policy", "BenchmarkLlama/smollm2-135m/train-4x128", "tokens/s"}, Metric{"peer/pytorch", "BenchmarkLlama/smollm2-135m/train-4x128", "tokens/s"}, true},
+	{"allreduce: 2 processes, 4 MiB, bus bandwidth, Unix sockets vs Gloo (TCP)", Metric{"allreduce", "troupe/unix/2p/4MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/4MiB", "GB/s"}, true},
+	{"allreduce: 2 processes, 64 MiB, bus bandwidth, Unix sockets vs Gloo (TCP)", Metric{"allreduce", "troupe/unix/2p/64MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/64MiB", "GB/s"}, true},
+	{"allreduce: 2 processes, 4 MiB, TCP with TLS vs Gloo (plain TCP)", Metric{"allreduce", "troupe/tcp+tls/2p/4MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/4MiB", "GB/s"}, true},
+	{"allreduce: 2 processes, 1 KiB latency vs Gloo", Metric{"allreduce", "troupe/unix/2p/1KiB", "µs"}, Metric{"allreduce", "gloo/tcp/2p/1KiB", "µs"}, false},
 }
 
 // Row is one pair's figures in a results file.
@@ -74,14 +86,85 @@ type Row struct {
 
 // Results is the machine-readable results file.
 type Results struct {
-	Header []string `json:"header"` // the run's "# date cores cpu load" lines
-	Rows   []Row    `json:"rows"`
+	Header  []string `json:"header"` // the run's "# date cores cpu load" lines
+	Machine Machine  `json:"machine"`
+	Rows    []Row    `json:"rows"`
+}
+
+// Machine is the CPU a results file was measured on; its Family picks the
+// baseline compare uses.
+type Machine struct {
+	Vendor string `json:"vendor"` // vendor_id: AuthenticAMD, GenuineIntel
+	Family string `json:"family"` // cpu family: 25 (Zen 3/4), 26 (Zen 5), 6 (Intel)
+	Model  string `json:"model"`  // model name
+}
+
+// Key is the machine family's key in the baseline: "vendor family".
+func (m Machine) Key() string { return m.Vendor + " " + m.Family }
+
+// thisMachine reads the CPU of the machine parse runs on (scripts/bench.sh
+// parses right after the benchmarks, on the same machine).
+func thisMachine(cpuinfo string) Machine {
+	var m Machine
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case k == "vendor_id" && m.Vendor == "":
+			m.Vendor = v
+		case k == "cpu family" && m.Family == "":
+			m.Family = v
+		case k == "model name" && m.Model == "":
+			m.Model = v
+		}
+	}
+	return m
 }
 
 // Baseline is the committed ratio of each row and how far below it a run
-// may fall (a fraction of the baseline ratio) before compare fails.
+// may fall (a fraction of the baseline ratio) before compare fails. Rows
+// hold for any machine; a machine family's rows replace those of the same
+// name on that family (ratios against peers differ between CPUs: a
+// kernel's against OpenBLAS, a syscall's against a VM's wake-up).
 type Baseline struct {
+	Rows     []BaselineRow     `json:"rows"`
+	Machines []MachineBaseline `json:"machines,omitempty"`
+}
+
+// MachineBaseline is the rows of one machine family.
+type MachineBaseline struct {
+	Key  string        `json:"key"`  // Machine.Key: "AuthenticAMD 25"
+	Name string        `json:"name"` // what it is, for people
 	Rows []BaselineRow `json:"rows"`
+}
+
+// For returns the rows that apply to m and says which family's they are.
+func (b Baseline) For(m Machine) (rows []BaselineRow, which string) {
+	which = "the default rows (no baseline for machine family \"" + m.Key() + "\")"
+	var fam *MachineBaseline
+	for i := range b.Machines {
+		if b.Machines[i].Key == m.Key() {
+			fam = &b.Machines[i]
+		}
+	}
+	if fam == nil {
+		return b.Rows, which
+	}
+	which = fmt.Sprintf("machine family %q (%s), default rows where it has none", fam.Key, fam.Name)
+	own := map[string]bool{}
+	for _, r := range fam.Rows {
+		own[r.Name] = true
+	}
+	rows = append(rows, fam.Rows...)
+	for _, r := range b.Rows {
+		if !own[r.Name] {
+			rows = append(rows, r)
+		}
+	}
+	return rows, which
 }
 
 type BaselineRow struct {
@@ -105,11 +188,15 @@ func parse(r io.Reader) (header []string, values map[string][]float64, err error
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "# ") {
+		if strings.HasPrefix(line, "# ") && strings.Contains(line, " cores") { // not go build's "# package"
 			header = append(header, strings.TrimPrefix(line, "# "))
 		}
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimSpace(p)
+			continue
+		}
+		if strings.HasPrefix(line, "{") {
+			parseAllreduce(line, values)
 			continue
 		}
 		m := benchLine.FindStringSubmatch(line)
@@ -133,6 +220,43 @@ func parse(r io.Reader) (header []string, values map[string][]float64, err error
 		return nil, nil, ErrNoBenchmarks
 	}
 	return header, values, nil
+}
+
+// allreduceLine is one size of scripts/allreduce-bench or
+// scripts/gloo_allreduce.py.
+type allreduceLine struct {
+	Impl      string  `json:"impl"`
+	Transport string  `json:"transport"`
+	Procs     int     `json:"procs"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	BusBW     float64 `json:"busbw_gbps"`
+}
+
+// parseAllreduce adds an allreduce JSON line's bus bandwidth (GB/s) and
+// time (µs) as package "allreduce", benchmark impl/transport/Np/size.
+// Other lines (the memcpy bound, anything malformed) are skipped.
+func parseAllreduce(line string, values map[string][]float64) {
+	var a allreduceLine
+	if json.Unmarshal([]byte(line), &a) != nil || a.Impl == "" || a.Procs <= 0 || a.Bytes <= 0 || a.Seconds <= 0 {
+		return
+	}
+	bench := fmt.Sprintf("%s/%s/%dp/%s", a.Impl, a.Transport, a.Procs, sizeName(a.Bytes))
+	values[Metric{"allreduce", bench, "GB/s"}.key()] = append(values[Metric{"allreduce", bench, "GB/s"}.key()], a.BusBW)
+	values[Metric{"allreduce", bench, "µs"}.key()] = append(values[Metric{"allreduce", bench, "µs"}.key()], a.Seconds*1e6)
+}
+
+// sizeName writes a power-of-two size as allreduce-bench's flags do.
+func sizeName(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func median(v []float64) float64 {
@@ -169,13 +293,15 @@ type Regression struct {
 	Ratio, Base, Tol float64
 }
 
-// compare returns the regressions and the baseline rows the results lack.
+// compare returns the regressions and the baseline rows the results lack,
+// against the rows of the results' machine family.
 func compare(res Results, base Baseline) (regs []Regression, missing []string) {
 	got := map[string]Row{}
 	for _, r := range res.Rows {
 		got[r.Name] = r
 	}
-	for _, b := range base.Rows {
+	rows, _ := base.For(res.Machine)
+	for _, b := range rows {
 		r, ok := got[b.Name]
 		if !ok {
 			missing = append(missing, b.Name)
@@ -191,7 +317,8 @@ func compare(res Results, base Baseline) (regs []Regression, missing []string) {
 // table renders the results as the docs' Markdown table.
 func table(res Results, base Baseline) string {
 	bl := map[string]BaselineRow{}
-	for _, b := range base.Rows {
+	rows, which := base.For(res.Machine)
+	for _, b := range rows {
 		bl[b.Name] = b
 	}
 	var sb strings.Builder
@@ -199,6 +326,7 @@ func table(res Results, base Baseline) string {
 	for _, h := range res.Header {
 		fmt.Fprintf(&sb, "Run: %s\n\n", h)
 	}
+	fmt.Fprintf(&sb, "Baseline: %s.\n\n", which)
 	sb.WriteString("| pair | troupe | peer, same run | ratio (higher is better) | baseline ratio (tolerance) |\n|---|---|---|---|---|\n")
 	for _, r := range res.Rows {
 		b := "—"
@@ -219,6 +347,29 @@ func num(v float64) string {
 	default:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
+}
+
+// Markers around the generated table in a hand-written document.
+const (
+	markBegin = "<!-- benchguard table begin -->"
+	markEnd   = "<!-- benchguard table end -->"
+)
+
+// ErrMarkers: a document has one marker without the other, or them in the
+// wrong order.
+var ErrMarkers = errors.New("benchguard: table markers unpaired or out of order")
+
+// betweenMarkers puts t between doc's markers; ok is false when doc has
+// none (t is then the whole file).
+func betweenMarkers(doc, t string) (string, bool, error) {
+	i, j := strings.Index(doc, markBegin), strings.Index(doc, markEnd)
+	switch {
+	case i < 0 && j < 0:
+		return "", false, nil
+	case i < 0 || j < 0 || j < i:
+		return "", false, ErrMarkers
+	}
+	return doc[:i+len(markBegin)] + "\n" + t + doc[j:], true, nil
 }
 
 func readJSON(path string, v any) error {
@@ -253,6 +404,7 @@ func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	out := fs.String("o", "-", "output file (- for stdout)")
 	basePath := fs.String("baseline", defaultBaseline, "committed baseline of ratios")
+	cpuinfo := fs.String("cpuinfo", "/proc/cpuinfo", "parse: where the machine's CPU is described")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -281,7 +433,11 @@ func run(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		b, err := json.MarshalIndent(results(h, v), "", "  ")
+		res := results(h, v)
+		if ci, err := os.ReadFile(*cpuinfo); err == nil {
+			res.Machine = thisMachine(string(ci))
+		}
+		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -299,8 +455,22 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		if args[0] == "table" {
-			return write(table(res, base))
+			t := table(res, base)
+			if *out != "-" {
+				if old, err := os.ReadFile(*out); err == nil {
+					merged, ok, err := betweenMarkers(string(old), t)
+					if err != nil {
+						return fmt.Errorf("benchguard: %s: %w", *out, err)
+					}
+					if ok {
+						t = merged
+					}
+				}
+			}
+			return write(t)
 		}
+		_, which := base.For(res.Machine)
+		fmt.Fprintf(stdout, "benchguard: baseline: %s\n", which)
 		regs, missing := compare(res, base)
 		for _, m := range missing {
 			fmt.Fprintf(stdout, "not measured in this run: %s\n", m)

@@ -20,6 +20,7 @@ BenchmarkCrossProcess/grpc-unary-2          	  100000	     10000 ns/op	   10000 
 BenchmarkCrossProcess/troupe-sync-tls-2     	  100000	     10000 ns/op	   50000 calls/s
 BenchmarkCrossProcess/troupe-sync-tcp-2     	  100000	     10000 ns/op	   100000 calls/s
 ok  	troupe/runtime/wire	12.3s
+# troupe/runtime/collective
 pkg: troupe/runtime/objstore
 BenchmarkTransferCrossProcess/tcp-2 	 10	 100 ns/op	 2000.00 MB/s
 BenchmarkTransferCrossProcess/tls-2 	 10	 100 ns/op	 1000.00 MB/s
@@ -120,10 +121,100 @@ func TestCommittedBaseline(t *testing.T) {
 	for _, p := range pairs {
 		known[p.Name] = true
 	}
-	for _, b := range base.Rows {
+	rows := base.Rows
+	keys := map[string]bool{}
+	for _, m := range base.Machines {
+		if m.Key == "" || m.Name == "" || len(m.Rows) == 0 || keys[m.Key] {
+			t.Errorf("machine family %q (%q): want a key and a name, once, and rows", m.Key, m.Name)
+		}
+		keys[m.Key] = true
+		rows = append(rows, m.Rows...)
+	}
+	for _, b := range rows {
 		if !known[b.Name] || b.Ratio <= 0 || b.Tolerance <= 0 || b.Tolerance >= 1 || b.Source == "" {
 			t.Errorf("baseline row %+v", b)
 		}
+	}
+}
+
+// A machine family's rows replace the default ones of the same name on
+// that family; compare uses the family of the machine the results were
+// measured on, and says which baseline it took.
+func TestBaselinePerMachineFamily(t *testing.T) {
+	base := Baseline{
+		Rows:     []BaselineRow{{Name: "wire: sync call vs gRPC unary", Ratio: 15, Tolerance: 0.3}, {Name: "wire: sync call over TLS vs TCP", Ratio: 0.5, Tolerance: 0.1}},
+		Machines: []MachineBaseline{{Key: "GenuineIntel 6", Name: "Xeon", Rows: []BaselineRow{{Name: "wire: sync call vs gRPC unary", Ratio: 9, Tolerance: 0.3}}}},
+	}
+	res := parseSample(t) // sync vs gRPC: 10×
+	res.Machine = thisMachine("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel name\t: AMD EPYC 9R14\n")
+	if res.Machine != (Machine{"AuthenticAMD", "25", "AMD EPYC 9R14"}) {
+		t.Fatalf("machine %+v", res.Machine)
+	}
+	if regs, _ := compare(res, base); len(regs) != 1 || regs[0].Base != 15 {
+		t.Errorf("on AMD: regressions %+v, want the default 15× row", regs)
+	}
+	if _, which := base.For(res.Machine); !strings.Contains(which, "default") || !strings.Contains(which, "AuthenticAMD 25") {
+		t.Errorf("on AMD the baseline is %q", which)
+	}
+	res.Machine = Machine{Vendor: "GenuineIntel", Family: "6"}
+	if regs, _ := compare(res, base); len(regs) != 0 {
+		t.Errorf("on Intel: regressions %+v, want none against the family's 9× (and the default TLS row)", regs)
+	}
+	rows, which := base.For(res.Machine)
+	if len(rows) != 2 || !strings.Contains(which, `"GenuineIntel 6" (Xeon)`) {
+		t.Errorf("on Intel: rows %+v, %q", rows, which)
+	}
+}
+
+// The allreduce JSON lines of troupe's benchmark and Gloo's become metrics
+// of package allreduce; the memcpy line and junk are skipped.
+func TestParseAllreduce(t *testing.T) {
+	in := `{"impl":"memcpy","bytes":268435456,"seconds":0.03,"gbps":9}
+{"impl":"troupe","algo":"auto","transport":"unix","procs":2,"bytes":4194304,"iters":50,"seconds":0.002,"busbw_gbps":2.1}
+{"impl":"gloo","algo":"gloo","transport":"tcp","procs":2,"bytes":4194304,"iters":50,"seconds":0.004,"busbw_gbps":1.05}
+{"impl":"troupe","transport":"unix","procs":2,"bytes":1024,"seconds":0.00005,"busbw_gbps":0.02}
+{"impl":"gloo","transport":"tcp","procs":2,"bytes":1024,"seconds":0.0007,"busbw_gbps":0.001}
+{"impl": broken
+`
+	h, v, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, r := range results(h, v).Rows {
+		got[r.Name] = r.Ratio
+	}
+	bw, lat := got["allreduce: 2 processes, 4 MiB, bus bandwidth, Unix sockets vs Gloo (TCP)"], got["allreduce: 2 processes, 1 KiB latency vs Gloo"]
+	if len(got) != 2 || bw != 2 || lat < 13.99 || lat > 14.01 {
+		t.Errorf("rows %v: want 2× the bandwidth and 14× the latency", got)
+	}
+}
+
+// The table goes between a document's markers, leaving the rest; a
+// document with one marker is refused.
+func TestTableBetweenMarkers(t *testing.T) {
+	doc := "# Perf\n\nhand\n" + markBegin + "\nold table\n" + markEnd + "\nmore\n"
+	got, ok, err := betweenMarkers(doc, "NEW\n")
+	if err != nil || !ok || got != "# Perf\n\nhand\n"+markBegin+"\nNEW\n"+markEnd+"\nmore\n" {
+		t.Fatalf("%q, %v, %v", got, ok, err)
+	}
+	if _, ok, err := betweenMarkers("no markers", "NEW"); ok || err != nil {
+		t.Errorf("no markers: %v, %v", ok, err)
+	}
+	if _, _, err := betweenMarkers(markEnd+markBegin, "NEW"); !errors.Is(err, ErrMarkers) {
+		t.Errorf("markers out of order: %v", err)
+	}
+	dir := t.TempDir()
+	js, md := filepath.Join(dir, "bench.json"), filepath.Join(dir, "perf.md")
+	b, _ := json.Marshal(parseSample(t))
+	os.WriteFile(js, b, 0o644)
+	os.WriteFile(md, []byte(doc), 0o644)
+	if err := run([]string{"table", "-baseline", defaultBaseline[len("internal/benchguard/"):], "-o", md, js}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(md)
+	if !strings.HasPrefix(string(out), "# Perf\n\nhand\n"+markBegin+"\n<!-- generated") || !strings.HasSuffix(string(out), markEnd+"\nmore\n") || strings.Contains(string(out), "old table") {
+		t.Errorf("document after table:\n%s", out)
 	}
 }
 
