@@ -39,6 +39,13 @@ type AsyncOptions struct {
 	// ISCap is the learner's cap on the behaviour importance weight of the
 	// decoupled objective (agent.Config.ISCap; 0: agent.DefaultISCap).
 	ISCap float64
+	// LearnerNode and WorkerNodes place the learners, and rollout worker
+	// i on WorkerNodes[i mod len], on those cluster nodes when they can
+	// (a soft actors.NodeAffinity: elsewhere when the node is lost or
+	// full), so that generation and training use separate machines. They
+	// change no result, and a resumed run may change them.
+	LearnerNode string   `json:",omitempty"`
+	WorkerNodes []string `json:",omitempty"`
 }
 
 // ErrRolloutWorkers reports that no rollout worker is left to sample.
@@ -146,6 +153,10 @@ type lane struct {
 	pub     *agent.Published // the version it holds; nil before the first pull
 	version int64            // pub's version
 	dead    bool
+	// inc is its actors' restarts when last seen, and restarts how often
+	// the lane took its restarted actors back (Options.Recover).
+	inc      map[string]int
+	restarts int
 	// snap is the lane's own timeline snapshot, taken between chunks when
 	// its actors are idle (a call then would wait behind a chunk).
 	snap   map[string]agent.PhaseTimes
@@ -199,6 +210,9 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 		tc := t.teamCfg
 		tc.NamePrefix = fmt.Sprintf("%srollout%d-", o.ActorPrefix, i)
 		tc.Policy.Decoupled = false
+		if n := a.opts.WorkerNodes; len(n) > 0 {
+			tc.SpawnOptions = append(slices.Clone(tc.SpawnOptions), actors.NodeAffinity(n[i%len(n)], true))
+		}
 		// a resumed run's workers take the names of the stopped run's,
 		// which a cluster frees when that run's job ends
 		team, err := t.spawnTeamResuming(ctx, tc)
@@ -208,6 +222,10 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 		}
 		l := &lane{id: i, team: team, version: -1}
 		a.lanes = append(a.lanes, l)
+		if l.inc, err = incarnations(ctx, team); err != nil {
+			a.killLanes()
+			return fmt.Errorf("rollout worker %d: %w", i, err)
+		}
 		if o.EnvActors > 0 { // each worker steps its chunks in hosts of its own
 			if l.pool, err = envs.SpawnPool(ctx, t.Runtime(), o.EnvActors, envs.HostConfig{Env: o.Env, Config: t.EnvConfig()}); err != nil {
 				a.killLanes()
@@ -287,11 +305,15 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 		if l.pub != pub {
 			d, err := l.team.Pull(ctx, pub)
 			if err != nil {
-				if a.sourceLost(ctx, l, u, pub, err) {
-					continue
+				switch a.check(ctx, l, u, err) {
+				case laneRestarted:
+				case laneLost:
+					a.lose(l, u, err)
+					return
+				case laneFine:
+					a.sourceLost(ctx, l, u, pub, err)
 				}
-				a.lose(l, u, err)
-				return
+				continue
 			}
 			l.pub, l.version = pub, pub.Version
 			a.mu.Lock()
@@ -302,6 +324,13 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 			res, err := a.sample(ctx, l, u)
 			if err != nil {
 				return err
+			}
+			// an actor restarted without failing a call (between two
+			// chunks) sampled with its constructor's weights: not kept
+			if inc, err := incarnations(ctx, l.team); err != nil {
+				return err
+			} else if !maps.Equal(inc, l.inc) {
+				return fmt.Errorf("rollout worker %d: %w", l.id, actors.ErrActorRestarted)
 			}
 			f, err := actors.Put(ctx, a.t.Runtime(), res)
 			if err != nil {
@@ -330,10 +359,62 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 			return nil
 		}()
 		if err != nil {
+			if a.check(ctx, l, u, err) == laneRestarted {
+				continue
+			}
 			a.lose(l, u, err)
 			return
 		}
 	}
+}
+
+// incarnations is every actor's restarts in team.
+func incarnations(ctx context.Context, team *agent.Team) (map[string]int, error) {
+	pl, err := team.Placements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inc := map[string]int{}
+	for n, info := range pl {
+		inc[n] = info.Restarts
+	}
+	return inc, nil
+}
+
+type laneHealth int
+
+const (
+	laneFine      laneHealth = iota // every actor answers, none restarted
+	laneRestarted                   // restarted and taken back: go on
+	laneLost                        // an actor does not answer, or restarted too often
+)
+
+// check looks at lane l's actors after err in chunk u. An actor the
+// runtime restarted (Options.Recover: the worker process hosting it was
+// lost) came back from its constructor; the lane gives the chunk back,
+// pulls the learner's version again before it samples, and goes on,
+// up to recoverLimit times.
+func (a *asyncATGRPO) check(ctx context.Context, l *lane, u unit, err error) laneHealth {
+	inc, perr := incarnations(ctx, l.team)
+	if perr != nil {
+		return laneLost
+	}
+	if maps.Equal(inc, l.inc) {
+		return laneFine
+	}
+	if !a.t.o.Recover || l.restarts >= recoverLimit {
+		return laneLost
+	}
+	l.inc, l.pub, l.version = inc, nil, -1
+	l.restarts++
+	a.mu.Lock()
+	if u.epoch == a.epoch && !a.have(u.step, u.chunk) {
+		a.retry = append([]unit{u}, a.retry...)
+		a.cond.Broadcast()
+	}
+	a.mu.Unlock()
+	a.t.logf("rollout worker %d restarted at step %d chunk %d (%v); it pulls the learner's version again and goes on", l.id, u.step+1, u.chunk, err)
+	return laneRestarted
 }
 
 // lose retires lane l after err, handing its chunk u to the other lanes.
@@ -358,16 +439,12 @@ func (a *asyncATGRPO) lose(l *lane, u unit, err error) {
 	l.kill()
 }
 
-// sourceLost handles lane l's failed pull of pub: when the lane's own
-// actors still answer, the version's holder (the learner) was lost, not
-// the lane. The lane gives chunk u back, fails the learner's wait for
-// chunks with err (so that the run recovers the learner from its last
-// checkpoint with Options.Recover, or ends), waits for another version
-// and reports true. Otherwise it reports false and the lane is lost.
-func (a *asyncATGRPO) sourceLost(ctx context.Context, l *lane, u unit, pub *agent.Published, err error) bool {
-	if _, perr := l.team.Timelines(ctx); perr != nil {
-		return false
-	}
+// sourceLost handles lane l's failed pull of pub when the lane's own
+// actors are fine: the version's holder (the learner) was lost. The lane
+// gives chunk u back, fails the learner's wait for chunks with err (so
+// that the run recovers the learner from its last checkpoint with
+// Options.Recover, or ends) and waits for another version.
+func (a *asyncATGRPO) sourceLost(ctx context.Context, l *lane, u unit, pub *agent.Published, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.published == pub && !a.stopped {
@@ -383,7 +460,6 @@ func (a *asyncATGRPO) sourceLost(ctx context.Context, l *lane, u unit, pub *agen
 	for a.published == pub && !a.stopped && ctx.Err() == nil {
 		a.cond.Wait()
 	}
-	return true
 }
 
 // kill ends the lane's actors and environment hosts.

@@ -320,3 +320,47 @@ func FuzzDecodeChunk(f *testing.F) {
 		}
 	})
 }
+
+// TestAsyncRolloutWorkerRestarted: with Recover, a rollout worker's actor
+// that crashes (as when the process hosting it is lost) is restarted by
+// the runtime; the worker takes it back, pulls the learner's version again
+// and goes on, the learner trains through, and with K = 0 the run is the
+// one without the crash.
+func TestAsyncRolloutWorkerRestarted(t *testing.T) {
+	ctx := context.Background()
+	rt := embedded(t)
+	o := asyncResumeOptions(0)
+	o.Recover, o.Steps = true, 5
+	ref := o
+	ref.OutDir = filepath.Join(t.TempDir(), "ref")
+	if _, err := Run(ctx, rt, ref); err != nil {
+		t.Fatal(err)
+	}
+	run := o
+	run.OutDir = filepath.Join(t.TempDir(), "crash")
+	tr, err := New(ctx, rt, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(context.Background())
+	var crashed sync.WaitGroup
+	w := &crashWriter{at: 2, crash: func() {
+		a := tr.algo.(*asyncATGRPO)
+		h := a.lanes[0].team.Handles["tool"]
+		crashed.Go(func() { actors.Call(ctx, h, (*agent.Policy).Crash, "test: lost rollout worker").Get(ctx) })
+	}}
+	tr.o.Log = w
+	if _, err := tr.Run(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, w.buf.String())
+	}
+	crashed.Wait()
+	a := tr.algo.(*asyncATGRPO)
+	a.mu.Lock()
+	alive, restarts := a.alive, a.lanes[0].restarts
+	a.mu.Unlock()
+	log := w.buf.String()
+	if alive != 2 || restarts != 1 || !strings.Contains(log, "rollout worker 0 restarted") || strings.Contains(log, "recover:") {
+		t.Fatalf("%d workers alive, worker 0 taken back %d times (want 2, 1; no learner recovery):\n%s", alive, restarts, log)
+	}
+	sameRun(t, ref.OutDir, run.OutDir, []string{"planner", "tool"})
+}

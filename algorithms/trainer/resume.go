@@ -88,7 +88,8 @@ type Resumable interface {
 // resumeAllowed are the options a resumed run may change: they decide how
 // long the run goes, where it writes and which checkpoints it keeps, not
 // what a step computes.
-var resumeAllowed = []string{"Steps", "OutDir", "CkptEvery", "KeepCkpts", "Resume", "Recover", "Name", "EnvActors", "ActorPrefix"}
+var resumeAllowed = []string{"Steps", "OutDir", "CkptEvery", "KeepCkpts", "Resume", "Recover", "Name", "EnvActors", "ActorPrefix",
+	"Async.LearnerNode", "Async.WorkerNodes"}
 
 // resumeState is what the Trainer keeps for checkpoints, resumes and
 // recoveries.

@@ -187,7 +187,11 @@ func (t *Trainer) spawnTeam(ctx context.Context, agg grpo.Aggregation) error {
 		}
 		t.o.Warm.Episodes = 0
 	}
-	team, err := t.spawnTeamResuming(ctx, tc)
+	spawn := tc // the rollout workers copy tc, without the learners' place
+	if n := o.Async.LearnerNode; n != "" {
+		spawn.SpawnOptions = append(slices.Clone(tc.SpawnOptions), actors.NodeAffinity(n, true))
+	}
+	team, err := t.spawnTeamResuming(ctx, spawn)
 	if err != nil {
 		return err
 	}
