@@ -44,8 +44,10 @@
 // transport.Security (TLS on TCP when the cluster has it, then the token
 // proved by HMAC challenge-response): a peer without the token reads no
 // object and frees none. Then it starts with the 5-byte preface
-// "TOBJ\x01";
-// then requests and responses alternate:
+// "TOBJ\x01", or "TOBJ\x02" on a TLS connection: the object's bytes of a
+// fetch then come in sealed bulk frames (transport.Bulk: AES-GCM under
+// keys exported from the TLS session, beside the TLS records, which cost
+// two more copies of every byte); then requests and responses alternate:
 //
 //	fetch:    u8 1 | 16 id | 16 key
 //	release:  u8 2 | u16 n | n × (16 id | 16 key)
