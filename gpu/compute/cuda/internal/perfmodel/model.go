@@ -50,6 +50,24 @@ func (s shape) linears() []linear {
 	}
 }
 
+// products is linears with gate_proj and up_proj as the one GEMM the
+// backend runs them as where nothing needs them apart (no adapters on
+// them): the pair stacked (2·Inter × Hidden), its input packed and read
+// once, the packed SwiGLU reading the (n, 2·Inter) output.
+func (s shape) products() []linear {
+	var out []linear
+	for _, l := range s.linears() {
+		switch l.Name {
+		case "gate_proj":
+			out = append(out, linear{"gate_proj+up_proj (stacked)", 2 * s.Inter, s.Hidden})
+		case "up_proj":
+		default:
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // layerParams is the weight count of one layer's linears.
 func (s shape) layerParams() float64 {
 	var n float64
@@ -134,11 +152,14 @@ func gemm(m, n, k int, packA, accumulate bool) cost {
 	if accumulate {
 		b += f32 * M * N
 	}
-	eff := effGEMM
-	if 2*M*N*K/b < 989e12/4.8e12 { // under the ridge point: memory bound
-		eff = effGEMMSkiny
-	}
-	return cost{FLOPs: 2 * M * N * K, Bytes: b, TC: true, Eff: eff}
+	// The design time is the larger of the two limits, each at its own
+	// efficiency (the compute at effGEMM of the peak, the bytes at
+	// effGEMMSkiny of the bandwidth; the H200's figures): far from the ridge
+	// point one of the two, near it in between, so that stacking two
+	// products into one (more FLOPs per byte) never models slower.
+	f := 2 * M * N * K
+	eff := math.Max(f/989e12, b/4.8e12) / math.Max(f/(989e12*effGEMM), b/(4.8e12*effGEMMSkiny))
+	return cost{FLOPs: f, Bytes: b, TC: true, Eff: eff}
 }
 
 // attention is flash attention over B sequences of T tokens, causal.
@@ -189,7 +210,12 @@ func crossEntropy(s shape, n int) cost {
 }
 
 // adamw over p parameters: float32 master, grad, m, v read; master, m, v
-// and the BF16 copy written.
-func adamw(p float64) cost {
-	return cost{FLOPs: 14 * p, Bytes: (4*f32 + 3*f32 + bf16) * p, Eff: effFused}
+// written; with copy, the pass that rounds the masters into the resident
+// BF16 copies on the device reads each master again and writes its copy.
+func adamw(p float64, copy bool) cost {
+	b := (4*f32 + 3*f32) * p
+	if copy {
+		b += (f32 + bf16) * p
+	}
+	return cost{FLOPs: 14 * p, Bytes: b, Eff: effFused}
 }

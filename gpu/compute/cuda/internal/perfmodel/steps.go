@@ -58,7 +58,11 @@ func trainStep(s shape, b, t int, lora bool) step {
 	}
 	st := step{Name: fmt.Sprintf("training step %s, %d×%d", kind, b, t), Tokens: float64(n)}
 	var adapterParams float64
-	for _, l := range s.linears() {
+	lins := s.products()
+	if lora { // adapters on gate and up: the two products stay apart
+		lins = s.linears()
+	}
+	for _, l := range lins {
 		st.Items = append(st.Items,
 			item{l.Name + " fwd", L, gemm(n, l.Out, l.In, true, false)},
 			item{l.Name + " bwd input", L, gemm(n, l.In, l.Out, true, true)})
@@ -88,11 +92,11 @@ func trainStep(s shape, b, t int, lora bool) step {
 		item{"cross-entropy fwd+bwd", 1, crossEntropy(s, n)},
 	)
 	if lora {
-		st.Items = append(st.Items, item{"AdamW (adapters)", 1, adamw(adapterParams)})
+		st.Items = append(st.Items, item{"AdamW (adapters)", 1, adamw(adapterParams, false)})
 	} else {
 		st.Items = append(st.Items,
 			item{"vocab head bwd weight", 1, gemm(s.Vocab, s.Hidden, n, true, true)},
-			item{"AdamW (all weights)", 1, adamw(s.params())})
+			item{"AdamW (all weights) + BF16 copies", 1, adamw(s.params(), true)})
 	}
 	return st
 }
@@ -107,7 +111,7 @@ func prefillStep(s shape, b, t int) step {
 	n := b * t
 	L := float64(s.Layers)
 	st := step{Name: fmt.Sprintf("prefill %d×%d", b, t), Tokens: float64(n)}
-	for _, l := range s.linears() {
+	for _, l := range s.products() {
 		st.Items = append(st.Items, item{l.Name, L, gemmResident(n, l.Out, l.In)})
 	}
 	st.Items = append(st.Items,
@@ -124,7 +128,7 @@ func prefillStep(s shape, b, t int) step {
 func decodeStep(s shape, b, ctx int) step {
 	L := float64(s.Layers)
 	st := step{Name: fmt.Sprintf("decode batch %d, context %d", b, ctx), Tokens: float64(b)}
-	for _, l := range s.linears() {
+	for _, l := range s.products() {
 		st.Items = append(st.Items, item{l.Name, L, gemmResident(b, l.Out, l.In)})
 	}
 	st.Items = append(st.Items,
