@@ -19,6 +19,16 @@
 // serves a node of every backbone, and one call per later node completes all
 // of their branches.
 //
+// # Master agent (the paper's hierarchy)
+//
+// In an environment that routes its turns (envs.Router, e.g. routepath),
+// a master agent's action chooses the sub-agent that acts next, and only
+// that role is asked at each node position and in the playouts. The
+// master's node is an ordinary node: its G alternative routes are each
+// played out to the end by the sub-agents they route to, so the route
+// earns a grouped advantage of its own and the master is trained by RL
+// with the sub-agents.
+//
 // # Marginal-benefit selection (the paper's marginal benefit-driven selection)
 //
 // Groups are ranked by the unbiased variance of their rewards (a group
