@@ -9,7 +9,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 // bulkPair is a TLS connection pair with the bulk path of each end.
@@ -245,5 +247,41 @@ func TestBulkKeysPerConnectionAndDirection(t *testing.T) {
 	}
 	if err := try(sb2); !errors.Is(err, ErrBulkFrame) {
 		t.Errorf("another connection opens this one's frames: %v", err)
+	}
+}
+
+// A read that times out inside a record's header leaves the bytes that
+// came for the next read: the record is read whole once the rest comes.
+func TestTLSReadDeadlineInsideRecordHeader(t *testing.T) {
+	client, server := tlsPair(t, 0)
+	defer client.Close()
+	defer server.Close()
+	// Seal a record without sending it: batchConn gathers it.
+	client.raw.mu.Lock()
+	client.raw.batching = true
+	client.raw.mu.Unlock()
+	if _, err := client.Conn.Write([]byte("after the split")); err != nil {
+		t.Fatal(err)
+	}
+	client.raw.mu.Lock()
+	client.raw.batching = false
+	rec := append([]byte(nil), client.raw.buf...)
+	client.raw.buf = client.raw.buf[:0]
+	client.raw.mu.Unlock()
+	if _, err := client.raw.Conn.Write(rec[:3]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := server.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read of 3 header bytes: %d, %v; want a deadline error", n, err)
+	}
+	if _, err := client.raw.Conn.Write(rec[3:]); err != nil {
+		t.Fatal(err)
+	}
+	server.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := server.Read(buf)
+	if err != nil || string(buf[:n]) != "after the split" {
+		t.Fatalf("read %q, %v", buf[:n], err)
 	}
 }

@@ -67,10 +67,13 @@ func (b *batchConn) Read(p []byte) (int, error) {
 	if b.left == 0 {
 		h, err := b.r.Peek(recordHeaderLen)
 		if len(h) < recordHeaderLen {
-			if len(h) == 0 {
-				return 0, err
+			if err == io.EOF && len(h) > 0 {
+				// The peer closed inside a header (a plaintext peer's
+				// short answer): crypto/tls names what it got.
+				return b.r.Read(p[:min(len(p), len(h))])
 			}
-			return b.r.Read(p[:min(len(p), len(h))]) // crypto/tls reports the short record
+			// A deadline: the partial header stays for the next Read.
+			return 0, err
 		}
 		b.left = recordHeaderLen + int(binary.BigEndian.Uint16(h[3:5]))
 	}
