@@ -61,6 +61,22 @@ func TestTreeRolloutsRouted(t *testing.T) {
 			t.Fatalf("h trained on %q", s.Prompt)
 		}
 	}
+	// So does the independent sampler.
+	for _, p := range pols {
+		*p = *routeScript()
+	}
+	icfg := cfg
+	icfg.Sampler = Independent
+	for i := range es {
+		es[i], _ = envs.New("routepath", envs.Config{}, int64(i))
+	}
+	irolls, _, err := TreeRollouts(context.Background(), icfg, PerRole(per), es, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(irolls) != cfg.Envs*cfg.K || len(pols["v"].Calls()) != 0 || len(pols["h"].Calls()) == 0 {
+		t.Fatalf("independent: %d rollouts, v asked %d times, h %d", len(irolls), len(pols["v"].Calls()), len(pols["h"].Calls()))
+	}
 	// Evaluation asks the routed role only, too.
 	for _, p := range pols {
 		*p = *routeScript()
