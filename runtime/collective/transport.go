@@ -44,6 +44,7 @@ type slot struct {
 type arrival struct {
 	from int
 	conn net.Conn
+	seg  *shmSegment // shared memory with the member, on one host
 }
 
 var _ collective.Transport = (*Transport)(nil)
@@ -154,10 +155,15 @@ func (t *Transport) admit(c net.Conn) error {
 	if h.to != s.m.Rank || h.from <= s.m.Rank || h.from >= s.m.Size {
 		return fmt.Errorf("collective transport: group %q: hello from rank %d to %d at rank %d", s.m.Group, h.from, h.to, s.m.Rank)
 	}
+	seg, err := acceptShm(c)
+	if err != nil {
+		return err
+	}
 	select {
-	case s.arrived <- arrival{from: h.from, conn: c}:
+	case s.arrived <- arrival{from: h.from, conn: c, seg: seg}:
 		return nil
 	default:
+		seg.release()
 		return fmt.Errorf("collective transport: group %q: too many connections", s.m.Group)
 	}
 }
@@ -201,6 +207,7 @@ func drain(s *slot) {
 		select {
 		case a := <-s.arrived:
 			a.conn.Close()
+			a.seg.release()
 		default:
 			return
 		}
@@ -230,11 +237,15 @@ func (t *Transport) Connect(ctx context.Context, m collective.Member, endpoints 
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.ConnectTimeout)
 	defer cancel()
 	conns := make([]net.Conn, m.Size)
+	segs := make([]*shmSegment, m.Size)
 	fail := func(err error) (collective.Links, error) {
 		for _, c := range conns {
 			if c != nil {
 				c.Close()
 			}
+		}
+		for _, seg := range segs {
+			seg.release()
 		}
 		drain(s)
 		return nil, err
@@ -248,6 +259,9 @@ func (t *Transport) Connect(ctx context.Context, m collective.Member, endpoints 
 				c.SetWriteDeadline(time.Now().Add(helloTimeout))
 				_, err = c.Write(appendHello(nil, hello{epoch: m.Epoch, from: m.Rank, to: j}))
 				c.SetWriteDeadline(time.Time{})
+				if err == nil {
+					segs[j], err = offerShm(c)
+				}
 				if err != nil {
 					c.Close()
 				}
@@ -268,9 +282,10 @@ func (t *Transport) Connect(ctx context.Context, m collective.Member, endpoints 
 		case a := <-s.arrived:
 			if conns[a.from] != nil {
 				a.conn.Close()
+				a.seg.release()
 				continue
 			}
-			conns[a.from] = a.conn
+			conns[a.from], segs[a.from] = a.conn, a.seg
 			missing--
 		case <-ctx.Done():
 			for j := m.Rank + 1; j < m.Size; j++ {
@@ -280,7 +295,7 @@ func (t *Transport) Connect(ctx context.Context, m collective.Member, endpoints 
 			}
 		}
 	}
-	return newLinks(t.cfg, m, conns), nil
+	return withShm(newLinks(t.cfg, m, conns), segs), nil
 }
 
 // dial connects to a member's endpoint: through its Unix socket when it is
