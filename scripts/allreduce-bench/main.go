@@ -1,7 +1,8 @@
 // Command allreduce-bench measures troupe's collective allreduce across
 // processes of this host: bus bandwidth and latency per buffer size, with
-// members connected over Unix sockets (one host) or over TCP with TLS and
-// the token (the path between nodes, on loopback). It prints one JSON
+// members on one host exchanging data through shared memory (the default;
+// -noshm: the Unix socket stream) or over TCP with TLS and the token (the
+// path between nodes, on loopback). It prints one JSON
 // line per size, in the format of scripts/gloo_allreduce.py, so that
 // scripts/allreduce-compare.sh can alternate the two.
 //
@@ -40,6 +41,7 @@ type options struct {
 	procs     int
 	min, max  int64
 	useTLS    bool
+	noShm     bool
 	algo      string
 	minTime   time.Duration
 	chunk     int
@@ -56,6 +58,7 @@ func main() {
 	flag.StringVar(&minS, "min", "1KiB", "smallest buffer (bytes, KiB, MiB)")
 	flag.StringVar(&maxS, "max", "256MiB", "largest buffer")
 	flag.BoolVar(&o.useTLS, "tls", false, "connect over TCP with TLS and the token (as between nodes) instead of Unix sockets")
+	flag.BoolVar(&o.noShm, "noshm", false, "members on this host exchange data over the Unix socket stream instead of shared memory (rcollective.ShmEnv=0)")
 	flag.StringVar(&o.algo, "algo", "auto", "auto, direct or ring (direct and ring force the algorithm at every size, to find the switch-over)")
 	flag.DurationVar(&o.minTime, "time", 500*time.Millisecond, "time to spend on each size (at least 3 allreduces)")
 	flag.IntVar(&o.chunk, "chunk", 0, "ring chunk bytes (0: the default)")
@@ -191,6 +194,9 @@ func member(o options) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if o.noShm {
+		os.Setenv(rcollective.ShmEnv, "0")
+	}
 	cfg := rcollective.Config{NoUnix: o.useTLS}
 	if o.useTLS {
 		read := func(n string) []byte { b, _ := os.ReadFile(filepath.Join(o.dir, n)); return b }
@@ -250,9 +256,12 @@ func member(o options) error {
 		return err
 	}
 	defer g.Close()
-	transportName := "unix"
-	if o.useTLS {
+	transportName := "shm"
+	switch {
+	case o.useTLS:
 		transportName = "tcp+tls"
+	case o.noShm:
+		transportName = "unix"
 	}
 	n := o.procs
 	for size := o.min; size <= o.max; size *= 2 {
