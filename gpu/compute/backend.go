@@ -245,8 +245,9 @@ func ShapeError(op, format string, args ...any) error {
 }
 
 // Optional capabilities extend Backend where only some implementations
-// can: MatmulTransposer and BF16Matmuler (gpu/compute/cpu has both,
-// gpu/compute/cuda neither). Find one with As, not with a type assertion:
+// can: MatmulTransposer (gpu/compute/cpu), BF16Matmuler (both backends),
+// BF16Resident and MixedMatmuler (bf16.go) and the fused kernels of
+// fused.go (gpu/compute/cuda). Find one with As, not with a type assertion:
 // a wrapper such as Metered has a capability exactly when the backend it
 // wraps has it, and hands it out through As instead of being one type per
 // combination of capabilities.
