@@ -137,6 +137,11 @@ type asyncATGRPO struct {
 	// open is false while a resume is pending (Start before LoadState):
 	// the lanes hand out nothing until the learner's version is restored.
 	open bool
+	// inflight counts the lanes sampling each unit; waiting is set while
+	// the learner waits for its step's chunks (backups, in take).
+	inflight map[unit]int
+	waiting  bool
+	consumed int64 // the steps before it were handed to the learner
 }
 
 type unit struct {
@@ -197,6 +202,7 @@ func (a *asyncATGRPO) Start(ctx context.Context, t *Trainer) error {
 	a.chunks = min(a.opts.RolloutWorkers, o.Envs)
 	a.cond = sync.NewCond(&a.mu)
 	a.done = map[int64][]*actors.Future[chunkResult]{}
+	a.inflight = map[unit]int{}
 	a.limit = int64(o.Steps)
 	// A resume (or a recovery) restores the learner's version in
 	// LoadState; until then nothing is sampled.
@@ -262,10 +268,13 @@ func (a *asyncATGRPO) take(l *lane) (unit, *agent.Published, bool) {
 			a.cond.Wait()
 			continue
 		}
-		if len(a.retry) > 0 {
+		for len(a.retry) > 0 {
 			u := a.retry[0]
 			a.retry = a.retry[1:]
-			return u, a.published, true
+			if !a.have(u.step, u.chunk) { // a backup may have brought it in
+				a.inflight[u]++
+				return u, a.published, true
+			}
 		}
 		// chunks a checkpoint brought back are not sampled again
 		for a.next < a.limit && a.have(a.next, a.nextChunk) {
@@ -274,10 +283,45 @@ func (a *asyncATGRPO) take(l *lane) (unit, *agent.Published, bool) {
 		if a.next < a.limit && a.published.Version >= a.next-int64(a.opts.MaxStaleness) {
 			u := unit{a.next, a.nextChunk, a.epoch}
 			a.advance()
+			a.inflight[u]++
+			return u, a.published, true
+		}
+		if u, ok := a.backup(); ok {
+			a.inflight[u]++
 			return u, a.published, true
 		}
 		a.cond.Wait()
 	}
+}
+
+// backup returns a chunk of the step the learner waits for that one lane
+// is sampling and no other, for an idle lane to sample too (MapReduce's
+// backup tasks): the first copy in is kept, the other dropped. A lane
+// whose node was lost fails its call only once the cluster declares the
+// node dead; meanwhile the backup lets the learner go on. Both copies
+// come from the same environments and seeds, and the backup from the
+// learner's own version (staleness 0); with MaxStaleness 0 they are the
+// same samples. a.mu held.
+func (a *asyncATGRPO) backup() (unit, bool) {
+	if !a.waiting {
+		return unit{}, false
+	}
+	for c := 0; c < a.chunks; c++ {
+		u := unit{a.step, c, a.epoch}
+		if a.inflight[u] == 1 && !a.have(u.step, c) && !slices.Contains(a.retry, u) {
+			return u, true
+		}
+	}
+	return unit{}, false
+}
+
+// finish ends a lane's work on u; a.mu not held.
+func (a *asyncATGRPO) finish(u unit) {
+	a.mu.Lock()
+	if a.inflight[u]--; a.inflight[u] <= 0 {
+		delete(a.inflight, u)
+	}
+	a.mu.Unlock()
 }
 
 // advance moves the hand-out cursor to the next chunk; a.mu held.
@@ -287,8 +331,12 @@ func (a *asyncATGRPO) advance() {
 	}
 }
 
-// have reports whether chunk c of step s is in; a.mu held.
+// have reports whether chunk c of step s is in, or was and the learner
+// took it; a.mu held.
 func (a *asyncATGRPO) have(s int64, c int) bool {
+	if s < a.consumed {
+		return true
+	}
 	d := a.done[s]
 	return d != nil && d[c] != nil
 }
@@ -302,70 +350,81 @@ func (a *asyncATGRPO) run(ctx context.Context, l *lane) {
 		if !ok {
 			return
 		}
-		if l.pub != pub {
-			d, err := l.team.Pull(ctx, pub)
-			if err != nil {
-				switch a.check(ctx, l, u, err) {
-				case laneRestarted:
-				case laneLost:
-					a.lose(l, u, err)
-					return
-				case laneFine:
-					a.sourceLost(ctx, l, u, pub, err)
-				}
-				continue
-			}
-			l.pub, l.version = pub, pub.Version
-			a.mu.Lock()
-			a.pulls = append(a.pulls, d)
-			a.mu.Unlock()
-		}
-		err := func() error {
-			res, err := a.sample(ctx, l, u)
-			if err != nil {
-				return err
-			}
-			// an actor restarted without failing a call (between two
-			// chunks) sampled with its constructor's weights: not kept
-			if inc, err := incarnations(ctx, l.team); err != nil {
-				return err
-			} else if !maps.Equal(inc, l.inc) {
-				return fmt.Errorf("rollout worker %d: %w", l.id, actors.ErrActorRestarted)
-			}
-			f, err := actors.Put(ctx, a.t.Runtime(), res)
-			if err != nil {
-				return err
-			}
-			snap, err := l.team.Timelines(ctx)
-			if err != nil {
-				return err
-			}
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			l.snap, l.snapAt = snap, time.Now()
-			if u.epoch != a.epoch || a.have(u.step, u.chunk) {
-				// sampled for a learner that has since gone back to a
-				// checkpoint (which may hold this chunk)
-				f.Release()
-				return nil
-			}
-			d := a.done[u.step]
-			if d == nil {
-				d = make([]*actors.Future[chunkResult], a.chunks)
-				a.done[u.step] = d
-			}
-			d[u.chunk] = f
-			a.cond.Broadcast()
-			return nil
-		}()
-		if err != nil {
-			if a.check(ctx, l, u, err) == laneRestarted {
-				continue
-			}
-			a.lose(l, u, err)
+		stop := a.work(ctx, l, u, pub)
+		a.finish(u)
+		if stop {
 			return
 		}
 	}
+}
+
+// work samples chunk u with lane l, first pulling pub when l lacks it, and
+// reports whether the lane is to stop.
+func (a *asyncATGRPO) work(ctx context.Context, l *lane, u unit, pub *agent.Published) bool {
+	if l.pub != pub {
+		d, err := l.team.Pull(ctx, pub)
+		if err != nil {
+			switch a.check(ctx, l, u, err) {
+			case laneRestarted:
+			case laneLost:
+				a.lose(l, u, err)
+				return true
+			case laneFine:
+				a.sourceLost(ctx, l, u, pub, err)
+			}
+			return false
+		}
+		l.pub, l.version = pub, pub.Version
+		a.mu.Lock()
+		a.pulls = append(a.pulls, d)
+		a.mu.Unlock()
+	}
+	err := func() error {
+		res, err := a.sample(ctx, l, u)
+		if err != nil {
+			return err
+		}
+		// an actor restarted without failing a call (between two
+		// chunks) sampled with its constructor's weights: not kept
+		if inc, err := incarnations(ctx, l.team); err != nil {
+			return err
+		} else if !maps.Equal(inc, l.inc) {
+			return fmt.Errorf("rollout worker %d: %w", l.id, actors.ErrActorRestarted)
+		}
+		f, err := actors.Put(ctx, a.t.Runtime(), res)
+		if err != nil {
+			return err
+		}
+		snap, err := l.team.Timelines(ctx)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		l.snap, l.snapAt = snap, time.Now()
+		if u.epoch != a.epoch || a.have(u.step, u.chunk) {
+			// sampled for a learner that has since gone back to a
+			// checkpoint (which may hold this chunk)
+			f.Release()
+			return nil
+		}
+		d := a.done[u.step]
+		if d == nil {
+			d = make([]*actors.Future[chunkResult], a.chunks)
+			a.done[u.step] = d
+		}
+		d[u.chunk] = f
+		a.cond.Broadcast()
+		return nil
+	}()
+	if err != nil {
+		if a.check(ctx, l, u, err) == laneRestarted {
+			return false
+		}
+		a.lose(l, u, err)
+		return true
+	}
+	return false
 }
 
 // incarnations is every actor's restarts in team.
@@ -560,12 +619,16 @@ func (a *asyncATGRPO) Rollout(ctx context.Context) (Rollouts, error) {
 		a.mu.Unlock()
 	})
 	defer stop()
+	a.waiting = true // idle lanes may take backups of the chunks in flight
+	a.cond.Broadcast()
 	for !a.complete(s) && a.failed == nil && ctx.Err() == nil {
 		a.cond.Wait()
 	}
+	a.waiting = false
 	futs, failed := a.done[s], a.failed
 	if a.complete(s) {
 		delete(a.done, s)
+		a.consumed = s + 1
 		failed = nil
 	}
 	a.mu.Unlock()

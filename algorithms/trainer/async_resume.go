@@ -225,7 +225,7 @@ func (a *asyncATGRPO) LoadState(ctx context.Context, dir string, step int) error
 	}
 	a.epoch++
 	a.done, a.retry, a.pulls = restored, nil, nil
-	a.step, a.next, a.nextChunk = st.Steps, st.Steps, 0
+	a.step, a.next, a.nextChunk, a.consumed = st.Steps, st.Steps, 0, st.Steps
 	a.published = pub
 	if a.alive > 0 {
 		a.failed = nil
