@@ -161,8 +161,7 @@ func (c *Client) fetchOn(ctx context.Context, cc *clientConn, ref Ref) (data []b
 	if int64(resp.size) != ref.Size {
 		return nil, false, false, fail("response", fmt.Errorf("%w: %d bytes, the reference says %d", ErrProtocol, resp.size, ref.Size))
 	}
-	// The spare capacity lets the last sealed frame open in place.
-	data = make([]byte, resp.size, resp.size+transport.BulkOverhead)
+	data = make([]byte, resp.size)
 	for off := 0; off < len(data); {
 		end := min(off+ChunkSize, len(data))
 		cc.nc.SetReadDeadline(time.Now().Add(IOTimeout))

@@ -31,12 +31,12 @@ func bulkPair(t *testing.T) (client, server *tlsConn, cb, sb *Bulk) {
 
 // Sealed bulk writes arrive whole and in order between TLS records going
 // either way, whatever their size against the frame (exact multiples,
-// a byte over, a byte, nothing), opened in place or not.
+// a byte over, a byte, nothing).
 func TestBulkRoundTrip(t *testing.T) {
 	client, server, cb, sb := bulkPair(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	sizes := []int{0, 1, bulkFrame - 1, bulkFrame, bulkFrame + 1, 3*bulkFrame + 17, 1 << 20}
-	for i, n := range sizes {
+	for _, n := range sizes {
 		want := make([]byte, n)
 		for j := range want {
 			want[j] = byte(rng.Uint32())
@@ -60,11 +60,7 @@ func TestBulkRoundTrip(t *testing.T) {
 		if _, err := io.ReadFull(client, hb[:]); err != nil || string(hb[:]) != "head" {
 			t.Fatalf("size %d: head %q, %v", n, hb, err)
 		}
-		capacity := n + BulkOverhead
-		if i%2 == 1 {
-			capacity = n // the last frame goes through the scratch buffer
-		}
-		got := make([]byte, n, capacity)
+		got := make([]byte, n)
 		if err := cb.ReadFull(got); err != nil {
 			t.Fatalf("size %d: %v", n, err)
 		}
@@ -163,7 +159,7 @@ func TestBulkRefusesAltered(t *testing.T) {
 	a := bytes.Repeat([]byte("abcdefgh"), (2*bulkFrame+100)/8)
 	stream := sealed(t, key, a)
 	read := func(r io.Reader, k []byte, n int) error {
-		return testBulk(t, k, r).ReadFull(make([]byte, n, n+BulkOverhead))
+		return testBulk(t, k, r).ReadFull(make([]byte, n))
 	}
 	if err := read(bytes.NewReader(stream), key, len(a)); err != nil {
 		t.Fatalf("the stream as sealed: %v", err)
