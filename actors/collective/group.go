@@ -60,7 +60,9 @@ type Group interface {
 	ReduceScatter(ctx context.Context, send, recv []float32, op Op) error
 	// Barrier returns once every member has called it.
 	Barrier(ctx context.Context) error
-	// Close leaves the group; pending and later calls fail with ErrClosed,
-	// and the other members' with ErrMemberLost.
+	// Close leaves the group; this member's pending and later calls fail
+	// with ErrClosed. What it sent before still reaches the others: their
+	// calls fail (ErrMemberLost, naming it) only where they need more from
+	// it, so a member may close right after its last call.
 	Close() error
 }

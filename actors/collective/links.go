@@ -56,11 +56,13 @@ func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
 // troupe/runtime/collective implements them over the network; NewLocal in
 // memory.
 //
-// Errors name the peer: a peer that died, closed or stopped answering
-// makes Send and Recv fail with a *MemberError wrapping ErrMemberLost, and
+// Errors name the peer: a peer that died or stopped answering makes Send
+// and Recv fail with a *MemberError wrapping ErrMemberLost at once, and
 // once a member is lost every later call fails the same way (the group
-// must be formed again). Links are safe for one sender and one receiver
-// per peer at a time.
+// must be formed again). A peer that closed its links cleanly sent
+// everything it will send: what it sent before still arrives, and only a
+// Recv that needs more from it (or a Send to it) fails, naming it. Links
+// are safe for one sender and one receiver per peer at a time.
 type Links interface {
 	// Send sends one message to member to. It returns once data may be
 	// reused (the peer may not have received it yet).
@@ -73,7 +75,9 @@ type Links interface {
 	// err (a *MemberError naming the member at fault), so that their
 	// pending calls fail with it too instead of waiting for a timeout.
 	Fail(err error)
-	// Close releases the links; the peers see this member as lost.
+	// Close releases the links cleanly: what this member sent still
+	// reaches the peers, whose calls fail only where they need more from
+	// it. A call of this member's in progress fails with ErrClosed.
 	Close() error
 }
 

@@ -32,7 +32,10 @@ func NewLocalConfig(name string, n int, cfg Config) []Group {
 }
 
 func newMemHub(name string, n int) *memHub {
-	h := &memHub{name: name, q: make([][]chan memMsg, n), lostCh: make(chan struct{})}
+	h := &memHub{name: name, q: make([][]chan memMsg, n), lostCh: make(chan struct{}), gone: make([]chan struct{}, n), leave: make([]sync.Once, n)}
+	for i := range h.gone {
+		h.gone[i] = make(chan struct{})
+	}
 	for i := range h.q {
 		h.q[i] = make([]chan memMsg, n)
 		for j := range h.q[i] {
@@ -55,6 +58,11 @@ type memHub struct {
 	mu     sync.Mutex // guards lost
 	lost   error      // the first failure, a *MemberError
 	lostCh chan struct{}
+
+	// gone[r] is closed when member r closed its links cleanly: it sent
+	// everything it will send. Only calls that need more from r fail.
+	gone  []chan struct{}
+	leave []sync.Once
 }
 
 type memMsg struct {
@@ -89,27 +97,51 @@ func (l *memLinks) Send(ctx context.Context, to int, hd Header, data []byte) err
 	if err := l.h.err(); err != nil {
 		return err
 	}
+	select {
+	case <-l.h.gone[l.rank]:
+		return l.closedErr()
+	case <-l.h.gone[to]:
+		return l.leftErr(to)
+	default:
+	}
 	m := memMsg{h: hd, data: append([]byte(nil), data...)}
 	select {
 	case l.h.q[l.rank][to] <- m:
 		return nil
 	case <-l.h.lostCh:
 		return l.h.err()
+	case <-l.h.gone[to]:
+		return l.leftErr(to)
+	case <-l.h.gone[l.rank]:
+		return l.closedErr()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
 func (l *memLinks) Recv(ctx context.Context, from int, hd Header, buf []byte) error {
-	select {
-	case m := <-l.h.q[from][l.rank]:
+	take := func(m memMsg) error {
 		if m.h != hd || len(m.data) != len(buf) {
 			return &MemberError{Group: l.h.name, Rank: from, Err: fmt.Errorf("%w: got %s, want %s", ErrMismatch, describe(m.h, len(m.data)), describe(hd, len(buf)))}
 		}
 		copy(buf, m.data)
 		return nil
+	}
+	select {
+	case m := <-l.h.q[from][l.rank]:
+		return take(m)
 	case <-l.h.lostCh:
 		return l.h.err()
+	case <-l.h.gone[from]:
+		// What it sent before it left is still good.
+		select {
+		case m := <-l.h.q[from][l.rank]:
+			return take(m)
+		default:
+			return l.leftErr(from)
+		}
+	case <-l.h.gone[l.rank]:
+		return l.closedErr()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -117,12 +149,26 @@ func (l *memLinks) Recv(ctx context.Context, from int, hd Header, buf []byte) er
 
 func (l *memLinks) Fail(err error) { l.h.fail(err) }
 
+// Close leaves the group cleanly: what this member sent stays for the
+// others to receive, and only their calls that need more from it fail.
 func (l *memLinks) Close() error {
-	if l.release != nil {
-		l.once.Do(l.release)
-	}
-	l.h.fail(&MemberError{Group: l.h.name, Rank: l.rank, Err: fmt.Errorf("%w: it left the group", ErrMemberLost)})
+	l.once.Do(func() {
+		if l.release != nil {
+			l.release()
+		}
+		l.h.leave[l.rank].Do(func() { close(l.h.gone[l.rank]) })
+	})
 	return nil
+}
+
+// leftErr is the error of a call that needs a message from member r, which
+// left the group.
+func (l *memLinks) leftErr(r int) error {
+	return &MemberError{Group: l.h.name, Rank: r, Err: fmt.Errorf("%w: it left the group", ErrMemberLost)}
+}
+
+func (l *memLinks) closedErr() error {
+	return fmt.Errorf("collective group %q: %w", l.h.name, ErrClosed)
 }
 
 // describe names a message for a mismatch error.

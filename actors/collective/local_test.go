@@ -335,3 +335,33 @@ func TestCloseDuringCall(t *testing.T) {
 		t.Fatalf("the other member: %v, want ErrMemberLost", err)
 	}
 }
+
+// TestCloseAfterLastCall: a member that closes right after its last call
+// has sent everything: the others still receive it, and only a later call
+// that needs it fails, naming it.
+func TestCloseAfterLastCall(t *testing.T) {
+	for _, cfg := range configs {
+		gs := NewLocalConfig("g", 3, cfg)
+		want := randBufs(1, 500, 9)[0] // fits the in-memory queues: the root returns before the others receive
+		if err := gs[0].Broadcast(t.Context(), append([]float32(nil), want...), 0); err != nil {
+			t.Fatal(err)
+		}
+		gs[0].Close()
+		bufs := [][]float32{nil, make([]float32, len(want)), make([]float32, len(want))}
+		noErrs(t, runAll(gs[1:], func(g Group) error { return g.Broadcast(t.Context(), bufs[g.Rank()], 0) }))
+		for _, b := range bufs[1:] {
+			for i := range b {
+				if b[i] != want[i] {
+					t.Fatalf("element %d: %v, want %v", i, b[i], want[i])
+				}
+			}
+		}
+		errs := runAll(gs[1:], func(g Group) error { return g.Barrier(t.Context()) })
+		for i, err := range errs {
+			var me *MemberError
+			if !errors.Is(err, ErrMemberLost) || !errors.As(err, &me) || me.Rank != 0 {
+				t.Fatalf("member %d: %v, want a MemberError for rank 0", i+1, err)
+			}
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 
 // Frames. Every frame starts with a fixed header of headerSize bytes:
 //
-//	type   u8  frameData, frameHeartbeat or frameFail
+//	type   u8  frameData, frameHeartbeat, frameFail or frameBye
 //	kind   u8  collective.Kind (data)
 //	op     u8  collective.Op (data); the failure's code (fail)
 //	pad    u8
@@ -29,6 +29,9 @@ const (
 	frameData      = 1
 	frameHeartbeat = 2
 	frameFail      = 3
+	// frameBye is a member's last frame when it closes its links cleanly:
+	// it sent everything it will send.
+	frameBye = 4
 )
 
 // Failure codes of fail frames.
@@ -95,9 +98,9 @@ func decodeFrame(b []byte, maxPayload int) (frame, error) {
 		if int64(f.n) > int64(maxPayload) {
 			return frame{}, fmt.Errorf("%w: payload of %d bytes, more than %d", ErrFrame, f.n, maxPayload)
 		}
-	case frameHeartbeat:
+	case frameHeartbeat, frameBye:
 		if f.n != 0 {
-			return frame{}, fmt.Errorf("%w: heartbeat with %d payload bytes", ErrFrame, f.n)
+			return frame{}, fmt.Errorf("%w: frame type %d with %d payload bytes", ErrFrame, f.typ, f.n)
 		}
 	case frameFail:
 		f.code = b[2]

@@ -13,6 +13,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		{typ: frameData, h: collective.Header{Seq: 7, Kind: collective.KindAllreduce, Op: collective.Mean, Count: 1 << 40, Chunk: 3}, n: 4096},
 		{typ: frameData, h: collective.Header{Seq: 1, Kind: collective.KindBroadcast, Root: 5}, n: 0},
 		{typ: frameHeartbeat},
+		{typ: frameBye},
 		{typ: frameFail, code: failMismatch, rank: 3, n: 10},
 	} {
 		got, err := decodeFrame(appendFrame(nil, f), 1<<20)
@@ -37,6 +38,7 @@ func TestFrameErrors(t *testing.T) {
 		"op":        append([]byte{frameData, 1, 7}, ok[3:]...),
 		"too large": appendFrame(nil, frame{typ: frameData, h: collective.Header{Kind: collective.KindAllreduce}, n: 1 << 21}),
 		"heartbeat": appendFrame(nil, frame{typ: frameHeartbeat, n: 1}),
+		"bye":       appendFrame(nil, frame{typ: frameBye, n: 1}),
 		"fail code": appendFrame(nil, frame{typ: frameFail, code: 9}),
 		"fail text": appendFrame(nil, frame{typ: frameFail, code: failLost, n: maxFailText + 1}),
 	} {
@@ -61,6 +63,7 @@ func TestFrameErrors(t *testing.T) {
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, frame{typ: frameData, h: collective.Header{Seq: 2, Kind: collective.KindAllgather, Count: 9, Chunk: 1}, n: 36}))
 	f.Add(appendFrame(nil, frame{typ: frameHeartbeat}))
+	f.Add(appendFrame(nil, frame{typ: frameBye}))
 	f.Add(appendFrame(nil, frame{typ: frameFail, code: failLost, rank: 1, n: 5}))
 	f.Add(appendHello(nil, hello{epoch: "0123456789ab", from: 2, to: 0}))
 	f.Add([]byte{})

@@ -25,6 +25,7 @@ type links struct {
 	lostCh chan struct{}
 
 	stop      chan struct{} // closed by Close
+	drainBy   time.Time     // set by Close before stop: when the readers stop draining
 	closeOnce sync.Once
 	wg        sync.WaitGroup // readers, heartbeats and the failure report
 	told      sync.WaitGroup // the failure report
@@ -50,8 +51,14 @@ type peer struct {
 	// the receiver (one call at a time per peer) touches it.
 	held *message
 
+	// gone is closed when the peer closed its links cleanly (its bye
+	// frame came): it sent everything it will send. Frames queued before
+	// are still good; only calls that need more from it fail.
+	gone      chan struct{}
+	leaveOnce sync.Once
+
 	wmu   sync.Mutex // serialises writes; guards the following
-	dirty bool       // a write was cut short: the stream is broken
+	dirty bool       // a write was cut short, or the stream was ended: write nothing more
 }
 
 // posted is a Recv waiting for the next frame of a peer in its buffer.
@@ -77,7 +84,7 @@ func newLinks(cfg Config, m collective.Member, conns []net.Conn) *links {
 			continue
 		}
 		setSockBuf(c, cfg.SocketBuffer)
-		p := &peer{rank: j, conn: c, q: make(chan message, cfg.QueueFrames), free: make(chan []byte, cfg.QueueFrames+2), post: make(chan *posted, 1)}
+		p := &peer{rank: j, conn: c, q: make(chan message, cfg.QueueFrames), free: make(chan []byte, cfg.QueueFrames+2), post: make(chan *posted, 1), gone: make(chan struct{})}
 		p.last.Store(time.Now().UnixNano())
 		l.peers[j] = p
 	}
@@ -120,9 +127,10 @@ func (l *links) memberErr(rank int, err error) *collective.MemberError {
 }
 
 // read reads p's frames until the connection ends. Once the group has
-// failed it goes on reading, and drops what it reads, until the peer's end
-// closes too: closing a socket with unread input would reset the
-// connection, and the peer could lose the failure report sent before.
+// failed, or this member closed its links, or the peer said bye, it goes on
+// reading, and drops what it reads, until the peer's end closes too:
+// closing a socket with unread input resets the connection, and the peer
+// could lose what was sent before (a failure report, the last frames).
 func (l *links) read(p *peer) {
 	defer l.wg.Done()
 	defer p.conn.Close()
@@ -130,18 +138,29 @@ func (l *links) read(p *peer) {
 	var drop []byte
 	var delivered uint64 // data frames queued or read in place
 	for {
+		if l.stopped() {
+			l.drain(p, l.drainBy)
+			return
+		}
 		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 		if _, err := io.ReadFull(p.conn, hb[:]); err != nil {
-			l.lose(l.memberErr(p.rank, l.connErr(err)))
+			l.readFailed(p, err)
 			return
 		}
 		f, err := decodeFrame(hb[:], l.cfg.MaxPayload)
 		if err != nil {
-			l.lose(l.memberErr(p.rank, fmt.Errorf("%w: %v", collective.ErrMemberLost, err)))
+			if !l.stopped() {
+				l.lose(l.memberErr(p.rank, fmt.Errorf("%w: %v", collective.ErrMemberLost, err)))
+			}
 			return
 		}
 		if f.typ == frameHeartbeat {
 			continue
+		}
+		if f.typ == frameBye {
+			l.leave(p)
+			l.drain(p, time.Now().Add(l.cfg.Timeout))
+			return
 		}
 		// Once the group has failed nothing more is queued: a receiver may
 		// still take what was queued before, in order, and nothing after.
@@ -167,9 +186,7 @@ func (l *links) read(p *peer) {
 				}
 				p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 				if _, err := io.ReadFull(p.conn, ps.buf); err != nil {
-					me := l.memberErr(p.rank, l.connErr(err))
-					l.lose(me)
-					ps.done <- me
+					ps.done <- l.readFailed(p, err)
 					return
 				}
 				delivered++
@@ -190,7 +207,7 @@ func (l *links) read(p *peer) {
 		}
 		p.conn.SetReadDeadline(time.Now().Add(l.cfg.Timeout))
 		if _, err := io.ReadFull(p.conn, buf); err != nil {
-			l.lose(l.memberErr(p.rank, l.connErr(err)))
+			l.readFailed(p, err)
 			return
 		}
 		if f.typ == frameFail {
@@ -209,10 +226,85 @@ func (l *links) read(p *peer) {
 		select {
 		case p.q <- message{h: f.h, data: buf}:
 		case <-l.stop:
-			return
 		case <-l.lostCh:
 		}
 	}
+}
+
+// readFailed handles a read of p's connection that failed with err: the
+// peer is lost, unless this member closed its links (then nothing more is
+// wanted from it). It returns the error a receiver waiting on the read
+// gets.
+func (l *links) readFailed(p *peer, err error) error {
+	if l.stopped() {
+		return l.closedErr()
+	}
+	me := l.memberErr(p.rank, l.connErr(err))
+	l.lose(me)
+	return me
+}
+
+// drain reads and drops p's input until the peer ends its side of the
+// connection or until deadline, so that closing it resets nothing.
+func (l *links) drain(p *peer, deadline time.Time) {
+	p.conn.SetReadDeadline(deadline)
+	var b [4096]byte
+	io.CopyBuffer(io.Discard, p.conn, b[:])
+}
+
+// leave records that p closed its links cleanly and ends this member's
+// side of the connection: nothing more is to be sent to it.
+func (l *links) leave(p *peer) {
+	p.leaveOnce.Do(func() { close(p.gone) })
+	// A write in progress to p is a call p left before it ended: it fails.
+	p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if !p.dirty {
+		p.dirty = true
+		closeWrite(p.conn)
+	}
+}
+
+// closeWrite ends c for writing (the peer reads EOF), or closes it where it
+// cannot be half-closed.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}
+
+func (l *links) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *links) isGone(p *peer) bool {
+	select {
+	case <-p.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// leftErr fails the group for a call that needs more from p, which left,
+// and returns the group's failure. The failure is recorded before the call
+// ends, so that its other writes in progress end within a grace (cutoff)
+// rather than at once, and the report follows on whole streams.
+func (l *links) leftErr(p *peer) error {
+	l.lose(l.memberErr(p.rank, fmt.Errorf("%w: it left the group", collective.ErrMemberLost)))
+	return l.err()
+}
+
+func (l *links) closedErr() error {
+	return fmt.Errorf("collective group %q: %w", l.m.Group, collective.ErrClosed)
 }
 
 // connErr describes a connection's failure.
@@ -240,6 +332,8 @@ func (l *links) heartbeat(p *peer) {
 		case <-l.stop:
 			return
 		case <-l.lostCh:
+			return
+		case <-p.gone:
 			return
 		case <-tick.C:
 		}
@@ -327,12 +421,11 @@ func (l *links) tell(me *collective.MemberError) {
 		if p == nil {
 			continue
 		}
-		if cw, ok := p.conn.(interface{ CloseWrite() error }); ok {
-			p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
-			cw.CloseWrite()
-		} else {
-			p.conn.Close()
-		}
+		p.wmu.Lock()
+		p.dirty = true
+		p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
+		closeWrite(p.conn)
+		p.wmu.Unlock()
 	}
 }
 
@@ -353,11 +446,23 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 	if err := l.err(); err != nil {
 		return err
 	}
+	if l.stopped() {
+		return l.closedErr()
+	}
 	p := l.peers[to]
+	if l.isGone(p) {
+		return l.leftErr(p)
+	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	if err := l.err(); err != nil {
 		return err
+	}
+	if l.stopped() {
+		return l.closedErr()
+	}
+	if l.isGone(p) {
+		return l.leftErr(p)
 	}
 	if p.dirty {
 		return l.memberErr(to, fmt.Errorf("%w: its connection broke", collective.ErrMemberLost))
@@ -377,11 +482,19 @@ func (l *links) Send(ctx context.Context, to int, h collective.Header, data []by
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if l.stopped() {
+		return l.closedErr()
+	}
+	if l.isGone(p) {
+		return l.leftErr(p)
+	}
 	// The peer may have closed after reporting another member's failure:
 	// give the reader a moment to read the report before blaming the peer.
 	select {
 	case <-l.lostCh:
 		return l.err()
+	case <-p.gone:
+		return l.leftErr(p)
 	case <-time.After(l.cfg.Heartbeat):
 	case <-ctx.Done():
 		return ctx.Err()
@@ -437,6 +550,17 @@ func (l *links) Recv(ctx context.Context, from int, h collective.Header, buf []b
 			p.taken.Add(1)
 			return nil
 		}
+	case <-p.gone:
+		if err := withdraw(); err == nil {
+			p.taken.Add(1)
+			return nil
+		}
+	case <-l.stop:
+		if err := withdraw(); err == nil {
+			p.taken.Add(1)
+			return nil
+		}
+		return l.closedErr()
 	case <-ctx.Done():
 		if err := withdraw(); err == nil {
 			p.taken.Add(1)
@@ -468,6 +592,17 @@ func (l *links) RecvWith(ctx context.Context, from int, h collective.Header, n i
 		default:
 			return l.err()
 		}
+	case <-p.gone:
+		// So is what it sent before it left; nothing more comes.
+		select {
+		case m := <-p.q:
+			p.taken.Add(1)
+			return l.take(p, m, h, n, fn)
+		default:
+			return l.leftErr(p)
+		}
+	case <-l.stop:
+		return l.closedErr()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -498,19 +633,44 @@ func (l *links) Fail(err error) {
 	l.lose(me)
 }
 
-// Close implements collective.Links: the peers see this member leave.
+// Close implements collective.Links. A clean close means "sent
+// everything": each peer gets a bye frame after this member's last frame,
+// takes what came before it, and fails only the calls that need more from
+// this member. Close waits (within the group's timeout) for the peers to
+// end their side, so that no unread input resets a connection and drops
+// what was sent last. After a failure the report goes out instead.
 func (l *links) Close() error {
-	// The report goes first; then closing the connections ends the
-	// readers, and lostCh the heartbeats.
 	l.closeOnce.Do(func() {
-		l.lose(l.memberErr(l.m.Rank, fmt.Errorf("%w: it left the group", collective.ErrMemberLost)))
-		close(l.stop)
-		l.told.Wait()
-		for _, p := range l.peers {
-			if p != nil {
-				p.conn.Close()
-			}
+		if l.err() != nil {
+			l.told.Wait()
 		}
+		l.drainBy = time.Now().Add(l.cfg.Timeout)
+		close(l.stop)
+		bye := appendFrame(nil, frame{typ: frameBye})
+		var wg sync.WaitGroup
+		for _, p := range l.peers {
+			if p == nil {
+				continue
+			}
+			wg.Go(func() {
+				// A write in progress belongs to a call this member leaves
+				// mid-way: it may end within a heartbeat, or is cut short
+				// and the peer sees a broken frame.
+				p.conn.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
+				p.wmu.Lock()
+				defer p.wmu.Unlock()
+				if p.dirty {
+					return
+				}
+				p.dirty = true
+				if _, err := p.conn.Write(bye); err != nil {
+					p.conn.Close()
+					return
+				}
+				closeWrite(p.conn)
+			})
+		}
+		wg.Wait()
 	})
 	l.wg.Wait()
 	return nil

@@ -7,7 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -332,4 +335,179 @@ func TestNetCutOff(t *testing.T) {
 		t.Fatalf("the calls failed after %v, timeout %v", d, cfg.Timeout)
 	}
 	wantLost(t, errs, -1, 0)
+}
+
+// unixPair is a connected pair of Unix stream sockets.
+func unixPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	return cs[0], cs[1]
+}
+
+// gatedConn holds its reads until open is closed (when open is not nil),
+// and closes eof (when not nil) once a read returns io.EOF: it lets a test
+// order what one member reads from two others.
+type gatedConn struct {
+	*net.UnixConn
+	open <-chan struct{}
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	if c.open != nil {
+		<-c.open
+	}
+	n, err := c.UnixConn.Read(b)
+	if err != nil && c.eof != nil {
+		c.once.Do(func() { close(c.eof) })
+	}
+	return n, err
+}
+
+// pairLinks connects n members over socket pairs; wrap may replace member
+// i's end of its connection to j.
+func pairLinks(t *testing.T, n int, cfg Config, wrap func(i, j int, c net.Conn) net.Conn) []collective.Group {
+	t.Helper()
+	conns := make([][]net.Conn, n)
+	for i := range conns {
+		conns[i] = make([]net.Conn, n)
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			conns[i][j], conns[j][i] = unixPair(t)
+		}
+	}
+	actors := make([]string, n)
+	for i := range actors {
+		actors[i] = fmt.Sprintf("actor-%d", i)
+	}
+	gs := make([]collective.Group, n)
+	for i := range n {
+		for j := range n {
+			if j != i && wrap != nil {
+				conns[i][j] = wrap(i, j, conns[i][j])
+			}
+		}
+		m := collective.Member{Group: "g", Epoch: "pairs", Rank: i, Size: n, Actors: actors}
+		g, err := collective.NewGroup("g", i, n, actors, newLinks(cfg.withDefaults(), m, conns[i]), collective.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = g
+	}
+	return gs
+}
+
+// TestNetCloseAfterLastCall: a member that closes right after its last
+// call does not fail the others' call, even when one of them reads its bye
+// before another member's last frame. Rank 1's reads from rank 2 are held
+// until rank 0 has closed and rank 1 has read all rank 0 sent: a clean
+// close means "sent everything", so rank 1 still completes the barrier
+// with rank 2's frame. (Treating the close as a lost member failed it.)
+func TestNetCloseAfterLastCall(t *testing.T) {
+	open, eof := make(chan struct{}), make(chan struct{})
+	gs := pairLinks(t, 3, Config{}, func(i, j int, c net.Conn) net.Conn {
+		switch {
+		case i == 1 && j == 2:
+			return &gatedConn{UnixConn: c.(*net.UnixConn), open: open}
+		case i == 1 && j == 0:
+			return &gatedConn{UnixConn: c.(*net.UnixConn), eof: eof}
+		}
+		return c
+	})
+	errs := make([]chan error, 3)
+	for i, g := range gs {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- g.Barrier(t.Context()) }()
+	}
+	for _, i := range []int{0, 2} {
+		if err := <-errs[i]; err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	if err := gs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-eof // rank 1 read everything rank 0 sent, up to its end
+	close(open)
+	if err := <-errs[1]; err != nil {
+		t.Fatalf("member 1, after member 0 closed: %v", err)
+	}
+	// A later call needs rank 0 and fails naming it, on both members.
+	wantLost(t, runAll(gs[1:], func(g collective.Group) error { return g.Barrier(t.Context()) }), -1, 0)
+	for _, g := range gs[1:] {
+		g.Close()
+	}
+}
+
+// deadConn is a connection of a member that can be killed: once it is,
+// the member reads nothing more (until reap) and its socket is closed, as
+// when its process is killed.
+type deadConn struct {
+	net.Conn
+	killed *atomic.Bool
+	reap   <-chan struct{}
+}
+
+func (c *deadConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.killed.Load() {
+		<-c.reap
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+// TestNetKilledMember: a member whose connections end without a bye (as
+// when its process is killed) makes every other member's pending call
+// fail at once naming it, even the members that do not need its frames
+// yet.
+func TestNetKilledMember(t *testing.T) {
+	const n = 4
+	var killed atomic.Bool
+	reap := make(chan struct{})
+	var raw []net.Conn // rank 2's ends
+	gs := pairLinks(t, n, Config{}, func(i, j int, c net.Conn) net.Conn {
+		if i != 2 {
+			return c
+		}
+		raw = append(raw, c)
+		return &deadConn{Conn: c, killed: &killed, reap: reap}
+	})
+	noErrs(t, runAll(gs, func(g collective.Group) error { return g.Barrier(t.Context()) }))
+	started := make(chan struct{})
+	var once sync.Once
+	errs := runAll(gs, func(g collective.Group) error {
+		if g.Rank() == 2 {
+			<-started
+			killed.Store(true)
+			for _, c := range raw {
+				c.Close()
+			}
+			return nil
+		}
+		// Rank 2's right neighbour (3) needs its frames; 0 and 1 only
+		// hear of the loss.
+		once.Do(func() { close(started) })
+		return g.Allreduce(t.Context(), make([]float32, 1<<20), collective.Sum)
+	})
+	wantLost(t, errs, 2, 2)
+	close(reap)
+	for _, g := range gs {
+		g.Close()
+	}
 }
