@@ -44,8 +44,10 @@ type Group interface {
 	Size() int
 	// Allreduce replaces buf with the reduction of every member's buf.
 	Allreduce(ctx context.Context, buf []float32, op Op) error
-	// AllreduceBF16 is Allreduce on bfloat16 bits: the values are reduced
-	// in float32 and rounded once, to nearest with ties to even.
+	// AllreduceBF16 is Allreduce on bfloat16 bits, which travel as
+	// bfloat16 (two bytes an element): each element is reduced in float32
+	// over the members' values in rank order, divided by Size() for Mean,
+	// and rounded once, to nearest with ties to even.
 	AllreduceBF16(ctx context.Context, buf []uint16, op Op) error
 	// Broadcast replaces every member's buf with the root's.
 	Broadcast(ctx context.Context, buf []float32, root int) error

@@ -117,13 +117,7 @@ func (g *group) AllreduceBF16(ctx context.Context, buf []uint16, op Op) error {
 		return fmt.Errorf("%w: %v", ErrBadArg, op)
 	}
 	return g.call(ctx, Header{Kind: KindAllreduceBF16, Op: op, Count: uint64(len(buf))}, func(h Header) error {
-		f := make([]float32, len(buf))
-		reduce.BF16ToF32(f, buf)
-		if err := g.allreduce(ctx, h, f, op); err != nil {
-			return err
-		}
-		reduce.F32ToBF16(buf, f)
-		return nil
+		return g.allreduceBF16(ctx, h, buf, op)
 	})
 }
 

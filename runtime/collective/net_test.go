@@ -511,3 +511,33 @@ func TestNetKilledMember(t *testing.T) {
 		g.Close()
 	}
 }
+
+// TestNetAllreduceBF16: bfloat16 buffers over the network end with the
+// same bits on every member as in memory (the same reduction order), for
+// the direct exchange and the scatter.
+func TestNetAllreduceBF16(t *testing.T) {
+	for _, g := range []collective.Config{{DirectMaxBytes: 1 << 30}, {DirectMaxBytes: 1, ChunkBytes: 4096}} {
+		for _, n := range []int{2, 3} {
+			gs := form(t, n, Config{}, g)
+			local := collective.NewLocalConfig("g", n, g)
+			in := randBufs(n, 30001, uint64(n))
+			bufs, want := make([][]uint16, n), make([][]uint16, n)
+			for i := range bufs {
+				bufs[i], want[i] = make([]uint16, len(in[i])), make([]uint16, len(in[i]))
+				for j, v := range in[i] {
+					bufs[i][j] = uint16(math.Float32bits(v) >> 16)
+				}
+				copy(want[i], bufs[i])
+			}
+			noErrs(t, runAll(gs, func(g collective.Group) error { return g.AllreduceBF16(t.Context(), bufs[g.Rank()], collective.Mean) }))
+			noErrs(t, runAll(local, func(g collective.Group) error { return g.AllreduceBF16(t.Context(), want[g.Rank()], collective.Mean) }))
+			for i := range bufs {
+				for j := range bufs[i] {
+					if bufs[i][j] != want[0][j] {
+						t.Fatalf("direct %d, n%d: member %d element %d: %#04x, want %#04x", g.DirectMaxBytes, n, i, j, bufs[i][j], want[0][j])
+					}
+				}
+			}
+		}
+	}
+}
