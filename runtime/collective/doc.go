@@ -14,6 +14,14 @@
 // connection carries frames: data (a collective.Header and its payload),
 // heartbeats, and failure reports (frame.go).
 //
+// Members on one host (connected over a Unix socket) move their data
+// through shared memory instead (shm.go): after the hello the dialling
+// member passes a sealed memfd over the socket, both map it, and each
+// direction is a ring the receiver reduces from in place. The socket stays
+// for the rest (heartbeats, failure reports, the bye) and, by ending, tells
+// that the peer died. TROUPE_COLLECTIVE_SHM=0 (ShmEnv) keeps the data on
+// the socket.
+//
 // Each connection has a reader goroutine that reads ahead into a bounded
 // queue (so that the network receives chunk i+1 while the algorithm
 // reduces chunk i), answers nothing, and watches the peer: a connection
