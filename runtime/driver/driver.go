@@ -191,7 +191,7 @@ func (r *Driver) SpawnActor(ctx context.Context, spec actors.Spec) (actors.Ref, 
 	id := api.NewID()
 	as := scheduler.ActorSpec{ID: scheduler.ActorID(id), Name: spec.Name, Class: spec.Type, JobID: r.job, MaxRestarts: spec.MaxRestarts,
 		Request: api.SpecRequest(spec), Args: args}
-	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries}
+	ref := &actorRef{r: r, id: id, name: spec.Name, typ: spec.Type, maxRetries: spec.MaxTaskRetries, newest: r.epochs.of(id)}
 	it := &spawnItem{spec: as, out: make(chan spawnOutcome, 1)}
 	r.spawns.add(it)
 	var o spawnOutcome
@@ -523,7 +523,7 @@ func (r *Driver) GetActor(ctx context.Context, name string) (actors.Ref, error) 
 		}
 		return nil, fmt.Errorf("get actor %q: %w", name, err)
 	}
-	ref := &actorRef{r: r, id: a.ID, name: a.Name, typ: a.Class}
+	ref := &actorRef{r: r, id: a.ID, name: a.Name, typ: a.Class, newest: r.epochs.of(a.ID)}
 	if err := ref.resolve(ctx); err != nil {
 		return nil, fmt.Errorf("get actor %q: %w", name, err)
 	}

@@ -13,13 +13,19 @@ import (
 // node, cut off but still running it, does meanwhile.
 type epochs struct{ m sync.Map } // actor ID → *atomic.Int64
 
-// see records that incarnation inc of the actor exists.
-func (e *epochs) see(id string, inc int) {
+// of returns the actor's entry, made at its first use; a reference keeps
+// it, so its calls read it without a map lookup.
+func (e *epochs) of(id string) *atomic.Int64 {
 	v, ok := e.m.Load(id)
 	if !ok {
 		v, _ = e.m.LoadOrStore(id, new(atomic.Int64))
 	}
-	n := v.(*atomic.Int64)
+	return v.(*atomic.Int64)
+}
+
+// see records that incarnation inc of the actor exists.
+func (e *epochs) see(id string, inc int) {
+	n := e.of(id)
 	for {
 		cur := n.Load()
 		if int64(inc) <= cur || n.CompareAndSwap(cur, int64(inc)) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,10 @@ type actorRef struct {
 	r             *Driver
 	id, name, typ string
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
+
+	// newest is the driver's newest incarnation seen of the actor
+	// (epochs.of; nil: looked up in the driver's table).
+	newest *atomic.Int64
 
 	mu        sync.Mutex   // before callWatch.mu, wire.Client's lock and leaves (lock order: driver.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
@@ -74,6 +79,14 @@ func (a *actorRef) Invoke(inv *actors.Invocation) {
 	a.invoke(inv, 0)
 }
 
+// newestInc is the newest incarnation of the actor the driver has seen.
+func (a *actorRef) newestInc() int {
+	if a.newest != nil {
+		return int(a.newest.Load())
+	}
+	return a.r.epochs.newest(a.id)
+}
+
 // finish delivers a call's final outcome (a large result as a reference
 // to the object its worker keeps) and unpins its argument.
 func (a *actorRef) finish(inv *actors.Invocation, data []byte, err error) {
@@ -85,7 +98,7 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cur != nil && a.cur.cl.Err() == nil && !a.resolving {
-		newest := a.r.epochs.newest(a.id)
+		newest := a.newestInc()
 		if newest <= a.cur.inc {
 			// A first attempt is sent by the caller's Invoke: nobody waits
 			// for its promise yet.
@@ -144,7 +157,7 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 	in.begin(a.r.watch)
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
 		in.end()
-		if newest := a.r.epochs.newest(a.id); err == nil && newest > inc {
+		if newest := a.newestInc(); err == nil && newest > inc {
 			// A newer incarnation exists: this one's answer is not the
 			// actor's (it may have run on a node the cluster lost).
 			data, err = nil, &api.StaleIncarnationError{Actor: a.id, Called: newest, Running: inc}

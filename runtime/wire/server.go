@@ -48,6 +48,7 @@ func (f HostFunc) Lookup(id string) (Target, bool) { return f(id) }
 // Server serves calls to the actors of one process.
 type Server struct {
 	host     Host
+	fenced   FencedHost // host, when it checks incarnations
 	maxFrame int
 	sec      transport.Security
 
@@ -63,7 +64,8 @@ type Server struct {
 // connection with sec before it reads a frame; reads poll for at most
 // sec.ReadSpin(). maxFrame ≤ 0 means DefaultMaxFrame.
 func NewServer(host Host, maxFrame int, sec transport.Security) *Server {
-	return &Server{host: host, maxFrame: maxFrame, sec: sec, conns: map[*serverConn]struct{}{}}
+	fenced, _ := host.(FencedHost)
+	return &Server{host: host, fenced: fenced, maxFrame: maxFrame, sec: sec, conns: map[*serverConn]struct{}{}}
 }
 
 // Serve accepts connections on l until Close; it returns nil after Close.
@@ -285,8 +287,8 @@ func (sc *serverConn) reply(id uint64, tracked bool, data []byte, err error) {
 // target finds the actor a call is for: the incarnation it names, when
 // it names one and the host is fenced.
 func (sc *serverConn) target(f *frame) (Target, error) {
-	if fh, ok := sc.s.host.(FencedHost); ok && f.flags&flagEpoch != 0 {
-		return fh.LookupIncarnation(f.actor, f.epoch)
+	if sc.s.fenced != nil && f.flags&flagEpoch != 0 {
+		return sc.s.fenced.LookupIncarnation(f.actor, f.epoch)
 	}
 	t, ok := sc.s.host.Lookup(f.actor)
 	if !ok {
