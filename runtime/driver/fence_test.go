@@ -226,3 +226,50 @@ func TestStaleReferenceFencesOldWorker(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestCallBehindARestartIsResent: a driver that has not seen an actor's
+// restart in the same worker process sends a call naming the old
+// incarnation to the same address; the worker refuses it before running
+// it (ErrStaleIncarnation), so the driver sends it to the new
+// incarnation, which answers, although the actor has no task retries.
+func TestCallBehindARestartIsResent(t *testing.T) {
+	const tok = "behind-token"
+	n := startHead(t, tok)
+	defer n.Shutdown()
+	ctx, rt, done := connectDriver(t, tok, n.Addr(), 1, 50*time.Second)
+	defer done()
+	h, err := actors.Spawn[rcounter](ctx, rt, "RCounter", rcounterCfg{Start: 5}, actors.Name("behind"), actors.MaxRestarts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := connect(ctx, n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Shutdown(ctx)
+	g, err := actors.GetActor[rcounter](ctx, rt2, "behind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := actors.Call(ctx, g, (*rcounter).Whoami, 0).Get(ctx); err != nil || info.Restarts != 0 {
+		t.Fatalf("second driver: %+v, %v; want incarnation 0", info, err)
+	}
+	pid, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx)
+	if _, err := actors.Call(ctx, h, (*rcounter).Boom, 0).Get(ctx); !errors.Is(err, actors.ErrActorRestarted) {
+		t.Fatalf("crash: %v, want ErrActorRestarted", err)
+	}
+	info, err := actors.Call(ctx, h, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Restarts != 1 {
+		t.Fatalf("after the crash: %+v, %v; want incarnation 1", info, err)
+	}
+	if p2, _ := actors.Call(ctx, h, (*rcounter).Pid, 0).Get(ctx); p2 != pid {
+		t.Fatalf("restart moved to process %d from %d; this test needs the same worker", p2, pid)
+	}
+	if n := rt2.epochs.newest(h.ID()); n != 0 {
+		t.Fatalf("the second driver has seen incarnation %d already; the test needs it behind", n)
+	}
+	info, err = actors.Call(ctx, g, (*rcounter).Whoami, 0).Get(ctx)
+	if err != nil || info.Restarts != 1 {
+		t.Fatalf("second driver's call behind the restart: %+v, %v; want an answer of incarnation 1", info, err)
+	}
+}

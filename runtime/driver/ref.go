@@ -157,6 +157,11 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 	in.begin(a.r.watch)
 	out.Reply = actors.NewPromiseFunc(func(data []byte, err error) {
 		in.end()
+		// notRun: the worker refused the call before running it, as it
+		// runs a newer incarnation than the call named (the worker's
+		// *StaleIncarnationError).
+		var se *api.StaleIncarnationError
+		notRun := errors.As(err, &se) && se.Actor == a.id && se.Called < se.Running
 		if newest := a.newestInc(); err == nil && newest > inc {
 			// A newer incarnation exists: this one's answer is not the
 			// actor's (it may have run on a node the cluster lost).
@@ -171,10 +176,18 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 		a.r.goroutines.Go(func() {
 			a.forget(cl, inc)
 			lerr := a.lostErr(inv.Method, inc, node, err)
-			if errors.Is(lerr, actors.ErrActorRestarted) && (a.maxRetries < 0 || attempt < a.maxRetries) &&
-				(inv.Ctx == nil || inv.Ctx.Err() == nil) {
-				a.invoke(inv, attempt+1)
-				return
+			if errors.Is(lerr, actors.ErrActorRestarted) && (inv.Ctx == nil || inv.Ctx.Err() == nil) {
+				switch {
+				case notRun:
+					// It ran nowhere: send it to the incarnation that runs
+					// now, as a first attempt (lostErr saw a newer one, so
+					// this ends within the actor's restarts).
+					a.invoke(inv, attempt)
+					return
+				case a.maxRetries < 0 || attempt < a.maxRetries:
+					a.invoke(inv, attempt+1)
+					return
+				}
 			}
 			a.finish(inv, nil, lerr)
 		})
