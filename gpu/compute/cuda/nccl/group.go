@@ -1,0 +1,289 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"troupe/actors/collective"
+)
+
+// Device is the GPU a member's buffers live on, as a Group needs it. The
+// CUDA backend (*cuda.Backend) has these methods; a member off GPUs has
+// none (nil).
+type Device interface {
+	// OnDevice runs fn on one OS thread with the device's CUDA context
+	// current (NCCL calls need it); the device's work goes on the legacy
+	// default stream (0).
+	OnDevice(fn func() error) error
+	// CopyToHost copies len(dst) bytes from device address src.
+	CopyToHost(dst []byte, src uintptr) error
+	// CopyFromHost copies src to device address dst.
+	CopyFromHost(dst uintptr, src []byte) error
+	// Sync waits for the device's queued work.
+	Sync() error
+}
+
+// ErrDeviceGroup: a Group's call cannot run as asked (a member off GPUs
+// called a device method, an unknown data type). It wraps no NCCL error.
+var ErrDeviceGroup = errors.New("nccl: device group")
+
+// Group runs a collective group's calls on device buffers. Every member
+// of the group opens it together (Open is collective): they agree on the
+// path, NCCL when every member is on a GPU and every member's NCCL loads
+// and joins the communicator, else the host path, on which a device
+// buffer is copied to host memory, reduced over the group's own links (its
+// ring or direct exchange, as any host buffer) and copied back.
+//
+// A member off GPUs opens the Group with a nil Device too (to take part in
+// the choice) and then calls the collective.Group's methods on its host
+// buffers directly; that is only possible on the host path, which a
+// member off GPUs always makes the group choose.
+type Group struct {
+	g    collective.Group
+	dev  Device
+	path Path
+	why  string
+	lib  *Lib
+	comm Comm
+
+	mu     sync.Mutex // one call at a time; guards the following
+	host   []byte     // the host path's staging buffer
+	broken error      // the NCCL path's failure: later calls fail with it
+}
+
+// Open chooses g's path for device buffers, together with every other
+// member (each calls Open, in the same order as its other calls on g).
+// dev is nil on a member off GPUs; load loads NCCL (Load in production).
+// The unique ID goes from rank 0 to the others over g, the group's own
+// rendezvous; nothing else is exchanged.
+func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib, error)) (*Group, error) {
+	d := &Group{g: g, dev: dev, path: HostPath}
+	// Every member says whether it can take the NCCL path; one that
+	// cannot makes the whole group take the host path.
+	path, lib, why := Choose(dev != nil, load)
+	ok, err := agree(ctx, g, path == NCCLPath)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		d.why = "host path: " + why
+		if path == NCCLPath {
+			d.why = "host path: another member cannot use NCCL"
+		}
+		return d, nil
+	}
+	var id UniqueID
+	var idErr error
+	if g.Rank() == 0 {
+		id, idErr = lib.GetUniqueID()
+	}
+	// The ID's 128 bytes travel as 64 bfloat16 values: a broadcast copies
+	// bits. A failure on rank 0 sends zeros, and every member's init fails
+	// below, so the group falls back together.
+	idBits := unsafe.Slice((*uint16)(unsafe.Pointer(&id.Internal[0])), len(id.Internal)/2)
+	if err := g.BroadcastBF16(ctx, idBits, 0); err != nil {
+		return nil, err
+	}
+	var comm Comm
+	initErr := idErr
+	if initErr == nil {
+		initErr = dev.OnDevice(func() error {
+			var err error
+			comm, err = lib.CommInitRank(g.Size(), id, g.Rank())
+			return err
+		})
+	}
+	ok, err = agree(ctx, g, initErr == nil)
+	if err != nil || !ok {
+		if initErr == nil {
+			dev.OnDevice(func() error { return lib.Abort(comm) })
+		}
+		if err != nil {
+			return nil, err
+		}
+		d.why = "host path: the NCCL communicator did not form"
+		if initErr != nil {
+			d.why += ": " + initErr.Error()
+		}
+		return d, nil
+	}
+	d.path, d.lib, d.comm, d.why = NCCLPath, lib, comm, why
+	return d, nil
+}
+
+// agree reports whether every member of g said yes (an allreduce of the
+// refusals, so every member learns the same answer).
+func agree(ctx context.Context, g collective.Group, yes bool) (bool, error) {
+	v := []float32{1}
+	if yes {
+		v[0] = 0
+	}
+	if err := g.Allreduce(ctx, v, collective.Max); err != nil {
+		return false, err
+	}
+	return v[0] == 0, nil
+}
+
+// Path is the path the group chose.
+func (d *Group) Path() Path { return d.path }
+
+// Why says why the group chose its path (for the logs).
+func (d *Group) Why() string { return d.why }
+
+// Group is the collective group the device group runs over.
+func (d *Group) Group() collective.Group { return d.g }
+
+// elemBytes is the size of an element of dt.
+func elemBytes(dt DataType) (int, error) {
+	switch dt {
+	case Float32:
+		return 4, nil
+	case BFloat16:
+		return 2, nil
+	}
+	return 0, fmt.Errorf("%w: data type %d (want Float32 or BFloat16)", ErrDeviceGroup, dt)
+}
+
+// Allreduce reduces count elements of dt at device address ptr over the
+// group, in place. On the NCCL path Mean is ncclAvg (NCCL 2.10 and later);
+// on the host path the reduction is the collective.Group's, in its fixed
+// order, so every member ends with the same bits on either path.
+func (d *Group) Allreduce(ctx context.Context, ptr uintptr, count int, dt DataType, op collective.Op) error {
+	eb, err := d.begin(dt)
+	if err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	if d.path == NCCLPath {
+		var rop RedOp
+		switch op {
+		case collective.Sum:
+			rop = Sum
+		case collective.Mean:
+			rop = Avg
+		case collective.Max:
+			rop = Max
+		default:
+			return fmt.Errorf("%w: %v", collective.ErrBadArg, op)
+		}
+		return d.run(ctx, func() error { return d.lib.AllReduce(ptr, ptr, count, dt, rop, d.comm, 0) })
+	}
+	return d.staged(ptr, count*eb, func(b []byte) error {
+		if dt == BFloat16 {
+			return d.g.AllreduceBF16(ctx, bytesAs[uint16](b), op)
+		}
+		return d.g.Allreduce(ctx, bytesAs[float32](b), op)
+	})
+}
+
+// Broadcast copies root's count elements of dt at ptr to every member's.
+func (d *Group) Broadcast(ctx context.Context, ptr uintptr, count int, dt DataType, root int) error {
+	eb, err := d.begin(dt)
+	if err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	if d.path == NCCLPath {
+		return d.run(ctx, func() error { return d.lib.Broadcast(ptr, ptr, count, dt, root, d.comm, 0) })
+	}
+	return d.staged(ptr, count*eb, func(b []byte) error {
+		if dt == BFloat16 {
+			return d.g.BroadcastBF16(ctx, bytesAs[uint16](b), root)
+		}
+		return d.g.Broadcast(ctx, bytesAs[float32](b), root)
+	})
+}
+
+// begin checks a call and takes the group's lock (the caller unlocks).
+func (d *Group) begin(dt DataType) (int, error) {
+	eb, err := elemBytes(dt)
+	if err != nil {
+		return 0, err
+	}
+	if d.dev == nil {
+		return 0, fmt.Errorf("%w: a member off GPUs calls the collective.Group with host buffers", ErrDeviceGroup)
+	}
+	d.mu.Lock()
+	if d.broken != nil {
+		d.mu.Unlock()
+		return 0, d.broken
+	}
+	return eb, nil
+}
+
+// staged runs fn on a host copy of n bytes at device address ptr and
+// copies the result back.
+func (d *Group) staged(ptr uintptr, n int, fn func(b []byte) error) error {
+	if cap(d.host) < n {
+		// float32-aligned: the collective group views it as float32s.
+		d.host = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(make([]float32, (n+3)/4)))), 4*((n+3)/4))
+	}
+	b := d.host[:n]
+	if err := d.dev.Sync(); err != nil {
+		return err
+	}
+	if err := d.dev.CopyToHost(b, ptr); err != nil {
+		return err
+	}
+	if err := fn(b); err != nil {
+		return err
+	}
+	return d.dev.CopyFromHost(ptr, b)
+}
+
+// run enqueues an NCCL call and waits for it. NCCL does not watch the
+// members: if ctx ends first (a member died, and the caller's deadline
+// passed) the communicator is aborted, the call fails with ctx's error
+// and the group is broken (form it again, and Open again).
+func (d *Group) run(ctx context.Context, call func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		err := d.dev.OnDevice(call)
+		if err == nil {
+			err = d.dev.Sync()
+		}
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// ncclCommAbort is meant to be called while another thread waits.
+		d.dev.OnDevice(func() error { return d.lib.Abort(d.comm) })
+		<-done
+		err = ctx.Err()
+	}
+	if err != nil {
+		d.broken = fmt.Errorf("collective group %q on NCCL: %w", d.g.Name(), err)
+		return d.broken
+	}
+	return nil
+}
+
+// Close frees the NCCL communicator (the collective.Group stays open: its
+// owner closes it).
+func (d *Group) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.path != NCCLPath || d.comm == 0 {
+		return nil
+	}
+	c := d.comm
+	d.comm = 0
+	if d.broken != nil {
+		return nil // aborted
+	}
+	return d.dev.OnDevice(func() error { return d.lib.Destroy(c) })
+}
+
+// bytesAs views b, aligned for T, as a []T.
+func bytesAs[T float32 | uint16](b []byte) []T {
+	if len(b) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+}
