@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
   --smoke) smoke=1 ;;
   --docs) docs=1 ;;
   -h | --help)
-    sed -n '2,19p' "$0"
+    sed -n '2,18p' "$0"
     exit 0
     ;;
   -*)

@@ -69,10 +69,10 @@ var pairs = []Pair{
 	{"gemm: float32 matmul 512³, 2 threads, vs OpenBLAS (numpy)", Metric{"troupe/gpu/compute/cpu/gemm", "BenchmarkFamily/t2/cube512/NN", "GFLOP/s-best"}, Metric{"peer/openblas", "BenchmarkFamily/t2/cube512/NN", "GFLOP/s-best"}, true},
 	{"models: SmolLM2-135M prefill 1×512 vs PyTorch", Metric{"troupe/algorithms/policy", "BenchmarkLlama/smollm2-135m/prefill-1x512", "tokens/s"}, Metric{"peer/pytorch", "BenchmarkLlama/smollm2-135m/prefill-1x512", "tokens/s"}, true},
 	{"models: SmolLM2-135M training step 4×128 vs PyTorch", Metric{"troupe/algorithms/policy", "BenchmarkLlama/smollm2-135m/train-4x128", "tokens/s"}, Metric{"peer/pytorch", "BenchmarkLlama/smollm2-135m/train-4x128", "tokens/s"}, true},
-	{"allreduce: 2 processes, 4 MiB, bus bandwidth, Unix sockets vs Gloo (TCP)", Metric{"allreduce", "troupe/unix/2p/4MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/4MiB", "GB/s"}, true},
-	{"allreduce: 2 processes, 64 MiB, bus bandwidth, Unix sockets vs Gloo (TCP)", Metric{"allreduce", "troupe/unix/2p/64MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/64MiB", "GB/s"}, true},
+	{"allreduce: 2 processes, 4 MiB, bus bandwidth, one host vs Gloo (TCP)", Metric{"allreduce", "troupe/host/2p/4MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/4MiB", "GB/s"}, true},
+	{"allreduce: 2 processes, 64 MiB, bus bandwidth, one host vs Gloo (TCP)", Metric{"allreduce", "troupe/host/2p/64MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/64MiB", "GB/s"}, true},
 	{"allreduce: 2 processes, 4 MiB, TCP with TLS vs Gloo (plain TCP)", Metric{"allreduce", "troupe/tcp+tls/2p/4MiB", "GB/s"}, Metric{"allreduce", "gloo/tcp/2p/4MiB", "GB/s"}, true},
-	{"allreduce: 2 processes, 1 KiB latency vs Gloo", Metric{"allreduce", "troupe/unix/2p/1KiB", "µs"}, Metric{"allreduce", "gloo/tcp/2p/1KiB", "µs"}, false},
+	{"allreduce: 2 processes, 1 KiB latency vs Gloo", Metric{"allreduce", "troupe/host/2p/1KiB", "µs"}, Metric{"allreduce", "gloo/tcp/2p/1KiB", "µs"}, false},
 }
 
 // Row is one pair's figures in a results file.
@@ -234,14 +234,20 @@ type allreduceLine struct {
 }
 
 // parseAllreduce adds an allreduce JSON line's bus bandwidth (GB/s) and
-// time (µs) as package "allreduce", benchmark impl/transport/Np/size.
+// time (µs) as package "allreduce", benchmark impl/transport/Np/size
+// (transport "host" for troupe's same-host path: Unix sockets or shared
+// memory).
 // Other lines (the memcpy bound, anything malformed) are skipped.
 func parseAllreduce(line string, values map[string][]float64) {
 	var a allreduceLine
 	if json.Unmarshal([]byte(line), &a) != nil || a.Impl == "" || a.Procs <= 0 || a.Bytes <= 0 || a.Seconds <= 0 {
 		return
 	}
-	bench := fmt.Sprintf("%s/%s/%dp/%s", a.Impl, a.Transport, a.Procs, sizeName(a.Bytes))
+	tr := a.Transport
+	if tr == "unix" || tr == "shm" {
+		tr = "host" // troupe's path between processes of one host, whichever it is
+	}
+	bench := fmt.Sprintf("%s/%s/%dp/%s", a.Impl, tr, a.Procs, sizeName(a.Bytes))
 	values[Metric{"allreduce", bench, "GB/s"}.key()] = append(values[Metric{"allreduce", bench, "GB/s"}.key()], a.BusBW)
 	values[Metric{"allreduce", bench, "µs"}.key()] = append(values[Metric{"allreduce", bench, "µs"}.key()], a.Seconds*1e6)
 }
