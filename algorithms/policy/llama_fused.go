@@ -46,6 +46,9 @@ type fusedOps struct {
 	// found here for the same reason: once, and nil on gpu/compute/cpu.
 	res compute.BF16Resident
 	mix compute.MixedMatmuler
+	// flashBF16 is flash attention under mixed precision (the products on
+	// BF16-rounded operands, as GQAttentionForwardBF16).
+	flashBF16 compute.FlashAttenderBF16
 	// glu and stack together run the MLP's gate and up as one GEMM.
 	glu   compute.PackedSwiGLU
 	stack compute.StackedBF16Matmuler
@@ -74,6 +77,9 @@ func findFused(be compute.Backend) fusedOps {
 	}
 	if c, ok := compute.As[compute.MixedMatmuler](be); ok {
 		f.mix = c
+	}
+	if c, ok := compute.As[compute.FlashAttenderBF16](be); ok {
+		f.flashBF16 = c
 	}
 	g, ok1 := compute.As[compute.PackedSwiGLU](be)
 	st, ok2 := compute.As[compute.StackedBF16Matmuler](be)
@@ -122,10 +128,13 @@ func (m *Llama) mlpGateUpForward(l int, act, gu, inp compute.Buffer, N int) {
 }
 
 // flashAttn reports whether the forward saves the log-sum-exp for a
-// FlashAttentionBackward: with the backend's FlashAttender, unless mixed
-// precision runs attention's products through the BF16 matmuls (its own
-// GQAttentionForwardBF16, with the contract's att).
-func (m *Llama) flashAttn() bool { return m.fu.flash != nil && m.amp == nil }
+// FlashAttentionBackward: with the backend's FlashAttender, and under mixed
+// precision with its FlashAttenderBF16 (without, mixed precision runs
+// attention's products through the BF16 matmuls' GQAttentionForwardBF16,
+// with the contract's att).
+func (m *Llama) flashAttn() bool {
+	return m.fu.flash != nil && (m.amp == nil || m.fu.flashBF16 != nil)
+}
 
 // attSize is the floats of one layer's saved attention state for B rows of
 // T positions: the log-sum-exp with flash attention, else the

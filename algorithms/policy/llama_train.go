@@ -395,6 +395,8 @@ func (m *Llama) forwardBlocks(B, T int, kvOnlyLast bool, kv func(l int, k, v com
 			return x
 		}
 		switch {
+		case m.amp != nil && m.flashAttn(): // BF16 products, la.att the log-sum-exp
+			fu.flashBF16.FlashAttentionForwardBF16(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
 		case m.amp != nil: // autocast runs attention's products in BF16 too
 			m.amp.mm.GQAttentionForwardBF16(la.o, la.att, la.q, la.k, la.v, B, T, NH, KVH, HD, scale)
 		case m.flashAttn(): // la.att is the log-sum-exp; the backward also reads la.o
@@ -590,7 +592,9 @@ func (m *Llama) backward(B, T, head int) {
 		be.Zero(d.dq)
 		be.Zero(d.dk)
 		be.Zero(d.dv)
-		if m.flashAttn() {
+		if m.flashAttn() && m.amp != nil {
+			m.fu.flashBF16.FlashAttentionBackwardBF16(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.o, la.att, B, T, NH, KVH, HD, scale)
+		} else if m.flashAttn() {
 			m.fu.flash.FlashAttentionBackward(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.o, la.att, B, T, NH, KVH, HD, scale)
 		} else {
 			be.GQAttentionBackward(d.dq, d.dk, d.dv, d.dO, la.q, la.k, la.v, la.att, B, T, NH, KVH, HD, scale)

@@ -20,6 +20,18 @@ type FlashAttender interface {
 	FlashAttentionBackward(dq, dk, dv, dout, q, k, v, out, lse Buffer, B, T, NH, KVH, HD int, scale float32)
 }
 
+// FlashAttenderBF16 is FlashAttender with attention's two products on
+// BF16-rounded q, k and v (float32 sums and softmax), as
+// BF16Matmuler.GQAttentionForwardBF16 computes them: mixed precision's
+// attention keeping the log-sum-exp instead of the (B,NH,T,T)
+// probabilities. The backward recomputes the probabilities from the same
+// rounded operands and returns the gradients with respect to them, as
+// autocast's backward does.
+type FlashAttenderBF16 interface {
+	FlashAttentionForwardBF16(out, lse, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32)
+	FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse Buffer, B, T, NH, KVH, HD int, scale float32)
+}
+
 // ResidualNormer fuses the residual add with the RMSNorm that follows it.
 type ResidualNormer interface {
 	// ResidualRMSNormForward: res = a + b (N*C elements; res may alias a

@@ -15,6 +15,7 @@ type meteredFused struct {
 	res   *meteredResident
 	mix   *meteredMixed
 	stack *meteredStacked
+	fbf   *meteredFlashBF16
 }
 
 func newMeteredFused(m *metered, b Backend) meteredFused {
@@ -45,6 +46,9 @@ func newMeteredFused(m *metered, b Backend) meteredFused {
 	}
 	if c, ok := As[StackedBF16Matmuler](b); ok {
 		f.stack = &meteredStacked{m: m, c: c}
+	}
+	if c, ok := As[FlashAttenderBF16](b); ok {
+		f.fbf = &meteredFlashBF16{m: m, c: c}
 	}
 	return f
 }
@@ -97,6 +101,11 @@ func (f *meteredFused) capability(target any) bool {
 			*p = f.stack
 		}
 		return f.stack != nil
+	case *FlashAttenderBF16:
+		if f.fbf != nil {
+			*p = f.fbf
+		}
+		return f.fbf != nil
 	}
 	return false
 }
@@ -244,4 +253,19 @@ func (o *meteredStacked) MatmulBackwardInputBF16Stacked(dinp, dout Buffer, w1, w
 func (o *meteredStacked) MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp Buffer, N, C, OC int) {
 	defer o.m.done(o.m.now())
 	o.c.MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp, N, C, OC)
+}
+
+type meteredFlashBF16 struct {
+	m *metered
+	c FlashAttenderBF16
+}
+
+func (o *meteredFlashBF16) FlashAttentionForwardBF16(out, lse, q, k, v Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.c.FlashAttentionForwardBF16(out, lse, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (o *meteredFlashBF16) FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse Buffer, B, T, NH, KVH, HD int, scale float32) {
+	defer o.m.done(o.m.now())
+	o.c.FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, KVH, HD, scale)
 }

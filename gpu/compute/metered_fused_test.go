@@ -76,6 +76,12 @@ func (f *fusedFake) MatmulBackwardInputBF16Stacked(dinp, dout compute.Buffer, w1
 func (f *fusedFake) MatmulBackwardWeightBF16Stacked(dw1, dw2, dout, inp compute.Buffer, N, C, OC int) {
 	f.calls["MatmulBackwardWeightBF16Stacked"]++
 }
+func (f *fusedFake) FlashAttentionForwardBF16(out, lse, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	f.calls["FlashAttentionForwardBF16"]++
+}
+func (f *fusedFake) FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	f.calls["FlashAttentionBackwardBF16"]++
+}
 
 // Metered hands out each fused capability exactly when the wrapped backend
 // has it (also metered twice), and its ops reach the backend, timed.
@@ -109,8 +115,9 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 	rs, ok7 := compute.As[compute.BF16Resident](be)
 	mx, ok8 := compute.As[compute.MixedMatmuler](be)
 	st, ok9 := compute.As[compute.StackedBF16Matmuler](be)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 {
-		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6, ok7, ok8, ok9)
+	fb, ok10 := compute.As[compute.FlashAttenderBF16](be)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || !ok10 {
+		t.Fatalf("capabilities lost by Metered: %v %v %v %v %v %v %v %v %v %v", ok1, ok2, ok3, ok4, ok5, ok6, ok7, ok8, ok9, ok10)
 	}
 	ops := []func(){
 		func() { fa.FlashAttentionForward(nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
@@ -133,6 +140,8 @@ func TestMeteredFusedCapabilities(t *testing.T) {
 		func() { st.MatmulForwardBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
 		func() { st.MatmulBackwardInputBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
 		func() { st.MatmulBackwardWeightBF16Stacked(nil, nil, nil, nil, 1, 1, 1) },
+		func() { fb.FlashAttentionForwardBF16(nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
+		func() { fb.FlashAttentionBackwardBF16(nil, nil, nil, nil, nil, nil, nil, nil, nil, 1, 1, 1, 1, 2, 1) },
 	}
 	for i, op := range ops {
 		before := c.Busy()

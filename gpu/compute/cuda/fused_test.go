@@ -185,6 +185,34 @@ func TestOpFlashAttender(t *testing.T) {
 	}
 }
 
+// TestOpFlashAttenderBF16: mixed precision's flash attention is the float32
+// attention of the reference on BF16-rounded q, k and v, forward and
+// backward (the gradients are with respect to the rounded operands).
+func TestOpFlashAttenderBF16(t *testing.T) {
+	for i, c := range []gqaCase{flashCases[2], flashCases[4]} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newPair(t, uint64(95+i))
+			B, T, NH, KVH, HD := c.B, c.T, c.NH, c.KVH, c.HD
+			scale := float32(1 / math.Sqrt(float64(HD)))
+			qF, kF, vF := p.randn(B*T*NH*HD, 1), p.randn(B*T*KVH*HD, 1), p.randn(B*T*KVH*HD, 1)
+			q, k, v := p.up(qF), p.up(kF), p.up(vF)
+			qR, kR, vR := p.up(roundBF16(qF)), p.up(roundBF16(kF)), p.up(roundBF16(vF))
+			out, att := p.rand(B*T*NH*HD, 1), p.rand(B*NH*T*T, 1)
+			lse := p.rand(B*NH*T, 1)
+			p.e.FlashAttentionForwardBF16(out.e, lse.e, q.e, k.e, v.e, B, T, NH, KVH, HD, scale)
+			p.r.GQAttentionForward(out.r, att.r, qR.r, kR.r, vR.r, B, T, NH, KVH, HD, scale)
+			p.check("flash_attender_bf16.out", out, tol)
+			dout := p.rand(B*T*NH*HD, 1)
+			dq, dk, dv := p.rand(B*T*NH*HD, 1), p.rand(B*T*KVH*HD, 1), p.rand(B*T*KVH*HD, 1)
+			p.e.FlashAttentionBackwardBF16(dq.e, dk.e, dv.e, dout.e, q.e, k.e, v.e, out.e, lse.e, B, T, NH, KVH, HD, scale)
+			p.r.GQAttentionBackward(dq.r, dk.r, dv.r, dout.r, qR.r, kR.r, vR.r, att.r, B, T, NH, KVH, HD, scale)
+			p.check("flash_attender_bf16.dq", dq, tol)
+			p.check("flash_attender_bf16.dk", dk, tol)
+			p.check("flash_attender_bf16.dv", dv, tol)
+		})
+	}
+}
+
 // TestOpFusedErrors: the fused ops report what the ops they replace would.
 func TestOpFusedErrors(t *testing.T) {
 	for _, c := range []struct {

@@ -635,16 +635,30 @@ func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T,
 		return
 	}
 	nq, nk := B*T*NH*HD, B*T*KVH*HD
-	qp, kp, vp := b.f(op, "q", q, nq), b.f(op, "k", k, nk), b.f(op, "v", v, nk)
+	rq, rk, rv := b.roundQKV(op, q, k, v, nq, nk)
 	if b.err != nil {
 		return
+	}
+	view := func(p uintptr, m int) *Buffer {
+		return &Buffer{owner: b, root: &allocation{ptr: p}, ptr: p, n: m}
+	}
+	b.GQAttentionForward(out, att, view(rq, nq), view(rk, nk), view(rv, nk), B, T, NH, KVH, HD, scale)
+}
+
+// roundQKV rounds q (nq floats), k and v (nk each) to BF16 values (kernel
+// tc_round_bf16) into the float scratch, grown on demand, and returns the
+// three rounded copies.
+func (b *Backend) roundQKV(op string, q, k, v compute.Buffer, nq, nk int) (rq, rk, rv uintptr) {
+	qp, kp, vp := b.f(op, "q", q, nq), b.f(op, "k", k, nk), b.f(op, "v", v, nk)
+	if b.err != nil {
+		return 0, 0, 0
 	}
 	n := nq + 2*nk
 	if b.tc.fsN < n {
 		if b.tc.fs != 0 {
 			if err := b.dev.Sync(); err != nil {
 				b.fail(fmt.Errorf("cuda: sync: %w", err))
-				return
+				return 0, 0, 0
 			}
 			_ = b.dev.Free(b.tc.fs)
 			b.tc.fs, b.tc.fsN = 0, 0
@@ -652,24 +666,53 @@ func (b *Backend) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T,
 		p, err := b.dev.Alloc(4 * n)
 		if err != nil {
 			b.fail(fmt.Errorf("%s: scratch: %w: %v", op, ErrDevice, err))
-			return
+			return 0, 0, 0
 		}
 		b.tc.fs, b.tc.fsN = p, n
 	}
-	view := func(off, m int) *Buffer {
-		p := b.tc.fs + uintptr(4*off)
-		return &Buffer{owner: b, root: &allocation{ptr: p}, ptr: p, n: m}
-	}
-	rq, rk, rv := view(0, nq), view(nq, nk), view(nq+nk, nk)
+	rq, rk, rv = b.tc.fs, b.tc.fs+uintptr(4*nq), b.tc.fs+uintptr(4*(nq+nk))
 	for _, c := range []struct {
-		d *Buffer
-		s uintptr
-	}{{rq, qp}, {rk, kp}, {rv, vp}} {
-		if c.d.n > 0 {
-			b.launch("tc_round_bf16", b.elemGrid(c.d.n), b.elemBlock(), ptr(c.d.ptr), ptr(c.s), c.d.n)
+		d, s uintptr
+		n    int
+	}{{rq, qp, nq}, {rk, kp, nk}, {rv, vp, nk}} {
+		if c.n > 0 {
+			b.launch("tc_round_bf16", b.elemGrid(c.n), b.elemBlock(), ptr(c.d), ptr(c.s), c.n)
 		}
 	}
-	b.GQAttentionForward(out, att, rq, rk, rv, B, T, NH, KVH, HD, scale)
+	return rq, rk, rv
+}
+
+var _ compute.FlashAttenderBF16 = (*Backend)(nil)
+
+// FlashAttentionForwardBF16 implements compute.FlashAttenderBF16: q, k, v
+// rounded into scratch, then the flash forward (lse kept, no T×T matrix).
+func (b *Backend) FlashAttentionForwardBF16(out, lse, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	const op = "FlashAttentionForwardBF16"
+	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) {
+		return
+	}
+	o, l := b.f(op, "out", out, B*T*NH*HD), b.f(op, "lse", lse, B*NH*T)
+	rq, rk, rv := b.roundQKV(op, q, k, v, B*T*NH*HD, B*T*KVH*HD)
+	if b.err != nil {
+		return
+	}
+	b.flashForward(o, l, rq, rk, rv, B, T, NH, KVH, HD, scale)
+}
+
+// FlashAttentionBackwardBF16 implements compute.FlashAttenderBF16: q, k, v
+// rounded again (the forward's operands), then the flash backward.
+func (b *Backend) FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	const op = "FlashAttentionBackwardBF16"
+	if !b.gqaDims(op, B, T, NH, KVH, HD, scale) {
+		return
+	}
+	dqd, dkd, dvd := b.f(op, "dq", dq, B*T*NH*HD), b.f(op, "dk", dk, B*T*KVH*HD), b.f(op, "dv", dv, B*T*KVH*HD)
+	do, o, l := b.f(op, "dout", dout, B*T*NH*HD), b.f(op, "out", out, B*T*NH*HD), b.f(op, "lse", lse, B*NH*T)
+	rq, rk, rv := b.roundQKV(op, q, k, v, B*T*NH*HD, B*T*KVH*HD)
+	if b.err != nil {
+		return
+	}
+	b.flashBackward(dqd, dkd, dvd, do, rq, rk, rv, o, l, B, T, NH, KVH, HD, scale)
 }
 
 var _ compute.StackedBF16Matmuler = (*Backend)(nil)

@@ -31,7 +31,8 @@ func busBytes(t *testing.T) (htod, dtoh uint64) {
 
 // TestEmuDriverLlamaBF16Resident runs the tiny Qwen3-type Llama in mixed
 // precision (SetComputeDType(BF16): every projection and the head through
-// the tensor-core GEMMs, forward and both backward directions) through the
+// the tensor-core GEMMs, forward and both backward directions, gate and up
+// stacked into PackedSwiGLU, flash attention on BF16 operands) through the
 // fake driver, against the CPU's mixed precision, and counts the bytes each
 // step moves over the bus once the weights are resident: a rollout
 // (log-probs, and generation with the KV cache on the device) moves token
@@ -110,6 +111,10 @@ func TestEmuDriverLlamaBF16Resident(t *testing.T) {
 		t.Errorf("log-probs differ from the CPU's mixed precision by up to %.3g", maxLP)
 	}
 	be.checkPacked(t, true) // gate and up as one stacked GEMM, PackedSwiGLU
+	// Attention keeps the log-sum-exp (no T×T probabilities) in BF16 too.
+	if be.n["FlashAttentionForwardBF16"] == 0 || be.n["FlashAttentionBackwardBF16"] == 0 || be.n["GQAttentionForwardBF16"] != 0 {
+		t.Errorf("attention calls %v: want the BF16 flash attention", be.n)
+	}
 
 	// Bytes per call, weights resident.
 	measure := func(what string, f func()) (uint64, uint64) {
@@ -288,6 +293,21 @@ func (c *mixCounter) checkPacked(t *testing.T, want bool) {
 	if want && !packed || !want && !plain {
 		t.Errorf("SwiGLU calls %v, want packed: %v", c.n, want)
 	}
+}
+
+func (c *mixCounter) GQAttentionForwardBF16(out, att, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	c.n["GQAttentionForwardBF16"]++
+	c.Backend.GQAttentionForwardBF16(out, att, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (c *mixCounter) FlashAttentionForwardBF16(out, lse, q, k, v compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	c.n["FlashAttentionForwardBF16"]++
+	c.Backend.FlashAttentionForwardBF16(out, lse, q, k, v, B, T, NH, KVH, HD, scale)
+}
+
+func (c *mixCounter) FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse compute.Buffer, B, T, NH, KVH, HD int, scale float32) {
+	c.n["FlashAttentionBackwardBF16"]++
+	c.Backend.FlashAttentionBackwardBF16(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, KVH, HD, scale)
 }
 
 func (c *mixCounter) MatmulForwardMixed(out, inp, weight, bias compute.Buffer, N, C, OC int) {
