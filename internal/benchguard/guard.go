@@ -82,6 +82,23 @@ type Row struct {
 	PeerValue   float64 `json:"peer_value"`
 	Ratio       float64 `json:"ratio"`
 	Runs        int     `json:"runs"` // measurements of each side (the median is used)
+	// The baseline row of this machine's family, when there is one.
+	Baseline  float64 `json:"baseline,omitempty"`
+	Tolerance float64 `json:"tolerance,omitempty"`
+}
+
+// annotate fills each row's baseline ratio and tolerance from base.
+func (res *Results) annotate(base Baseline) {
+	rows, _ := base.For(res.Machine)
+	bl := map[string]BaselineRow{}
+	for _, b := range rows {
+		bl[b.Name] = b
+	}
+	for i := range res.Rows {
+		if b, ok := bl[res.Rows[i].Name]; ok {
+			res.Rows[i].Baseline, res.Rows[i].Tolerance = b.Ratio, b.Tolerance
+		}
+	}
 }
 
 // Results is the machine-readable results file.
@@ -442,6 +459,10 @@ func run(args []string, stdout io.Writer) error {
 		res := results(h, v)
 		if ci, err := os.ReadFile(*cpuinfo); err == nil {
 			res.Machine = thisMachine(string(ci))
+		}
+		var base Baseline
+		if err := readJSON(*basePath, &base); err == nil {
+			res.annotate(base)
 		}
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {

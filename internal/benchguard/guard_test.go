@@ -83,12 +83,20 @@ func TestRunEndToEnd(t *testing.T) {
 	if err := run([]string{"parse", "-o", js, txt}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
+	b, _ := json.Marshal(Baseline{Rows: []BaselineRow{{Name: "wire: sync call over TLS vs TCP", Ratio: 0.93, Tolerance: 0.15}}})
+	os.WriteFile(bl, b, 0o644)
+	if err := run([]string{"parse", "-baseline", bl, "-o", js, txt}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
 	var res Results
 	if err := readJSON(js, &res); err != nil || len(res.Rows) != 3 {
 		t.Fatalf("results file: %v, %+v", err, res)
 	}
-	b, _ := json.Marshal(Baseline{Rows: []BaselineRow{{Name: "wire: sync call over TLS vs TCP", Ratio: 0.93, Tolerance: 0.15}}})
-	os.WriteFile(bl, b, 0o644)
+	for _, r := range res.Rows {
+		if (r.Name == "wire: sync call over TLS vs TCP") != (r.Baseline == 0.93 && r.Tolerance == 0.15) {
+			t.Errorf("row %q: baseline %v, tolerance %v", r.Name, r.Baseline, r.Tolerance)
+		}
+	}
 	var out bytes.Buffer
 	err := run([]string{"compare", "-baseline", bl, js}, &out)
 	if !errors.Is(err, errRegressed) || !strings.Contains(out.String(), "REGRESSION wire: sync call over TLS vs TCP: ratio 0.50×") {
