@@ -8,8 +8,10 @@
 # run: every cudagpu test binary; the GEMM benchmark at 4096³ and the model
 # shapes; prefill, training and decode of the Qwen2.5-0.5B shape at batch 1
 # and 32, in alternating rounds with PyTorch eager (and torch.compile),
-# reporting ratios; a short RL step of the main job on the GPU; the logits
-# of a checkpoint and adapter troupe wrote, against transformers + peft.
+# reporting ratios; an NCCL allreduce on a one-rank communicator (skipped,
+# in one line, without libnccl.so.2); a short RL step of the main job on
+# the GPU; the logits of a checkpoint and adapter troupe wrote, against
+# transformers + peft.
 # Sized for under 8 minutes on one H200. Without a GPU it says so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,6 +83,12 @@ run() {
   # the CPU reference) and the policy actor on a placed GPU.
   step tests-cuda 120 "$bin/cuda.test" -test.run '^Test(GPU|Op)' -test.timeout 115s -test.v
   step tests-agent 45 "$bin/agent.test" -test.run '^TestPolicyActorOnPlacedGPU$' -test.timeout 40s -test.v
+  # NCCL: a one-rank communicator's allreduce on the device through the
+  # collective group's NCCL path; one line saying it skipped without
+  # libnccl.so.2. The test writes its section (this default stays if the
+  # binary dies first).
+  printf '## NCCL allreduce\n\nno result (see nccl-allreduce.log)\n' >"$out/nccl.md"
+  step nccl-allreduce 30 env TROUPE_GPUCHECK_NCCL="$out/nccl.md" "$bin/cuda.test" -test.run '^TestNCCLGPUAllreduce$' -test.timeout 25s -test.v
   : >"$out/torch.jsonl"
   local r
   for ((r = 1; r <= rounds; r++)); do # alternate troupe and PyTorch, round by round
@@ -102,7 +110,7 @@ run() {
     printf '\n```\n'
   } >"$out/peer.md"
   "$py" scripts/gpu_check_torch.py summary --go "$out/bench-troupe.log" --torch "$out/torch.jsonl" --out "$out/summary.md" \
-    --device "$device" --section "$out/steps.md" --section "$out/peer.md"
+    --device "$device" --section "$out/steps.md" --section "$out/nccl.md" --section "$out/peer.md"
   echo "gpu-check: wrote $out/summary.md in ${SECONDS}s"
 }
 
