@@ -14,7 +14,10 @@ import (
 // (ImportWeights). The trainer passes the export's future to the imports
 // with actors.CallRef, so on a cluster the set stays in the learner's
 // process and each worker fetches it from there in chunks, all at once;
-// in one process it is the same encoded bytes, decoded by each worker.
+// in one process it is the same encoded bytes, which each worker reads in
+// place. The set travels as one raw blob (weightsync_blob.go): encoded
+// once, and decoded into views of the bytes, which ImportWeights copies
+// straight into the adapters.
 
 // WeightSet is one published version of a policy's trainable weights.
 type WeightSet struct {
@@ -24,7 +27,9 @@ type WeightSet struct {
 	// one name "" for all the weights of a policy without adapters.
 	Names []string
 	// Data holds each name's weights as little-endian float32s, in the
-	// order policy.Adapter.Weights (or LM.Weights) returns them.
+	// order policy.Adapter.Weights (or LM.Weights) returns them. A
+	// decoded set's Data are read-only: they view the encoded bytes,
+	// which every other decoder of them shares.
 	Data [][]byte
 }
 
