@@ -27,12 +27,28 @@
 // order is fixed by the algorithm, the group size and the buffer length, so
 // every member ends with the same bits.
 //
+// AllreduceBF16's values travel as bfloat16 and are reduced once, in
+// float32, in rank order, then rounded once.
+//
 // Members exchange data directly, never through the caller or the control
-// plane: Create only tells each member the others' endpoints. A member that
-// dies, is killed or is cut off makes the pending call fail on every other
-// member within the group's heartbeat timeout with a *MemberError naming it,
-// which matches ErrMemberLost. Calling Create again with the same name
-// (after the actors restarted, say) replaces the group.
+// plane: Create only tells each member the others' endpoints.
+//
+// Failures. A member that dies, is killed or is cut off makes the pending
+// call fail on every other member (at once when its connections end, within
+// the group's heartbeat timeout when it goes silent) with a *MemberError
+// naming it, which matches ErrMemberLost; the group is then over, and every
+// later call fails the same way. Calling Create again with the same name
+// (after the actors restarted, say) replaces the group. Close is not a
+// failure: it means "sent everything". The others still receive what the
+// member sent before it closed, and only a call that needs more from it
+// fails (ErrMemberLost, naming it), so a member may close right after its
+// last call.
+//
+// GPUs. This package moves host buffers. Package
+// troupe/gpu/compute/cuda/nccl runs a group's calls on device buffers:
+// with NCCL where every member is on a GPU and libnccl.so.2 loads (the
+// unique ID travels over the group itself), else through host memory over
+// this package's algorithms.
 //
 // This package holds no networking: the process that hosts an actor
 // installs a Transport (package troupe/runtime/collective's over TLS or

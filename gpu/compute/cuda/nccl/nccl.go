@@ -3,12 +3,20 @@
 // collective groups whose members are all on GPUs, whose buffers NCCL
 // reduces on the devices over NVLink or the network.
 //
+// Open makes a Group: the device side of a collective group
+// (package troupe/actors/collective). Every member opens it together; when
+// every member is on a GPU and its NCCL loads, rank 0's unique ID goes to
+// the others over the group's own broadcast, ncclCommInitRank forms the
+// communicator, and the Group's calls run NCCL on device addresses.
+// Otherwise (a member off GPUs, the library absent, the communicator not
+// formed) every member takes the host path: the device buffer is copied to
+// host memory, reduced over the group's links, and copied back.
+//
 // troupe ships no NCCL, and none was at hand where this package was
-// written: it is tested against a fake libnccl (testdata/fake_nccl.c)
-// that checks the calling convention, not against NCCL itself. Where the
-// library is absent (Load fails with ErrUnavailable), Choose picks the host
-// path: the GPU buffers are copied to host memory and reduced over the
-// group's ring (package troupe/actors/collective), then copied back.
+// written: it has never run against a real NCCL. It is tested against a
+// fake libnccl (testdata/fake_nccl.c: one-rank communicators, host
+// pointers) that checks the calling convention, and on the CUDA emulator;
+// scripts/gpu-check.sh has a step for the first machine with both.
 //
 // The package sits in the ML half (beside the CUDA backend that owns device
 // buffers); the runtime half's collectives never import it.
