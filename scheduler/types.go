@@ -210,7 +210,11 @@ type Actor struct {
 	// Address is where the running actor's worker listens (from ActorStarted).
 	Address string `msgpack:"addr,omitempty"`
 	// Restarts is how many restarts have been used; it is also the
-	// incarnation number that ActorStarted and ActorDied must quote.
+	// incarnation number that ActorStarted and ActorDied must quote, and
+	// the incarnation's epoch (fencing token): committed before the
+	// incarnation starts, larger with every restart, never reused
+	// (actors.ActorInfo.Epoch; the wire, the object stores and the
+	// drivers refuse an older one).
 	Restarts int `msgpack:"restarts"`
 	// DeathCause says why the actor died (last death when restarting).
 	DeathCause string `msgpack:"cause,omitempty"`
