@@ -24,7 +24,12 @@
 //	cancel: uvarint callID
 //	needarg: uvarint callID                         (server asks for a call's argument)
 //
-// where string and bytes are a uvarint length then the bytes. Calls on one
+// where string and bytes are a uvarint length then the bytes. A call may
+// name the incarnation of the actor it is for (flagEpoch, the actor's
+// committed restart count): a server whose host checks incarnations
+// (FencedHost) runs it only on that one and refuses it otherwise with
+// actors.ErrStaleIncarnation, so an incarnation the cluster replaced
+// serves no caller that knows of its successor. Calls on one
 // connection reach the server in the order they were invoked, so per-actor
 // order holds. A call whose argument is a future not resolved yet is sent at
 // once with flagArgLater, and its argument follows in an arg frame when
