@@ -48,7 +48,7 @@ func (m *Llama) ComputeDType() hf.DType {
 
 // SetComputeDType sets the precision of the matmuls of a float32 model:
 // hf.BF16 for mixed precision (see llama_amp.go), hf.F32 (the default) for
-// float32 throughout. BF16 needs a backend with compute.BF16Matmuler (gpu/compute/cpu);
+// float32 throughout. BF16 needs a backend with compute.BF16Matmuler (both backends);
 // it costs a BF16 copy of the matrices (half the float32 weights). A BF16
 // base (SetBaseDType) already computes in BF16 and accepts only BF16.
 func (m *Llama) SetComputeDType(dt hf.DType) error {

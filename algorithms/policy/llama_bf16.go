@@ -24,7 +24,7 @@ import (
 // The weights live in host memory: on a GPU backend every layer is also an
 // upload per pass.
 //
-// A backend with the compute.BF16Matmuler capability (gpu/compute/cpu) skips all that:
+// A backend with the compute.BF16Matmuler capability (both backends) skips all that:
 // the projections and the head read the BF16 matrices in place, forward
 // (MatmulForwardBF16) and backward (MatmulBackwardInputBF16, the input
 // gradient; the base is frozen), and there is no float32 scratch. A decode
