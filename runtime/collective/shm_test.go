@@ -455,3 +455,50 @@ func FuzzShmHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzShmRecv: whatever another process leaves in a ring, a receive ends
+// (with a message, ErrFrame, ErrMismatch or the context's error) and
+// never reads outside the ring.
+func FuzzShmRecv(f *testing.F) {
+	const size = 4 * shmPage
+	msg := func(h collective.Header, payload []byte) []byte {
+		b := make([]byte, recHeaderSize+align64(len(payload)))
+		encodeRecord(b, record{h: h, total: uint64(len(payload)), n: uint32(len(payload))})
+		copy(b[recHeaderSize:], payload)
+		return b
+	}
+	h := collective.Header{Seq: 1, Kind: collective.KindAllreduce, Count: 4}
+	one := msg(h, make([]byte, 16))
+	f.Add(one, uint64(len(one)), uint64(0), 16)
+	f.Add(one, uint64(len(one)), uint64(0), 8)
+	var pad [recHeaderSize]byte
+	encodeRecord(pad[:], record{pad: true})
+	f.Add(append(pad[:], one...), uint64(size+len(one)), uint64(size-recHeaderSize), 16)
+	f.Add(one[:recHeaderSize], uint64(recHeaderSize), uint64(0), 16)
+	f.Fuzz(func(t *testing.T, data []byte, head, tail uint64, n int) {
+		if n < 0 || n > 1<<16 {
+			return
+		}
+		tail &^= 63
+		mem := make([]byte, shmSegmentSize(size))
+		writeShmHeader(mem, size)
+		r := segmentRing(mem, size, 0)
+		pos := int(tail % size)
+		for i, b := range data {
+			r.data[(pos+i)%size] = b
+		}
+		r.head.Store(head)
+		r.tail.Store(tail)
+		l := &links{cfg: Config{}.withDefaults(), m: collective.Member{Group: "g", Size: 2, Actors: []string{"a", "b"}},
+			peers: make([]*peer, 2), lostCh: make(chan struct{}), stop: make(chan struct{})}
+		s := &shmLinks{l: l, peers: []*shmPeer{nil, {rank: 1, in: r, out: segmentRing(mem, size, 1), tail: tail}}, closingCh: make(chan struct{})}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		buf := make([]byte, n)
+		err := s.Recv(ctx, 1, h, buf)
+		if err != nil && !errors.Is(err, ErrFrame) && !errors.Is(err, collective.ErrMismatch) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Recv: %v", err)
+		}
+		l.wg.Wait()
+	})
+}
