@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"math"
 	"unsafe"
 
 	"troupe/internal/reduce"
@@ -43,14 +44,12 @@ func (g *group) allreduceBF16Direct(ctx context.Context, h Header, buf []uint16,
 		return err
 	}
 	acc := make([]float32, min(m, bf16Block))
-	tmp := make([]float32, len(acc))
 	for lo := 0; lo < m; lo += bf16Block {
 		hi := min(lo+bf16Block, m)
-		a, t := acc[:hi-lo], tmp[:hi-lo]
+		a := acc[:hi-lo]
 		reduce.BF16ToF32(a, all[lo:hi])
 		for p := 1; p < n; p++ {
-			reduce.BF16ToF32(t, all[p*m+lo:p*m+hi])
-			reduceInto(a, t, op)
+			addBF16(a, all[p*m+lo:p*m+hi], op)
 		}
 		if op == Mean {
 			divide(a, n)
@@ -127,7 +126,6 @@ func (g *group) allreduceBF16Scatter(ctx context.Context, h Header, buf []uint16
 		return err
 	}
 	acc := make([]float32, chunk)
-	tmp := make([]float32, chunk)
 	var raw []uint16
 	rw, direct := g.links.(RecvWither)
 	if !direct {
@@ -135,7 +133,7 @@ func (g *group) allreduceBF16Scatter(ctx context.Context, h Header, buf []uint16
 	}
 	for c := range chunks(r) {
 		mine := part(r, c)
-		a, t := acc[:len(mine)], tmp[:len(mine)]
+		a := acc[:len(mine)]
 		for p := range n {
 			// The first value converts into the sum, the others add to it.
 			into := func(x []uint16) {
@@ -143,8 +141,7 @@ func (g *group) allreduceBF16Scatter(ctx context.Context, h Header, buf []uint16
 					reduce.BF16ToF32(a, x)
 					return
 				}
-				reduce.BF16ToF32(t, x)
-				reduceInto(a, t, op)
+				addBF16(a, x, op)
 			}
 			if p == r {
 				into(mine)
@@ -187,6 +184,24 @@ func (g *group) allreduceBF16Scatter(ctx context.Context, h Header, buf []uint16
 		}
 	}
 	return <-sent
+}
+
+// addBF16 reduces the bfloat16 values x into acc in one pass: what
+// converting x to float32 and reduceInto would give, bit for bit (an
+// IEEE float32 add per element; Max as MAXPS: acc unless acc > x fails).
+func addBF16(acc []float32, x []uint16, op Op) {
+	x = x[:len(acc)]
+	if op == Max {
+		for i, b := range x {
+			if v := math.Float32frombits(uint32(b) << 16); !(acc[i] > v) {
+				acc[i] = v
+			}
+		}
+		return
+	}
+	for i, b := range x {
+		acc[i] += math.Float32frombits(uint32(b) << 16)
+	}
 }
 
 // bytesU16 views b, whose length is even and whose start is 2-aligned, as

@@ -541,3 +541,39 @@ func TestNetAllreduceBF16(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNetAllreduceBF16 compares an allreduce of n elements as
+// float32 and as bfloat16 (half the bytes on the wire, converted and
+// rounded on each member) between 2 members, on one host (Unix sockets or
+// shared memory) and over TCP with TLS:
+// go test -run '^$' -bench NetAllreduceBF16 ./runtime/collective
+func BenchmarkNetAllreduceBF16(b *testing.B) {
+	const n = 4 << 20
+	sec := testSecurity(b)
+	for _, nw := range []struct {
+		name string
+		cfg  Config
+	}{{"local", Config{Security: sec}}, {"tls", Config{Security: sec, NoUnix: true}}} {
+		for _, kind := range []string{"f32", "bf16"} {
+			b.Run(nw.name+"/"+kind, func(b *testing.B) {
+				gs := form(b, 2, nw.cfg, collective.Config{})
+				f := [][]float32{make([]float32, n), make([]float32, n)}
+				h := [][]uint16{make([]uint16, n), make([]uint16, n)}
+				b.SetBytes(4 * n) // the buffer's float32 size for both: MB/s compare the same values
+				for b.Loop() {
+					errs := runAll(gs, func(g collective.Group) error {
+						if kind == "bf16" {
+							return g.AllreduceBF16(b.Context(), h[g.Rank()], collective.Sum)
+						}
+						return g.Allreduce(b.Context(), f[g.Rank()], collective.Sum)
+					})
+					for _, err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
+}
