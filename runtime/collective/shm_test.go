@@ -502,3 +502,26 @@ func FuzzShmRecv(f *testing.F) {
 		l.wg.Wait()
 	})
 }
+
+// TestShmCloseDuringCall: closing the links while a call waits on a ring
+// (or copies into one) ends the call with ErrClosed before the segments
+// are unmapped, and the peer's calls fail naming the member that left.
+func TestShmCloseDuringCall(t *testing.T) {
+	ls := formLinks(t, 2, Config{})
+	defer ls[1].Close()
+	h := collective.Header{Seq: 1, Kind: collective.KindAllreduce, Count: 1 << 20}
+	recv, send := make(chan error, 1), make(chan error, 1)
+	go func() { recv <- ls[0].Recv(t.Context(), 1, h, make([]byte, 4<<20)) }()
+	go func() { send <- ls[0].Send(t.Context(), 1, h, make([]byte, 64<<20)) }() // more than the ring: it waits for room
+	ls[0].Close()
+	for what, ch := range map[string]chan error{"Recv": recv, "Send": send} {
+		if err := <-ch; !errors.Is(err, collective.ErrClosed) {
+			t.Fatalf("%s = %v, want ErrClosed", what, err)
+		}
+	}
+	err := ls[1].Recv(t.Context(), 0, h, make([]byte, 64<<20)) // takes what was sent, then sees the end
+	var me *collective.MemberError
+	if !errors.As(err, &me) || me.Rank != 0 || !errors.Is(err, collective.ErrMemberLost) {
+		t.Fatalf("the peer's Recv = %v, want ErrMemberLost naming rank 0", err)
+	}
+}
