@@ -88,6 +88,13 @@ run() {
   # libnccl.so.2. The test writes its section (this default stays if the
   # binary dies first).
   printf '## NCCL allreduce\n\nno result (see nccl-allreduce.log)\n' >"$out/nccl.md"
+  # PyTorch's wheels carry an NCCL outside the loader's path: use it when
+  # the system has none.
+  if [ -z "${TROUPE_LIBNCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+    local nccl
+    nccl=$("$py" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
+    if [ -n "$nccl" ] && [ -f "$nccl" ]; then export TROUPE_LIBNCCL=$nccl; fi
+  fi
   step nccl-allreduce 30 env TROUPE_GPUCHECK_NCCL="$out/nccl.md" "$bin/cuda.test" -test.run '^TestNCCLGPUAllreduce$' -test.timeout 25s -test.v
   : >"$out/torch.jsonl"
   local r
