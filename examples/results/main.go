@@ -673,10 +673,12 @@ func write(doc, out string, outs []outcome, total time.Duration) error {
 		b.WriteString("\n")
 		b.Write(data)
 	}
-	fmt.Fprintf(&b, "\n## Reproduce\n\n```sh\ngo run ./examples/results --seeds 3         # every cell of both sizes, 3 seeds each, then writes this file (resumable)\n")
+	fmt.Fprintf(&b, "\n## Reproduce\n\n```sh\ngo run ./examples/results --seeds 3 --ckpt-every 10             # the full table: every cell of both sizes, 3 seeds each, then writes this file\n")
+	fmt.Fprintf(&b, "go run ./examples/results --seeds 3 --ckpt-every 10 --sizes 6   # or 6×6 alone first; runs of other cells in --out are kept\n")
+	fmt.Fprintf(&b, "# stopped? run the same command again: finished runs are kept, a stopped run resumes from its last checkpoint\n")
 	fmt.Fprintf(&b, "go run ./examples/results --from %s/results.json   # rewrite this file only\n", out)
 	fmt.Fprintf(&b, "go run ./examples/planpath-atgrpo            # the main job alone (per-role AT-GRPO, 6×6)\n")
-	fmt.Fprintf(&b, "troupe eval --size 6 --role tool=%s/6x6-atgrpo-perrole/tool \\\n    --role planner=%s/6x6-atgrpo-perrole/planner\n```\n", out, out)
+	fmt.Fprintf(&b, "troupe eval --size 6 --role tool=%s/6x6-atgrpo-perrole/s1/tool \\\n    --role planner=%s/6x6-atgrpo-perrole/s1/planner\n```\n", out, out)
 	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
 		return err
 	}
