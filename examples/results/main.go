@@ -412,10 +412,15 @@ func cells(s settings, size int) []cell {
 	// JoyAgents-R1's master agent (envs routepath): each round a master
 	// routes the turn to sub-agent h (left/right) or v (up/down), its route
 	// an action with its own grouped advantage; off, the environment routes
-	// at random. Memory off in both, so that the routing is what differs.
-	route := with(joy, func(o *trainer.Options) { o.Env, o.Joy.Memory, o.Warm.Hints = "routepath", false, 0 })
+	// at random. Memory off in both, so that the routing is what differs;
+	// each agent keeps the top half of its groups (--top-frac 0.5), so the
+	// master's routes are trained every step (a global top-5 trains about
+	// 30 samples a step, whoever owns them).
+	route := with(joy, func(o *trainer.Options) {
+		o.Env, o.Joy.Memory, o.Warm.Hints, o.Joy.TopFrac = "routepath", false, 0, 0.5
+	})
 	cs = append(cs,
-		cell{Name: "joyagents-route", Desc: "JoyAgents-R1 with a master agent routing each round to one of two sub-agents (routepath: h moves left/right, v up/down), trained by RL with the sub-agents; no memory",
+		cell{Name: "joyagents-route", Desc: "JoyAgents-R1 with a master agent routing each round to one of two sub-agents (routepath: h moves left/right, v up/down), trained by RL with the sub-agents; no memory, top-50% of each agent's groups",
 			Versus: "joyagents-route-random", Opt: with(route, func(o *trainer.Options) { o.Name = "JoyAgents-R1, master routing (routepath)" })},
 		cell{Name: "joyagents-route-random", Desc: "the same sub-agents without the master: the environment routes each round at random (routing off)",
 			Opt: with(route, func(o *trainer.Options) {
