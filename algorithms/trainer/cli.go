@@ -28,6 +28,8 @@ func Main(prog, doc string, o Options) {
 	size := fs.Int("size", o.EnvConfig.Width, "grid width and height (planpath 5..10, sokoban 5..8; 0: default)")
 	fs.Float64Var(&o.EnvConfig.ObstacleRate, "obstacles", o.EnvConfig.ObstacleRate, "obstacle rate (planpath, sokoban; 0: default)")
 	fs.IntVar(&o.EnvConfig.TurnBudget, "turns", o.EnvConfig.TurnBudget, "turn budget per episode (0: the environment's default)")
+	fs.StringVar(&o.Env, "env", o.Env, "environment or preset (e.g. planpath, routepath: a master routes each round to sub-agent h or v; planpath-10x10)")
+	fs.BoolVar(&o.EnvConfig.RandomRoute, "random-route", o.EnvConfig.RandomRoute, "routepath: no master, the environment routes each round to a sub-agent at random (the routing-off baseline)")
 	fs.BoolVar(&o.EnvConfig.ToolTeam, "tool-team", o.EnvConfig.ToolTeam, "planpath: the tool earns the team reward its suggestion would earn if the planner played it, so α acts on it (default: no team reward for the tool)")
 	fs.IntVar(&o.EnvConfig.Holes, "holes", o.EnvConfig.Holes, "sudoku4 empty cells (0: default)")
 	fs.IntVar(&o.EnvConfig.Steps, "arith-steps", o.EnvConfig.Steps, "arith operations per problem (0: 2 or 3)")

@@ -18,6 +18,7 @@
 //	go run ./examples/planpath-joyagents
 //	go run ./examples/planpath-joyagents --topk -1 --memory=false   # all groups, no memory
 //	go run ./examples/planpath-joyagents --env-actors 2
+//	go run ./examples/planpath-joyagents --env routepath --memory=false --top-frac 0.5   # a master routes each round to sub-agent h or v
 package main
 
 import (
