@@ -78,14 +78,18 @@ BenchmarkGPUGemm/4096cubed-16         	       3	   1000 ns/op	   600.0 TFLOP/s
 	}
 }
 
-// TestShellcheck runs shellcheck over the scripts this package tests
-// (skipped where shellcheck is not installed).
+// TestShellcheck runs shellcheck over every script in scripts/ (skipped
+// where shellcheck is not installed).
 func TestShellcheck(t *testing.T) {
 	sc, err := exec.LookPath("shellcheck")
 	if err != nil {
 		t.Skip("shellcheck not installed")
 	}
-	if out, err := exec.Command(sc, "gpu-check.sh", "bench.sh").CombinedOutput(); err != nil {
+	scripts, err := filepath.Glob("*.sh")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts found: %v", err)
+	}
+	if out, err := exec.Command(sc, scripts...).CombinedOutput(); err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
 	}
 }
