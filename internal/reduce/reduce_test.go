@@ -109,3 +109,19 @@ func BenchmarkAddGo(b *testing.B) {
 		addGo(x, y)
 	}
 }
+
+func BenchmarkMax(b *testing.B) {
+	x, y := inputs(1<<20, 1)
+	b.SetBytes(4 << 20)
+	for b.Loop() {
+		Max(x, y)
+	}
+}
+
+func BenchmarkScale(b *testing.B) {
+	x, _ := inputs(1<<20, 1)
+	b.SetBytes(4 << 20)
+	for b.Loop() {
+		Scale(x, 1)
+	}
+}
