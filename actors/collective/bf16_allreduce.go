@@ -2,7 +2,6 @@ package collective
 
 import (
 	"context"
-	"math"
 	"unsafe"
 
 	"troupe/internal/reduce"
@@ -190,18 +189,11 @@ func (g *group) allreduceBF16Scatter(ctx context.Context, h Header, buf []uint16
 // converting x to float32 and reduceInto would give, bit for bit (an
 // IEEE float32 add per element; Max as MAXPS: acc unless acc > x fails).
 func addBF16(acc []float32, x []uint16, op Op) {
-	x = x[:len(acc)]
 	if op == Max {
-		for i, b := range x {
-			if v := math.Float32frombits(uint32(b) << 16); !(acc[i] > v) {
-				acc[i] = v
-			}
-		}
+		reduce.MaxBF16(acc, x)
 		return
 	}
-	for i, b := range x {
-		acc[i] += math.Float32frombits(uint32(b) << 16)
-	}
+	reduce.AddBF16(acc, x)
 }
 
 // bytesU16 views b, whose length is even and whose start is 2-aligned, as

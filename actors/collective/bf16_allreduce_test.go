@@ -143,3 +143,37 @@ func TestAllreduceBF16Rounding(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAllreduceBF16 compares an allreduce of the same n elements as
+// float32 and as bfloat16 between in-memory members, where the bfloat16
+// path's conversions, not the wire, set its pace:
+// go test -run '^$' -bench AllreduceBF16 ./actors/collective
+func BenchmarkAllreduceBF16(b *testing.B) {
+	const n = 1 << 20
+	for _, members := range []int{2, 4} {
+		for _, kind := range []string{"f32", "bf16"} {
+			b.Run(fmt.Sprintf("n%d/%s", members, kind), func(b *testing.B) {
+				gs := NewLocal("g", members)
+				in := randBF16(members, n, 1)
+				f := make([][]float32, members)
+				for i := range f {
+					f[i] = make([]float32, n)
+					reduce.BF16ToF32(f[i], in[i])
+				}
+				b.SetBytes(4 * n) // the buffer's float32 size for both: MB/s compare the same values
+				for b.Loop() {
+					for _, err := range runAll(gs, func(g Group) error {
+						if kind == "bf16" {
+							return g.AllreduceBF16(b.Context(), in[g.Rank()], Sum)
+						}
+						return g.Allreduce(b.Context(), f[g.Rank()], Sum)
+					}) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
+}
