@@ -52,7 +52,7 @@ func TestWriteAndRewrite(t *testing.T) {
 		// seed, 1.0/√3 pooled.
 		"| atgrpo-perrole-drmas − atgrpo-perrole | +1.0 | 0.0 | 0.6 | +1.0, +1.0, +1.0 |",
 		"| single: RL gain (final − its warm start) | +20.0 | 0.6 | ",
-		"an effect (|Δ| ≥ 2 SE across seeds)",
+		"an effect (|Δ| ≥ 4.30 SE: 95%, t with 2 df)",
 		"107k", "JoyAgents-R1, top-1 group per step", "AT-GRPO per-role policies, trajectory-level GRPO",
 	} {
 		if !strings.Contains(string(md), want) {
@@ -75,6 +75,21 @@ func TestWriteAndRewrite(t *testing.T) {
 	// Fewer than 3 seeds make no claim.
 	if v := compare(outs[:2], outs[:2], false, true).verdict(); !strings.Contains(v, "no claim") {
 		t.Fatalf("2 seeds: %q", v)
+	}
+	// Student's t decides with few seeds: 3 seeds need 4.30 SE for an
+	// effect, and 2–4.30 SE is only suggestive.
+	for _, tc := range []struct {
+		d, se float64
+		seeds int
+		want  string
+	}{
+		{0.05, 0.01, 3, "an effect"}, {0.03, 0.01, 3, "suggestive"}, {0.01, 0.01, 3, "no effect"},
+		{0.03, 0.01, 5, "an effect"}, {-0.05, 0.01, 3, "an effect"}, {0.05, 0.01, 2, "no claim"},
+	} {
+		c := comparison{seeds: tc.seeds, d: tc.d, seSeed: tc.se}
+		if v := c.verdict(); !strings.HasPrefix(v, tc.want) && !strings.Contains(v, tc.want) {
+			t.Errorf("Δ %v SE %v over %d seeds: %q, want %q", tc.d, tc.se, tc.seeds, v, tc.want)
+		}
 	}
 	if _, err := parseSizes("6,11"); err == nil {
 		t.Fatal("size 11 accepted")
