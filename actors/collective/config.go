@@ -20,14 +20,15 @@ const (
 	DefaultChunkBytes = 512 << 10
 	// DefaultDirectMaxBytes is Config.DirectMaxBytes' default: where the
 	// direct exchange gives way to the ring. Measured with
-	// scripts/allreduce-bench -algo direct|ring -min 4KiB -max 4MiB over
-	// Unix sockets on a quiet 2-core machine (docs/performance.md): with
-	// 4 members direct was faster up to 64 KiB (362 µs against 499) and
-	// slower from 128 KiB (592 against 555); with 2 members the two cross
-	// between 256 and 512 KiB, and the ring costs up to 20% at 128 KiB.
-	// The 4-member crossing is taken: the direct exchange's cost grows
-	// with the group (n-1 whole buffers per member).
-	DefaultDirectMaxBytes = 64 << 10
+	// scripts/allreduce-bench -algo direct|ring on a quiet 2-core machine
+	// (docs/performance.md). Through shared memory, the path of members on
+	// one host, direct is faster up to 128 KiB with 2 and with 4 members
+	// (94 µs against 107 and 341 against 407 at 128 KiB) and the ring from
+	// 256 KiB. Over sockets (members on other hosts) 4 members cross
+	// between 64 and 128 KiB, where the ring is 7% faster at 128 KiB. The
+	// shared-memory crossing is taken: it gains 12-16% at 128 KiB where the
+	// socket path loses 7%.
+	DefaultDirectMaxBytes = 128 << 10
 )
 
 func (c Config) withDefaults() Config {
