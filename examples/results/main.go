@@ -265,9 +265,15 @@ func rewrite(from, doc, out string) error {
 }
 
 // order sorts outcomes in cell order.
+// order sorts outs into the cells' order, each cell's runs by seed. Runs of
+// cells outside all (another size, or a cell this run did not select) are
+// kept after them in the order they came: a run over some cells rewrites
+// results.json with every earlier run, not just its own.
 func order(all []cell, outs []outcome) []outcome {
 	var res []outcome
+	known := map[string]bool{}
 	for _, c := range all {
+		known[c.ID] = true
 		var mine []outcome
 		for _, o := range outs {
 			if o.ID == c.ID {
@@ -276,6 +282,11 @@ func order(all []cell, outs []outcome) []outcome {
 		}
 		slices.SortStableFunc(mine, func(a, b outcome) int { return cmp.Compare(a.Seed, b.Seed) })
 		res = append(res, mine...)
+	}
+	for _, o := range outs {
+		if !known[o.ID] {
+			res = append(res, o)
+		}
 	}
 	return res
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,21 @@ func TestWriteAndRewrite(t *testing.T) {
 	}
 	if _, err := parseSizes("6,11"); err == nil {
 		t.Fatal("size 11 accepted")
+	}
+}
+
+// TestOrderKeepsOtherCells: a run over some cells (one size) writes
+// results.json with the earlier runs of the others, which it must not drop.
+func TestOrderKeepsOtherCells(t *testing.T) {
+	all := []cell{{ID: "10x10-a"}, {ID: "10x10-b"}}
+	outs := []outcome{{ID: "6x6-a", Seed: 1}, {ID: "10x10-b", Seed: 2}, {ID: "6x6-b", Seed: 1}, {ID: "10x10-b", Seed: 1}, {ID: "10x10-a", Seed: 1}}
+	got := order(all, outs)
+	var ids []string
+	for _, o := range got {
+		ids = append(ids, fmt.Sprintf("%s/%d", o.ID, o.Seed))
+	}
+	want := "10x10-a/1 10x10-b/1 10x10-b/2 6x6-a/1 6x6-b/1"
+	if strings.Join(ids, " ") != want {
+		t.Fatalf("order: %v, want %s", ids, want)
 	}
 }
