@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,6 +12,7 @@ import (
 
 	"troupe/actors"
 	"troupe/runtime/api"
+	"troupe/runtime/client"
 	"troupe/runtime/wire"
 	"troupe/scheduler"
 )
@@ -28,8 +28,10 @@ type actorRef struct {
 	maxRetries    int // MaxTaskRetries: resends of a call lost to a restart (-1: always)
 
 	// newest is the driver's newest incarnation seen of the actor
-	// (epochs.of; nil: looked up in the driver's table).
-	newest *atomic.Int64
+	// (epochs.of; nil: looked up in the driver's table). A reply is
+	// checked against it, so the reference keeps it though the driver's
+	// table drops it (epochs.go).
+	newest *epoch
 
 	mu        sync.Mutex   // before callWatch.mu, wire.Client's lock and leaves (lock order: driver.go)
 	cur       *incarnation // nil until resolved, or after the incarnation was lost
@@ -60,7 +62,7 @@ const resolveTimeout = 60 * time.Second
 
 // resolve waits until the actor is alive and connects to its worker.
 func (a *actorRef) resolve(ctx context.Context) error {
-	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
+	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label(), a.newest)
 	if err != nil {
 		return err
 	}
@@ -82,7 +84,7 @@ func (a *actorRef) Invoke(inv *actors.Invocation) {
 // newestInc is the newest incarnation of the actor the driver has seen.
 func (a *actorRef) newestInc() int {
 	if a.newest != nil {
-		return int(a.newest.Load())
+		return a.newest.load()
 	}
 	return a.r.epochs.newest(a.id)
 }
@@ -120,7 +122,7 @@ func (a *actorRef) invoke(inv *actors.Invocation, attempt int) {
 
 func (a *actorRef) resolveQueued() {
 	ctx, cancel := context.WithTimeout(a.r.ctx, resolveTimeout)
-	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label())
+	cl, inc, node, err := a.r.waitAlive(ctx, a.id, a.label(), a.newest)
 	cancel()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -253,7 +255,7 @@ func (a *actorRef) lostErr(method string, inc int, node string, cause error) err
 	for {
 		v, err := a.r.client.GetActorByID(ctx, a.id)
 		if err == nil {
-			a.r.epochs.see(a.id, v.Restarts)
+			a.r.seen(a.id, a.newest, v)
 			switch {
 			case v.State == scheduler.ActorDead.String():
 				return &actors.ActorDiedError{Actor: a.label(), Node: node, Cause: v.Death, Restarts: v.Restarts, Err: cause}
@@ -269,6 +271,20 @@ func (a *actorRef) lostErr(method string, inc int, node string, cause error) err
 	}
 }
 
+// seen records what a lookup of actor id found in ep, the epoch of the
+// reference that looked: its committed incarnation; and if the actor is
+// dead, the driver's table forgets it (after the incarnation is recorded,
+// so every reference that shares ep has it).
+func (r *Driver) seen(id string, ep *epoch, v *client.ActorView) {
+	if ep == nil {
+		ep = r.epochs.of(id)
+	}
+	ep.see(v.Restarts)
+	if v.State == scheduler.ActorDead.String() {
+		r.epochs.forget(ep)
+	}
+}
+
 // Kill implements actors.Ref: the actor is killed through the control
 // plane, for good.
 func (a *actorRef) Kill(ctx context.Context, reason string) error {
@@ -280,6 +296,10 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 	}
 	// Later calls through this ref look the actor up (and find it dead)
 	// instead of racing the node, which ends the instance within a tick.
+	// Dead for good: the driver's table forgets it (epochs.go).
+	if a.newest != nil {
+		a.r.epochs.forget(a.newest)
+	}
 	a.mu.Lock()
 	a.cur = nil
 	a.mu.Unlock()
@@ -287,8 +307,9 @@ func (a *actorRef) Kill(ctx context.Context, reason string) error {
 }
 
 // waitAlive waits (on the cluster side) until the actor is alive with an
-// address, and connects to that address.
-func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client, int, string, error) {
+// address, and connects to that address. What it learns of the actor's
+// incarnations goes to ep, the epoch of the reference that waits.
+func (r *Driver) waitAlive(ctx context.Context, id, label string, ep *epoch) (*wire.Client, int, string, error) {
 	for {
 		if r.isClosed() { // the driver's connections are gone: nothing to wait for
 			return nil, 0, "", fmt.Errorf("actor %s: %w", label, api.ErrShutdown)
@@ -306,7 +327,7 @@ func (r *Driver) waitAlive(ctx context.Context, id, label string) (*wire.Client,
 				return nil, 0, "", fmt.Errorf("actor %s: %w", label, actors.ErrNotFound)
 			}
 		} else {
-			r.epochs.see(id, v.Restarts)
+			r.seen(id, ep, v)
 			switch {
 			case v.State == scheduler.ActorDead.String():
 				return nil, 0, "", &actors.ActorDiedError{Actor: label, Node: v.Node, Cause: v.Death, Restarts: v.Restarts}
