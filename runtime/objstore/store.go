@@ -43,10 +43,50 @@ type Store struct {
 	freed map[ID]struct{} // recently freed IDs
 	ring  []ID            // freed IDs in order, for forgetting the oldest
 	next  int
-	// epochs is the newest incarnation seen of each actor whose objects
-	// the store keeps (PutFenced, Fence).
-	epochs map[string]uint64
+	// epochs is the newest incarnation seen of each actor whose results
+	// the store takes (Fence, PutFenced), so a replaced incarnation's late
+	// results are refused.
+	//
+	// It holds an entry per actor that runs in this process, and a
+	// bounded memory of the ones that ended here. Fence makes or raises
+	// an entry: an incarnation starts here, or a call proves a newer one
+	// exists. Retire marks it retired when no incarnation of the actor
+	// runs here any more (killed, dead, replaced); a later Fence (a
+	// restart here) makes it live again. Of the retired entries the store
+	// keeps the last retiredMemory and forgets older ones, so the table
+	// stays bounded however many actors a process hosts over its life.
+	//
+	// Forgetting loses no fence that matters. A retired entry still
+	// refuses the late results of its older incarnations, and it is kept
+	// while others end here, retiredMemory of them; only then is it
+	// forgotten. A put after that can only come from an incarnation that
+	// ended here long before (a method that ran on past its instance's
+	// end), and it is taken as one of an actor the store never saw:
+	// PutFenced makes no entry, so the table does not grow, and the
+	// result still goes only to the call that asked for it, whose caller
+	// refuses an incarnation older than the newest it has seen (the
+	// driver's epochs), or, for an actor dead for good, gets the result of
+	// its last incarnation, which death does not supersede. The object
+	// made for it, if the caller refuses it, is released with the
+	// process's store.
+	epochs  map[string]uint64
+	retired map[string]uint64 // retired actor → the sequence number of its retirement
+	// retiredRing is the retired actors in order (at most retiredMemory,
+	// then overwritten from retiredNext); an element whose sequence number
+	// no longer matches retired[tag] was made live again since.
+	retiredRing []retiredTag
+	retiredNext int
+	retiredSeq  uint64
 }
+
+// retiredTag is an element of Store.retiredRing.
+type retiredTag struct {
+	tag string
+	seq uint64
+}
+
+// retiredMemory is how many retired actors' epochs a Store remembers.
+const retiredMemory = 4096
 
 type object struct {
 	data    []byte
@@ -105,19 +145,61 @@ func (s *Store) fenceLocked(tag string, epoch uint64) {
 	if e, ok := s.epochs[tag]; !ok || epoch > e {
 		s.epochs[tag] = epoch
 	}
+	delete(s.retired, tag)
+}
+
+// Retire records that no incarnation of the actor tag runs in this
+// process any more. Its epoch is kept, refusing its older incarnations'
+// puts, among the last retiredMemory actors retired, then forgotten
+// (Store.epochs); a Fence of the actor keeps it again.
+func (s *Store) Retire(tag string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.epochs[tag]; !ok {
+		return
+	}
+	if s.retired == nil {
+		s.retired = map[string]uint64{}
+	}
+	s.retiredSeq++
+	s.retired[tag] = s.retiredSeq
+	el := retiredTag{tag, s.retiredSeq}
+	if len(s.retiredRing) < retiredMemory {
+		s.retiredRing = append(s.retiredRing, el)
+		return
+	}
+	old := s.retiredRing[s.retiredNext]
+	if seq, ok := s.retired[old.tag]; ok && seq == old.seq {
+		delete(s.retired, old.tag)
+		delete(s.epochs, old.tag)
+	}
+	s.retiredRing[s.retiredNext] = el
+	s.retiredNext = (s.retiredNext + 1) % retiredMemory
+}
+
+// Epochs returns how many actors' epochs the store holds, and how many
+// of those are retired.
+func (s *Store) Epochs() (held, retired int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.epochs), len(s.retired)
 }
 
 // PutFenced is PutTagged for a result of incarnation epoch of the actor
 // tag: refused with an error wrapping actors.ErrStaleIncarnation when the
 // store has seen a newer incarnation of that actor (Fence, or a put of
-// one), so a replaced incarnation's late results never become objects.
+// one after a Fence), so a replaced incarnation's late results never
+// become objects. A put of an actor with no epoch here (never fenced, or
+// retired long ago and forgotten) is taken and makes none.
 func (s *Store) PutFenced(data []byte, tag string, epoch uint64) (Ref, error) {
 	s.mu.Lock()
-	if e, ok := s.epochs[tag]; ok && epoch < e {
-		s.mu.Unlock()
-		return Ref{}, fmt.Errorf("put of actor %s's incarnation %d at %s: incarnation %d exists: %w", tag, epoch, s.owner, e, actors.ErrStaleIncarnation)
+	if e, ok := s.epochs[tag]; ok {
+		if epoch < e {
+			s.mu.Unlock()
+			return Ref{}, fmt.Errorf("put of actor %s's incarnation %d at %s: incarnation %d exists: %w", tag, epoch, s.owner, e, actors.ErrStaleIncarnation)
+		}
+		s.epochs[tag] = epoch
 	}
-	s.fenceLocked(tag, epoch)
 	return s.putLocked(data, tag), nil
 }
 

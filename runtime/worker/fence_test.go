@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -92,4 +93,77 @@ func TestResultOfReplacedIncarnationRefused(t *testing.T) {
 	if b, err := o.result("a1", 1, big); err != nil || !objstore.IsRef(b) {
 		t.Fatalf("result of incarnation 1: %v", err)
 	}
+}
+
+// TestEpochsRetiredWhenActorsEnd: the worker's store keeps the epoch of
+// each actor running here and retires it when the actor's last
+// incarnation here ends (killed, replaced by a call naming a newer one,
+// or a failed start), so the store's bounded memory of ended actors
+// applies (objstore.Store.Retire); a restart here makes it live again,
+// and a retired epoch still refuses an older incarnation's late result.
+func TestEpochsRetiredWhenActorsEnd(t *testing.T) {
+	o, err := startObjects("127.0.0.1", testSec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	node, worker := net.Pipe()
+	defer node.Close()
+	died := make(chan string, 64) // the node's side: the actors the worker reports dead
+	go func() {
+		nc := newCtrl(node)
+		for {
+			m, err := nc.recv()
+			if err != nil {
+				return
+			}
+			if m.Op == opDied {
+				died <- m.ID
+			}
+		}
+	}()
+	c := newCtrl(worker)
+	defer worker.Close()
+	h := &host_{insts: map[string]running{}, objs: o}
+	ctx := context.Background()
+	start := func(id string, inc, from int) {
+		sp := spec(t, from)
+		h.start(ctx, c, &msg{Op: opStart, ID: id, Inc: inc, Spec: &sp, Info: &actors.ActorInfo{ID: id, Restarts: inc}})
+	}
+	const n = 50
+	for i := range n {
+		start(fmt.Sprintf("a%d", i), 0, 1)
+	}
+	start("failed", 0, -1) // its constructor fails
+	if held, retired := o.store.Epochs(); held != n+1 || retired != 1 {
+		t.Fatalf("after %d starts and a failed one: %d epochs, %d retired; want %d, 1", n, held, retired, n+1)
+	}
+	for i := range n - 1 {
+		h.kill(&msg{Op: opKill, ID: fmt.Sprintf("a%d", i)})
+	}
+	// A call naming a newer incarnation ends the last one.
+	last := fmt.Sprintf("a%d", n-1)
+	if _, err := h.LookupIncarnation(last, 1); !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("call naming incarnation 1: %v, want ErrStaleIncarnation", err)
+	}
+	for id := range died { // its end runs on a goroutine of its own, and retires before it is reported
+		if id == last {
+			break
+		}
+	}
+	if _, r := o.store.Epochs(); r != n+1 {
+		t.Fatalf("after every actor ended: %d retired, want %d", r, n+1)
+	}
+	big := make([]byte, objstore.InlineMax)
+	if _, err := o.result(last, 0, big); !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("late result of the replaced incarnation: %v, want ErrStaleIncarnation", err)
+	}
+	start("a0", 1, 1) // restarted here
+	if _, r := o.store.Epochs(); r != n {
+		t.Fatalf("after a restart here: %d retired, want %d", r, n)
+	}
+	if _, err := o.result("a0", 0, big); !errors.Is(err, actors.ErrStaleIncarnation) {
+		t.Fatalf("late result of a0's incarnation 0 after its restart: %v, want ErrStaleIncarnation", err)
+	}
+	h.killAll("done")
 }

@@ -222,6 +222,7 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 			delete(h.insts, id)
 		}
 		selfMu.Unlock()
+		h.retireLocked(id)
 		h.mu.Unlock()
 		c.send(&msg{Op: opDied, ID: id, Inc: inc, Cause: d.Cause})
 	}}
@@ -237,6 +238,9 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 	}
 	in, err := actors.NewInstance(ctx, spec, *m.Info, hooks)
 	if err != nil {
+		h.mu.Lock()
+		h.retireLocked(id)
+		h.mu.Unlock()
 		c.send(&msg{Op: opStarted, ID: id, Inc: inc, Err: err.Error()})
 		return
 	}
@@ -248,8 +252,23 @@ func (h *host_) start(ctx context.Context, c *ctrl, m *msg) {
 		defer old.in.Kill("replaced by a new incarnation")
 	}
 	h.insts[id] = running{in: in, inc: inc}
+	if h.objs != nil {
+		// Live again, though an older incarnation's end retired the
+		// actor's epoch since the Fence above.
+		h.objs.store.Fence(id, uint64(inc))
+	}
 	h.mu.Unlock()
 	c.send(&msg{Op: opStarted, ID: id, Inc: inc})
+}
+
+// retireLocked retires the actor's epoch in the object store when no
+// incarnation of it runs here any more (objstore.Store.Retire: the store
+// keeps a bounded memory of ended actors). h.mu is held, so a start that
+// makes it run here again orders after it and fences it live.
+func (h *host_) retireLocked(id string) {
+	if _, ok := h.insts[id]; !ok && h.objs != nil {
+		h.objs.store.Retire(id)
+	}
 }
 
 // kill ends the actor a kill message names; a kill for an incarnation
