@@ -48,7 +48,10 @@
 // troupe/gpu/compute/cuda/nccl runs a group's calls on device buffers:
 // with NCCL where every member is on a GPU and libnccl.so.2 loads (the
 // unique ID travels over the group itself), else through host memory over
-// this package's algorithms.
+// this package's algorithms. NCCL does not notice a lost member itself:
+// there a call ends, with ncclCommAbort and ErrMemberLost, at its
+// context's deadline, when the caller reports the member's death
+// (nccl.WithLiveness), or on NCCL's asynchronous error.
 //
 // This package holds no networking: the process that hosts an actor
 // installs a Transport (package troupe/runtime/collective's over TLS or

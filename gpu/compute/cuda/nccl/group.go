@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"troupe/actors/collective"
@@ -41,6 +42,29 @@ var ErrDeviceGroup = errors.New("nccl: device group")
 // the choice) and then calls the collective.Group's methods on its host
 // buffers directly; that is only possible on the host path, which a
 // member off GPUs always makes the group choose.
+//
+// Failures. On the host path a lost member fails the call as the
+// collective.Group says. On the NCCL path nothing in NCCL notices a
+// member that died: the others' kernels wait for it forever. So each call
+// runs under a watchdog that, while it waits, watches the call's context,
+// the Liveness given to Open (WithLiveness), and NCCL's own asynchronous
+// error (ncclCommGetAsyncError, every WatchInterval). When one of them
+// fires, it aborts the communicator (ncclCommAbort, which ends the
+// kernels), waits up to AbortGrace for the device to return, and fails
+// the call with an error matching collective.ErrMemberLost:
+//
+//   - a lost member (Liveness): the *collective.MemberError naming it;
+//   - the context's deadline: ErrMemberLost and context.DeadlineExceeded,
+//     the member unknown; a *collective.MemberError given as the context's
+//     cause (context.WithCancelCause) is returned as it is;
+//   - ncclRemoteError or ncclSystemError from NCCL: ErrMemberLost with
+//     NCCL's text (it does not say which member); another NCCL error
+//     fails the call with that error alone.
+//
+// A context canceled without such a cause fails the call with its error
+// only. Every failure on the NCCL path breaks the group: later calls fail
+// with the same error, and the members form the collective group again
+// and Open a new Group.
 type Group struct {
 	g    collective.Group
 	dev  Device
@@ -48,19 +72,82 @@ type Group struct {
 	why  string
 	lib  *Lib
 	comm Comm
+	live Liveness // nil: none given (WithLiveness)
 
 	mu     sync.Mutex // one call at a time; guards the following
 	host   []byte     // the host path's staging buffer
 	broken error      // the NCCL path's failure: later calls fail with it
 }
 
+// Liveness tells a Group that a member of its collective group is gone,
+// so that an NCCL call waiting for that member ends (NCCL itself would
+// wait for it forever). Members is one that the caller feeds.
+type Liveness interface {
+	// Lost is closed once a member is gone for good.
+	Lost() <-chan struct{}
+	// Err, once Lost is closed, names the member: a
+	// *collective.MemberError wrapping collective.ErrMemberLost.
+	Err() error
+}
+
+// Members is a Liveness fed by its owner, which learns of a member's
+// death another way (the member's actor died, its node was lost: an
+// *actors.ActorDiedError from a call to it, a supervisor) and says so
+// with Lose. Its zero value is not usable: make it with NewMembers.
+type Members struct {
+	group string
+	once  sync.Once
+	lost  chan struct{}
+	err   error
+}
+
+// NewMembers returns a Members for the collective group named group.
+func NewMembers(group string) *Members { return &Members{group: group, lost: make(chan struct{})} }
+
+// Lose says the member of rank rank (and actor, its actor's ID or name,
+// "" if unknown) is gone, because of cause (nil if unknown). Only the
+// first loss counts: the group is over then.
+func (m *Members) Lose(rank int, actor string, cause error) {
+	m.once.Do(func() {
+		err := collective.ErrMemberLost
+		if cause != nil {
+			err = fmt.Errorf("%w: %w", collective.ErrMemberLost, cause)
+		}
+		m.err = &collective.MemberError{Group: m.group, Rank: rank, Actor: actor, Err: err}
+		close(m.lost)
+	})
+}
+
+// Lost implements Liveness.
+func (m *Members) Lost() <-chan struct{} { return m.lost }
+
+// Err implements Liveness.
+func (m *Members) Err() error {
+	select {
+	case <-m.lost:
+		return m.err
+	default:
+		return nil
+	}
+}
+
+// Option configures Open.
+type Option func(*Group)
+
+// WithLiveness makes the Group's NCCL calls end when l says a member is
+// gone (see Group).
+func WithLiveness(l Liveness) Option { return func(d *Group) { d.live = l } }
+
 // Open chooses g's path for device buffers, together with every other
 // member (each calls Open, in the same order as its other calls on g).
 // dev is nil on a member off GPUs; load loads NCCL (Load in production).
 // The unique ID goes from rank 0 to the others over g, the group's own
 // rendezvous; nothing else is exchanged.
-func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib, error)) (*Group, error) {
+func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib, error), opts ...Option) (*Group, error) {
 	d := &Group{g: g, dev: dev, path: HostPath}
+	for _, o := range opts {
+		o(d)
+	}
 	// Every member says whether it can take the NCCL path; one that
 	// cannot makes the whole group take the host path.
 	path, lib, why := Choose(dev != nil, load)
@@ -169,7 +256,7 @@ func (d *Group) Allreduce(ctx context.Context, ptr uintptr, count int, dt DataTy
 		default:
 			return fmt.Errorf("%w: %v", collective.ErrBadArg, op)
 		}
-		return d.run(ctx, func() error { return d.lib.AllReduce(ptr, ptr, count, dt, rop, d.comm, 0) })
+		return d.run(ctx, "ncclAllReduce", func() error { return d.lib.AllReduce(ptr, ptr, count, dt, rop, d.comm, 0) })
 	}
 	return d.staged(ptr, count*eb, func(b []byte) error {
 		if dt == BFloat16 {
@@ -187,7 +274,7 @@ func (d *Group) Broadcast(ctx context.Context, ptr uintptr, count int, dt DataTy
 	}
 	defer d.mu.Unlock()
 	if d.path == NCCLPath {
-		return d.run(ctx, func() error { return d.lib.Broadcast(ptr, ptr, count, dt, root, d.comm, 0) })
+		return d.run(ctx, "ncclBroadcast", func() error { return d.lib.Broadcast(ptr, ptr, count, dt, root, d.comm, 0) })
 	}
 	return d.staged(ptr, count*eb, func(b []byte) error {
 		if dt == BFloat16 {
@@ -234,11 +321,31 @@ func (d *Group) staged(ptr uintptr, n int, fn func(b []byte) error) error {
 	return d.dev.CopyFromHost(ptr, b)
 }
 
-// run enqueues an NCCL call and waits for it. NCCL does not watch the
-// members: if ctx ends first (a member died, and the caller's deadline
-// passed) the communicator is aborted, the call fails with ctx's error
-// and the group is broken (form it again, and Open again).
-func (d *Group) run(ctx context.Context, call func() error) error {
+// WatchInterval is how often a call on the NCCL path checks NCCL's
+// asynchronous error while it waits (torch's NCCL watchdog checks at the
+// same rate).
+const WatchInterval = 100 * time.Millisecond
+
+// AbortGrace bounds how long a failed call waits, after ncclCommAbort, for
+// the device to return (its kernels end with the abort); past it the call
+// returns, and the device work it left is the broken group's.
+const AbortGrace = 10 * time.Second
+
+// run enqueues an NCCL call and waits for it under the watchdog (see
+// Group): the call and the device's sync run on a goroutine of their own,
+// and this one watches ctx, the group's Liveness and NCCL's asynchronous
+// error until they return or one of those fires, which aborts the
+// communicator and breaks the group.
+func (d *Group) run(ctx context.Context, what string, call func() error) error {
+	var lost <-chan struct{}
+	if d.live != nil {
+		lost = d.live.Lost()
+		select {
+		case <-lost: // gone before the call: NCCL would wait for it
+			return d.fail(what, d.lostErr(), nil)
+		default:
+		}
+	}
 	done := make(chan error, 1)
 	go func() {
 		err := d.dev.OnDevice(call)
@@ -247,20 +354,83 @@ func (d *Group) run(ctx context.Context, call func() error) error {
 		}
 		done <- err
 	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		// ncclCommAbort is meant to be called while another thread waits.
-		d.dev.OnDevice(func() error { return d.lib.Abort(d.comm) })
-		<-done
-		err = ctx.Err()
+	tick := time.NewTicker(WatchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return d.fail(what, err, nil)
+			}
+			return nil
+		case <-ctx.Done():
+			return d.fail(what, ctxErr(ctx), done)
+		case <-lost:
+			return d.fail(what, d.lostErr(), done)
+		case <-tick.C:
+			if err := d.asyncErr(); err != nil {
+				return d.fail(what, err, done)
+			}
+		}
 	}
-	if err != nil {
-		d.broken = fmt.Errorf("collective group %q on NCCL: %w", d.g.Name(), err)
-		return d.broken
+}
+
+// fail aborts the communicator after a call failed with err, waits up to
+// AbortGrace for the call's device work (done; nil when none runs) and
+// breaks the group with err.
+func (d *Group) fail(what string, err error, done <-chan error) error {
+	if aerr := d.dev.OnDevice(func() error { return d.lib.Abort(d.comm) }); aerr != nil {
+		err = fmt.Errorf("%w (and the abort failed: %v)", err, aerr)
 	}
-	return nil
+	if done != nil {
+		t := time.NewTimer(AbortGrace)
+		select {
+		case <-done:
+		case <-t.C:
+			err = fmt.Errorf("%w (the device had not returned %v after ncclCommAbort)", err, AbortGrace)
+		}
+		t.Stop()
+	}
+	d.broken = fmt.Errorf("collective group %q on NCCL: %s: %w", d.g.Name(), what, err)
+	return d.broken
+}
+
+// lostErr is the group's Liveness's error, made to match ErrMemberLost.
+func (d *Group) lostErr() error {
+	err := d.live.Err()
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: the group's liveness said so", collective.ErrMemberLost)
+	case !errors.Is(err, collective.ErrMemberLost):
+		return fmt.Errorf("%w: %w", collective.ErrMemberLost, err)
+	}
+	return err
+}
+
+// asyncErr checks NCCL's asynchronous error: nil while there is none.
+func (d *Group) asyncErr() error {
+	res, err := d.lib.AsyncError(d.comm)
+	switch {
+	case err != nil:
+		return err
+	case res == 0 || res == resultInProgress:
+		return nil
+	case res == resultRemoteError || res == resultSystemError:
+		return fmt.Errorf("%w: %w", collective.ErrMemberLost, d.lib.check("asynchronous error", res))
+	}
+	return d.lib.check("asynchronous error", res)
+}
+
+// ctxErr is the error of a call whose ctx ended (see Group).
+func ctxErr(ctx context.Context) error {
+	var me *collective.MemberError
+	if cause := context.Cause(ctx); errors.As(cause, &me) && errors.Is(cause, collective.ErrMemberLost) {
+		return cause
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: not every member arrived before the deadline (%w)", collective.ErrMemberLost, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 // Close frees the NCCL communicator (the collective.Group stays open: its

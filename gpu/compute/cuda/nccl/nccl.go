@@ -12,10 +12,21 @@
 // formed) every member takes the host path: the device buffer is copied to
 // host memory, reduced over the group's links, and copied back.
 //
+// NCCL does not notice a member that dies mid-call: the others wait for
+// it forever. So every call on the NCCL path runs under a watchdog that
+// watches the call's context (its deadline), a Liveness the caller passes
+// to Open (WithLiveness; Members is one it feeds with the deaths it
+// learns of) and ncclCommGetAsyncError; when one fires it calls
+// ncclCommAbort and fails the call with an error matching
+// collective.ErrMemberLost, a *collective.MemberError naming the member
+// when that is known. The group is then broken (Group). Forming the
+// communicator (ncclCommInitRank, in Open) has no such watchdog.
+//
 // troupe ships no NCCL, and none was at hand where this package was
 // written: it has never run against a real NCCL. It is tested against a
 // fake libnccl (testdata/fake_nccl.c: one-rank communicators, host
-// pointers) that checks the calling convention, and on the CUDA emulator;
+// pointers, a collective that can be made to hang until aborted) that
+// checks the calling convention and the watchdog, and on the CUDA emulator;
 // scripts/gpu-check.sh has a step for the first machine with both.
 //
 // The package sits in the ML half (beside the CUDA backend that owns device
@@ -79,7 +90,15 @@ type Lib struct {
 	getErrorStr   func(r int32) *byte
 	allGather     func(send, recv uintptr, count uintptr, dt DataType, c Comm, stream uintptr) int32
 	reduceScatter func(send, recv uintptr, count uintptr, dt DataType, op RedOp, c Comm, stream uintptr) int32
+	asyncError    func(c Comm, res *int32) int32
 }
+
+// Result codes of NCCL (ncclResult_t) that the watchdog tells apart.
+const (
+	resultSystemError = 2 // ncclSystemError: a system or network call failed
+	resultRemoteError = 6 // ncclRemoteError: a remote rank failed or its connection broke
+	resultInProgress  = 7 // ncclInProgress: a non-blocking operation is still running
+)
 
 var (
 	loadMu sync.Mutex // guards loads
@@ -127,6 +146,7 @@ func bind(path string) (*Lib, error) {
 		{&l.commAbort, "ncclCommAbort"}, {&l.allReduce, "ncclAllReduce"},
 		{&l.broadcast, "ncclBroadcast"}, {&l.allGather, "ncclAllGather"},
 		{&l.reduceScatter, "ncclReduceScatter"}, {&l.getErrorStr, "ncclGetErrorString"},
+		{&l.asyncError, "ncclCommGetAsyncError"},
 	} {
 		sym, err := purego.Dlsym(h, s.name)
 		if err != nil {
@@ -192,6 +212,19 @@ func (l *Lib) AllGather(send, recv uintptr, count int, dt DataType, c Comm, stre
 // ReduceScatter reduces and leaves rank r with the r-th count elements.
 func (l *Lib) ReduceScatter(send, recv uintptr, count int, dt DataType, op RedOp, c Comm, stream uintptr) error {
 	return l.check("ncclReduceScatter", l.reduceScatter(send, recv, uintptr(count), dt, op, c, stream))
+}
+
+// AsyncError is ncclCommGetAsyncError: the error NCCL's own threads met
+// on the communicator since it formed (remote ranks failing, connections
+// breaking), as a result code (0: none; ncclInProgress: none yet), which
+// the caller checks while it waits for a call. It is meant to be called
+// from another thread than the one that waits.
+func (l *Lib) AsyncError(c Comm) (int32, error) {
+	var res int32
+	if err := l.check("ncclCommGetAsyncError", l.asyncError(c, &res)); err != nil {
+		return 0, err
+	}
+	return res, nil
 }
 
 // Abort ends the communicator without waiting for pending operations: what

@@ -1,0 +1,207 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ebitengine/purego"
+
+	"troupe/actors/collective"
+)
+
+// fakeVar is the fake libnccl's global int named name.
+func fakeVar(t *testing.T, path, name string) *int32 {
+	t.Helper()
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := purego.Dlsym(h, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (*int32)(addr(p))
+}
+
+// hangDevice is a hostDevice whose Sync waits, as cuCtxSynchronize waits
+// for NCCL's kernel, while the fake libnccl has a collective pending; or,
+// with stuck set, until stuck is closed whatever NCCL does.
+type hangDevice struct {
+	hostDevice
+	pending *int32
+	stuck   chan struct{}
+}
+
+func (d *hangDevice) Sync() error {
+	if d.stuck != nil {
+		<-d.stuck
+		return nil
+	}
+	for atomic.LoadInt32(d.pending) != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// TestNCCLCallWatchdog: a call on the NCCL path that never completes (a
+// member died mid-allreduce: the fake libnccl leaves it pending) ends when
+// the watchdog sees the context's deadline, a member lost (Liveness) or
+// NCCL's asynchronous error: the communicator is aborted, the call fails
+// at that moment (bubble time) with an error matching ErrMemberLost, the
+// group is broken, and a device that does not return after the abort
+// holds the call for AbortGrace at most.
+func TestNCCLCallWatchdog(t *testing.T) {
+	path := fakeLib(t)
+	lib, err := LoadFrom(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() (*Lib, error) { return lib, nil }
+	hang, pending := fakeVar(t, path, "fake_nccl_hang"), fakeVar(t, path, "fake_nccl_pending")
+	async, aborts := fakeVar(t, path, "fake_nccl_async_error"), fakeVar(t, path, "fake_nccl_aborts")
+	x := []float32{1, 2, 3}
+
+	// call opens a one-member group on dev (with opts), makes NCCL hang,
+	// runs an allreduce under ctx and returns its error, how long it took
+	// and how many aborts it caused.
+	call := func(t *testing.T, ctx context.Context, dev Device, opts ...Option) (*Group, error, time.Duration, int32) {
+		t.Helper()
+		d, err := Open(ctx, collective.NewLocal("g", 1)[0], dev, load, opts...)
+		if err != nil || d.Path() != NCCLPath {
+			t.Fatalf("open: %v (%s), %v", d.Path(), d.Why(), err)
+		}
+		atomic.StoreInt32(async, 0)
+		atomic.StoreInt32(hang, 1)
+		defer atomic.StoreInt32(hang, 0)
+		a0 := atomic.LoadInt32(aborts)
+		start := time.Now()
+		err = d.Allreduce(ctx, ptrOf(x), len(x), Float32, collective.Sum)
+		return d, err, time.Since(start), atomic.LoadInt32(aborts) - a0
+	}
+	// within says took is at least want and at most a watchdog tick (and
+	// the fake device's poll) later.
+	within := func(t *testing.T, took, want time.Duration) {
+		t.Helper()
+		if took < want || took > want+WatchInterval+2*time.Millisecond {
+			t.Fatalf("the call ended after %v, want %v (at most a watch interval later)", took, want)
+		}
+	}
+
+	t.Run("deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			d, err, took, n := call(t, ctx, &hangDevice{pending: pending})
+			if !errors.Is(err, collective.ErrMemberLost) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("hung call past its deadline: %v, want ErrMemberLost and DeadlineExceeded", err)
+			}
+			within(t, took, 2*time.Second)
+			if n != 1 || atomic.LoadInt32(pending) != 0 {
+				t.Fatalf("%d aborts, pending %d; want the communicator aborted once", n, atomic.LoadInt32(pending))
+			}
+			if err2 := d.Allreduce(context.Background(), ptrOf(x), len(x), Float32, collective.Sum); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("call on the broken group: %v, want its failure again", err2)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatalf("close of an aborted group: %v", err)
+			}
+		})
+	})
+
+	t.Run("member lost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := NewMembers("g")
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				m.Lose(1, "worker-1", errors.New("its actor died"))
+			}()
+			_, err, took, n := call(t, context.Background(), &hangDevice{pending: pending}, WithLiveness(m))
+			var me *collective.MemberError
+			if !errors.As(err, &me) || me.Rank != 1 || me.Actor != "worker-1" || !errors.Is(err, collective.ErrMemberLost) {
+				t.Fatalf("hung call when a member is lost: %v, want a MemberError naming rank 1 (worker-1)", err)
+			}
+			within(t, took, 300*time.Millisecond)
+			if n != 1 {
+				t.Fatalf("%d aborts, want 1", n)
+			}
+			// A group whose member is already gone runs nothing in NCCL.
+			c0 := fakeCalls(t, path)
+			_, err, took, _ = call(t, context.Background(), &hangDevice{pending: pending}, WithLiveness(m))
+			if !errors.As(err, &me) || took != 0 || fakeCalls(t, path) != c0 {
+				t.Fatalf("call after the loss: %v after %v, %d NCCL calls; want the loss at once and none", err, took, fakeCalls(t, path)-c0)
+			}
+		})
+	})
+
+	t.Run("cause", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			lost := &collective.MemberError{Group: "g", Rank: 2, Err: collective.ErrMemberLost}
+			time.AfterFunc(time.Second, func() { cancel(lost) })
+			_, err, took, _ := call(t, ctx, &hangDevice{pending: pending})
+			var me *collective.MemberError
+			if !errors.As(err, &me) || me.Rank != 2 {
+				t.Fatalf("call canceled with a member's loss: %v, want that MemberError", err)
+			}
+			within(t, took, time.Second)
+		})
+	})
+
+	t.Run("nccl async error", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			time.AfterFunc(time.Second, func() { atomic.StoreInt32(async, resultRemoteError) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a backstop
+			defer cancel()
+			_, err, took, n := call(t, ctx, &hangDevice{pending: pending})
+			if !errors.Is(err, collective.ErrMemberLost) || !strings.Contains(err.Error(), "remote process exited") {
+				t.Fatalf("hung call after NCCL's remote error: %v, want ErrMemberLost with NCCL's text", err)
+			}
+			within(t, took, time.Second)
+			if n != 1 {
+				t.Fatalf("%d aborts, want 1", n)
+			}
+		})
+	})
+
+	t.Run("device stuck after abort", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			stuck := make(chan struct{})
+			defer close(stuck)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err, took, _ := call(t, ctx, &hangDevice{pending: pending, stuck: stuck})
+			if !errors.Is(err, collective.ErrMemberLost) || !strings.Contains(err.Error(), "had not returned") {
+				t.Fatalf("call whose device does not return: %v", err)
+			}
+			if took != time.Second+AbortGrace {
+				t.Fatalf("returned after %v, want the deadline and AbortGrace: %v", took, time.Second+AbortGrace)
+			}
+		})
+	})
+
+	t.Run("completes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			d, err := Open(ctx, collective.NewLocal("g", 1)[0], &hangDevice{pending: pending}, load, WithLiveness(NewMembers("g")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a0 := atomic.LoadInt32(aborts)
+			if err := d.Allreduce(ctx, ptrOf(x), len(x), Float32, collective.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if atomic.LoadInt32(aborts) != a0 {
+				t.Fatal("a call that completed aborted the communicator")
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
