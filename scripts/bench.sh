@@ -97,6 +97,7 @@ if [ $smoke = 1 ]; then
     go test -run '^$' -bench 'CrossProcess/(troupe-sync|troupe-sync-tcp|troupe-sync-tls|grpc-unary|unix-pingpong-polling|tcp-pingpong|troupe-pipelined-tcp|troupe-pipelined-tls)$' -benchtime 300ms ./runtime/wire/
     (cd examples/peers && go test -run '^$' -bench 'BenchmarkPeers/(troupe|protoactor)-(sync|pipelined|n2n-4x4)$' -benchtime 200ms)
     go test -run '^$' -bench 'TransferCrossProcess/(tcp|tls)$|Transfer64MiB/(objstore-tcp|rawTCP)$' -benchtime 3x ./runtime/objstore/
+    go test -run '^$' -bench 'Open' -benchtime 200ms ./internal/aesgcm/
     go test -run '^$' -bench 'Family/t[12]/cube512/NN$' -benchtime 200ms ./gpu/compute/cpu/gemm/
     openblas 0.2
     go test -run '^$' -bench 'Llama$/smollm2-135m/prefill-1x512$' -benchtime 1x ./algorithms/policy/
@@ -118,6 +119,7 @@ else
   go test -run '^$' -bench 'CommittedPlacementGroups' -benchtime 20000x ./runtime/cluster/
   go test -run '^$' -bench 'BenchmarkRemote' -benchtime 2s ./runtime/driver/
   go test -run '^$' -bench 'Transfer' -benchtime 15x ./runtime/objstore/
+  go test -run '^$' -bench 'Seal|Open|Kernels' -benchtime 1s ./internal/aesgcm/
   allreduce 1KiB 64MiB 0.3
   go test -run '^$' -bench SamplePass -benchtime 3000x ./gpu/
   (cd examples/peers && go test -run '^$' -bench BenchmarkPeers -benchtime 1s)

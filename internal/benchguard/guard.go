@@ -60,6 +60,7 @@ var pairs = []Pair{
 	{"peers: remote pipelined calls vs protoactor-go", Metric{"troupe/examples/peers", "BenchmarkPeers/troupe-pipelined", "calls/s"}, Metric{"troupe/examples/peers", "BenchmarkPeers/protoactor-pipelined", "calls/s"}, true},
 	{"peers: n:n calls vs protoactor-go", Metric{"troupe/examples/peers", "BenchmarkPeers/troupe-n2n-4x4", "calls/s"}, Metric{"troupe/examples/peers", "BenchmarkPeers/protoactor-n2n-4x4", "calls/s"}, true},
 	{"objstore: 64 MiB fetch across processes, TLS vs TCP", Metric{"troupe/runtime/objstore", "BenchmarkTransferCrossProcess/tls", "MB/s"}, Metric{"troupe/runtime/objstore", "BenchmarkTransferCrossProcess/tcp", "MB/s"}, true},
+	{"aesgcm: 64 KiB open (AES-128-GCM) vs crypto/cipher", Metric{"troupe/internal/aesgcm", "BenchmarkOpen/aesgcm", "MB/s"}, Metric{"troupe/internal/aesgcm", "BenchmarkOpen/crypto-cipher", "MB/s"}, true},
 	{"objstore: 64 MiB fetch over TCP vs a raw TCP copy", Metric{"troupe/runtime/objstore", "BenchmarkTransfer64MiB/objstore-tcp", "MB/s"}, Metric{"troupe/runtime/objstore", "BenchmarkTransfer64MiB/rawTCP", "MB/s"}, true},
 	// The non-Go peers: scripts/bench_peers.py prints their figures as
 	// benchmark lines under "pkg: peer/..." (OpenBLAS through numpy,

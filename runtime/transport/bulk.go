@@ -114,32 +114,41 @@ var bulkFrame = 64 << 10
 // MaxBulkWrite bounds one Write.
 const MaxBulkWrite = 1 << 30
 
-// Write seals p into frames and writes them to the socket beneath TLS in
-// one write: a header (p's length), then each frame's ciphertext and tag.
+// bulkBatch is how many frames Write seals before it writes them: the
+// receiver starts on the first while the sender seals the next, and the
+// buffer they are sealed into stays in cache for the kernel's copy.
+const bulkBatch = 4
+
+// Write seals p into frames and writes them to the socket beneath TLS, a
+// few frames a write: a header (p's length), then each frame's ciphertext
+// and tag.
 func (b *Bulk) Write(p []byte) error {
 	if len(p) > MaxBulkWrite {
 		return fmt.Errorf("%w: a write of %d bytes, over the %d limit", ErrBulkFrame, len(p), MaxBulkWrite)
 	}
-	nf := (len(p) + bulkFrame - 1) / bulkFrame
-	need := bulkHeader + nf*bulkTag + len(p)
-	if cap(b.wbuf) < need {
+	if need := bulkHeader + bulkBatch*(bulkFrame+bulkTag); cap(b.wbuf) < need {
 		b.wbuf = make([]byte, 0, need)
 	}
 	w := binary.BigEndian.AppendUint32(b.wbuf[:0], uint32(len(p)))
 	var hdr [bulkHeader]byte
 	copy(hdr[:], w)
 	var n [12]byte
-	for off := 0; off < len(p); off += bulkFrame {
-		w = b.seal.Seal(w, bulkNonce(&n, b.sent), p[off:min(off+bulkFrame, len(p))], hdr[:])
-		b.sent++
-	}
 	b.raw.mu.Lock()
-	_, err := b.raw.Conn.Write(w)
-	b.raw.mu.Unlock()
-	if cap(b.wbuf) > 4<<20 {
-		b.wbuf = nil // one large write does not pin its buffer
+	defer b.raw.mu.Unlock()
+	for off, k := 0, 0; off < len(p) || k == 0; k++ {
+		if off < len(p) {
+			w = b.seal.Seal(w, bulkNonce(&n, b.sent), p[off:min(off+bulkFrame, len(p))], hdr[:])
+			b.sent++
+			off += bulkFrame
+		}
+		if off >= len(p) || (k+1)%bulkBatch == 0 {
+			if _, err := b.raw.Conn.Write(w); err != nil {
+				return err
+			}
+			w = b.wbuf[:0]
+		}
 	}
-	return err
+	return nil
 }
 
 // read reads from the buffer beneath TLS while it holds anything, then
