@@ -125,6 +125,19 @@ func (o *objRefs) unpin(ref actors.ObjectRef) {
 	}
 }
 
+// discard gives up a reply nobody will receive (the answer of an
+// incarnation that is no longer the actor's): a large result the worker
+// kept in its store is released at its owner, which would otherwise hold
+// it until its process ends.
+func (o *objRefs) discard(data []byte) {
+	if o == nil || !objstore.IsRef(data) {
+		return
+	}
+	if ref, err := objstore.DecodeRef(data); err == nil {
+		o.client.Release(ref)
+	}
+}
+
 // resolve delivers a call's outcome to p: a reference from the worker
 // becomes a remote value, anything else is resolved as it is.
 func (o *objRefs) resolve(p *actors.Promise, data []byte, err error) {

@@ -277,6 +277,12 @@ func TestObjRefsPins(t *testing.T) {
 	}()
 	waitLen(0, true)
 
+	// A reply refused as an older incarnation's: its object is released.
+	o.discard(st.Put(make([]byte, 1000)).Encode())
+	waitLen(0, false)
+	o.discard([]byte{0x01}) // a plain result holds nothing
+	o.discard([]byte("\xc1TOBJREF1short"))
+
 	// Plain results and errors are resolved as they are.
 	q := actors.NewPromise()
 	o.resolve(q, []byte{0x01}, nil)

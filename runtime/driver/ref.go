@@ -166,7 +166,9 @@ func (a *actorRef) send(in *incarnation, inv *actors.Invocation, attempt int, fr
 		notRun := errors.As(err, &se) && se.Actor == a.id && se.Called < se.Running
 		if newest := a.newestInc(); err == nil && newest > inc {
 			// A newer incarnation exists: this one's answer is not the
-			// actor's (it may have run on a node the cluster lost).
+			// actor's (it may have run on a node the cluster lost). A
+			// large result it left in its worker's store is released.
+			a.r.objs.discard(data)
 			data, err = nil, &api.StaleIncarnationError{Actor: a.id, Called: newest, Running: inc}
 		}
 		if err == nil || !a.incarnationGone(cl, err) {
