@@ -108,25 +108,13 @@ func ctr() {
 		"and advances *ctr past the blocks it used.")
 	rk, cp := Load(Param("rk"), GP64()), Load(Param("ctr"), GP64())
 	dst, src, n := Load(Param("dst"), GP64()), Load(Param("src"), GP64()), Load(Param("n"), GP64())
-	ks := make([]reg.VecVirtual, 11)
-	for i := range ks {
-		ks[i] = ZMM()
-		VBROADCASTI32X4(Mem{Base: rk, Disp: 16 * i}, ks[i])
-	}
+	ks := roundKeys(rk)
 	bswap, c, inc := ZMM(), ZMM(), ZMM()
 	VBROADCASTI32X4(bswapMask, bswap)
-	VBROADCASTI32X4(Mem{Base: cp}, c)
-	VPSHUFB(bswap, c, c)
-	VPADDD(ctrPattern, c, c)
-	VMOVDQU64(inc4, inc)
+	loadCounters(cp, bswap, c, inc)
 
 	blocks := func(k int) {
-		bs := make([]reg.VecVirtual, k)
-		for j := range bs {
-			bs[j] = ZMM()
-			VPSHUFB(bswap, c, bs[j])
-			VPADDD(inc, c, c)
-		}
+		bs := nextCounters(k, bswap, c, inc)
 		aesRounds(ks, bs)
 		for j, b := range bs {
 			VPXORD(Mem{Base: src, Disp: 64 * j}, b, b)
@@ -223,13 +211,7 @@ func ghash() {
 		mulNoReduce(d, hp[j], lo, mi, hi, j == 0)
 	}
 	reduceInto(lo, mi, hi, poly)
-	// Sum the four lanes into acc.
-	t0, t1, t2 := ZMM(), ZMM(), ZMM()
-	VEXTRACTI32X4(U8(1), hi, t0.AsX())
-	VEXTRACTI32X4(U8(2), hi, t1.AsX())
-	VEXTRACTI32X4(U8(3), hi, t2.AsX())
-	VPXORD(t0.AsX(), hi.AsX(), acc.AsX())
-	VPTERNLOGD(U8(0x96), t1.AsX(), t2.AsX(), acc.AsX())
+	sumLanes(hi, acc)
 	ADDQ(U32(256), data)
 	SUBQ(U32(256), n)
 	JMP(LabelRef("ghash_loop16"))
@@ -281,18 +263,11 @@ func crypt(name string, seal bool) {
 	rk, h := Load(Param("rk"), GP64()), Load(Param("h"), GP64())
 	cp, accp := Load(Param("ctr"), GP64()), Load(Param("acc"), GP64())
 	dst, src, n := Load(Param("dst"), GP64()), Load(Param("src"), GP64()), Load(Param("n"), GP64())
-	ks := make([]reg.VecVirtual, 11)
-	for i := range ks {
-		ks[i] = ZMM()
-		VBROADCASTI32X4(Mem{Base: rk, Disp: 16 * i}, ks[i])
-	}
+	ks := roundKeys(rk)
 	bswap, poly, c, inc, acc := ZMM(), ZMM(), ZMM(), ZMM(), ZMM()
 	VBROADCASTI32X4(bswapMask, bswap)
 	VBROADCASTI32X4(gfpoly, poly)
-	VBROADCASTI32X4(Mem{Base: cp}, c)
-	VPSHUFB(bswap, c, c)
-	VPADDD(ctrPattern, c, c)
-	VMOVDQU64(inc4, inc)
+	loadCounters(cp, bswap, c, inc)
 	VMOVDQU(Mem{Base: accp}, acc.AsX())
 	hp := make([]reg.VecVirtual, 4)
 	for j := range hp {
@@ -304,12 +279,7 @@ func crypt(name string, seal bool) {
 	Label(loop)
 	CMPQ(n, U32(256))
 	JB(LabelRef(done))
-	bs := make([]reg.VecVirtual, 4)
-	for j := range bs {
-		bs[j] = ZMM()
-		VPSHUFB(bswap, c, bs[j])
-		VPADDD(inc, c, c)
-	}
+	bs := nextCounters(4, bswap, c, inc)
 	aesRounds(ks, bs)
 	ds := make([]reg.VecVirtual, 4) // the ciphertext, to hash
 	for j, b := range bs {
@@ -333,12 +303,7 @@ func crypt(name string, seal bool) {
 		mulNoReduce(d, hp[j], lo, mi, hi, j == 0)
 	}
 	reduceInto(lo, mi, hi, poly)
-	t0, t1, t2 := ZMM(), ZMM(), ZMM()
-	VEXTRACTI32X4(U8(1), hi, t0.AsX())
-	VEXTRACTI32X4(U8(2), hi, t1.AsX())
-	VEXTRACTI32X4(U8(3), hi, t2.AsX())
-	VPXORD(t0.AsX(), hi.AsX(), acc.AsX())
-	VPTERNLOGD(U8(0x96), t1.AsX(), t2.AsX(), acc.AsX())
+	sumLanes(hi, acc)
 	ADDQ(U32(256), src)
 	ADDQ(U32(256), dst)
 	SUBQ(U32(256), n)
@@ -350,4 +315,47 @@ func crypt(name string, seal bool) {
 	VMOVDQU(acc.AsX(), Mem{Base: accp})
 	VZEROUPPER()
 	RET()
+}
+
+// roundKeys broadcasts the 11 round keys at rk to every lane of a vector
+// each.
+func roundKeys(rk reg.Register) []reg.VecVirtual {
+	ks := make([]reg.VecVirtual, 11)
+	for i := range ks {
+		ks[i] = ZMM()
+		VBROADCASTI32X4(Mem{Base: rk, Disp: 16 * i}, ks[i])
+	}
+	return ks
+}
+
+// loadCounters loads the counter block at cp into the lanes of c,
+// reversed and counted on by 0, 1, 2, 3, and sets inc to add 4 to each.
+func loadCounters(cp reg.Register, bswap, c, inc reg.VecVirtual) {
+	VBROADCASTI32X4(Mem{Base: cp}, c)
+	VPSHUFB(bswap, c, c)
+	VPADDD(ctrPattern, c, c)
+	VMOVDQU64(inc4, inc)
+}
+
+// nextCounters returns k vectors of the next 4k counter blocks, in GCM's
+// byte order, ready for the AES rounds.
+func nextCounters(k int, bswap, c, inc reg.VecVirtual) []reg.VecVirtual {
+	bs := make([]reg.VecVirtual, k)
+	for j := range bs {
+		bs[j] = ZMM()
+		VPSHUFB(bswap, c, bs[j])
+		VPADDD(inc, c, c)
+	}
+	return bs
+}
+
+// sumLanes XORs the four 128-bit lanes of v into the low lane of acc (its
+// upper lanes zeroed).
+func sumLanes(v, acc reg.VecVirtual) {
+	t0, t1, t2 := ZMM(), ZMM(), ZMM()
+	VEXTRACTI32X4(U8(1), v, t0.AsX())
+	VEXTRACTI32X4(U8(2), v, t1.AsX())
+	VEXTRACTI32X4(U8(3), v, t2.AsX())
+	VPXORD(t0.AsX(), v.AsX(), acc.AsX())
+	VPTERNLOGD(U8(0x96), t1.AsX(), t2.AsX(), acc.AsX())
 }
