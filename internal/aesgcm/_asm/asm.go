@@ -200,18 +200,12 @@ func ghash() {
 	Label("ghash_loop16")
 	CMPQ(n, U32(256))
 	JB(LabelRef("ghash_loop1"))
-	lo, mi, hi := ZMM(), ZMM(), ZMM()
-	for j := range 4 {
-		d := ZMM()
-		VMOVDQU64(Mem{Base: data, Disp: 64 * j}, d)
-		VPSHUFB(bswap, d, d)
-		if j == 0 {
-			VPXORD(acc, d, d)
-		}
-		mulNoReduce(d, hp[j], lo, mi, hi, j == 0)
+	ds := make([]reg.VecVirtual, 4)
+	for j := range ds {
+		ds[j] = ZMM()
+		VMOVDQU64(Mem{Base: data, Disp: 64 * j}, ds[j])
 	}
-	reduceInto(lo, mi, hi, poly)
-	sumLanes(hi, acc)
+	hash16(ds, hp, bswap, poly, acc)
 	ADDQ(U32(256), data)
 	SUBQ(U32(256), n)
 	JMP(LabelRef("ghash_loop16"))
@@ -294,16 +288,7 @@ func crypt(name string, seal bool) {
 			VMOVDQU64(b, Mem{Base: dst, Disp: 64 * j})
 		}
 	}
-	lo, mi, hi := ZMM(), ZMM(), ZMM()
-	for j, d := range ds {
-		VPSHUFB(bswap, d, d)
-		if j == 0 {
-			VPXORD(acc, d, d)
-		}
-		mulNoReduce(d, hp[j], lo, mi, hi, j == 0)
-	}
-	reduceInto(lo, mi, hi, poly)
-	sumLanes(hi, acc)
+	hash16(ds, hp, bswap, poly, acc)
 	ADDQ(U32(256), src)
 	ADDQ(U32(256), dst)
 	SUBQ(U32(256), n)
@@ -358,4 +343,20 @@ func sumLanes(v, acc reg.VecVirtual) {
 	VEXTRACTI32X4(U8(3), v, t2.AsX())
 	VPXORD(t0.AsX(), v.AsX(), acc.AsX())
 	VPTERNLOGD(U8(0x96), t1.AsX(), t2.AsX(), acc.AsX())
+}
+
+// hash16 adds the 16 blocks of ds (as loaded, in GCM's byte order; they
+// are clobbered) to acc against the powers hp: acc = (acc ^ b0)·H^16 ^
+// b1·H^15 ^ ... ^ b15·H, with one reduction.
+func hash16(ds, hp []reg.VecVirtual, bswap, poly, acc reg.VecVirtual) {
+	lo, mi, hi := ZMM(), ZMM(), ZMM()
+	for j, d := range ds {
+		VPSHUFB(bswap, d, d)
+		if j == 0 {
+			VPXORD(acc, d, d)
+		}
+		mulNoReduce(d, hp[j], lo, mi, hi, j == 0)
+	}
+	reduceInto(lo, mi, hi, poly)
+	sumLanes(hi, acc)
 }
