@@ -3,6 +3,7 @@ package aesgcm
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/fips140"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
@@ -36,8 +37,9 @@ func New(key []byte) (cipher.AEAD, error) {
 }
 
 // Fast reports whether New returns this package's AEAD for a 16-byte key
-// on this CPU.
-func Fast() bool { return hasKernels }
+// on this CPU: it has the instructions, and Go's FIPS 140-3 mode is off
+// (in it, every AES-GCM is the validated module's, crypto/cipher's).
+func Fast() bool { return hasKernels && !fips140.Enabled() }
 
 // gcm is the AEAD of the kernels.
 type gcm struct {
