@@ -8,7 +8,7 @@
 // fetch over TLS spends most of its CPU beyond plaintext's in the cipher
 // (docs/performance.md). OpenSSL 3.0, Debian's, was no faster here. New
 // returns this package's AEAD on such CPUs for 16-byte keys, and
-// crypto/cipher's GCM everywhere else; the two produce the same bytes
+// crypto/cipher's GCM everywhere else, and in Go's FIPS 140-3 mode; the two produce the same bytes
 // (the tests compare them over every length up to a few kilobytes, and a
 // fuzz test over any input).
 //
