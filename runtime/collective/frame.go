@@ -120,13 +120,14 @@ func decodeFrame(b []byte, maxPayload int) (frame, error) {
 // The hello frame a dialling member sends first on a new connection:
 //
 //	magic   4 bytes "TRCL"
-//	version u8 (1)
+//	version u8 (2: on a TLS connection a data frame's payload follows its
+//	        header in sealed bulk frames, transport.Bulk, not in TLS records)
 //	from    u32 the dialler's rank
 //	to      u32 the rank it dialled
 //	n       u8  the epoch's length (1..64), then the epoch
 const (
 	helloMagic   = "TRCL"
-	helloVersion = 1
+	helloVersion = 2
 	helloFixed   = 4 + 1 + 4 + 4 + 1
 	maxEpoch     = 64
 )

@@ -48,7 +48,7 @@ func TestFrameErrors(t *testing.T) {
 	}
 	for name, b := range map[string][]byte{
 		"magic":   append([]byte("XXXX"), appendHello(nil, hello{epoch: "e"})[4:helloFixed]...),
-		"version": append([]byte("TRCL\x02"), appendHello(nil, hello{epoch: "e"})[5:helloFixed]...),
+		"version": append([]byte("TRCL\x01"), appendHello(nil, hello{epoch: "e"})[5:helloFixed]...),
 		"epoch":   appendHello(nil, hello{})[:helloFixed],
 	} {
 		if _, _, err := decodeHelloFixed(b); !errors.Is(err, ErrFrame) {

@@ -33,6 +33,13 @@ func testSecurity(t testing.TB) transport.Security {
 // process, and connects them.
 func form(t testing.TB, n int, cfg Config, gcfg collective.Config) []collective.Group {
 	t.Helper()
+	return formVia(t, n, cfg, gcfg, nil)
+}
+
+// formVia is form with the members' endpoints passed through rewrite
+// (nil: kept) before they connect.
+func formVia(t testing.TB, n int, cfg Config, gcfg collective.Config, rewrite func(eps []string)) []collective.Group {
+	t.Helper()
 	ts := make([]*Transport, n)
 	for i := range ts {
 		tr, err := New(cfg)
@@ -54,6 +61,9 @@ func form(t testing.TB, n int, cfg Config, gcfg collective.Config) []collective.
 		if eps[i], err = ts[i].Prepare(context.Background(), ms[i]); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if rewrite != nil {
+		rewrite(eps)
 	}
 	gs := make([]collective.Group, n)
 	errs := make([]error, n)
@@ -575,5 +585,98 @@ func BenchmarkNetAllreduceBF16(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestNetSealedPayloadTampered: over TLS a data frame's payload travels in
+// sealed bulk frames beside the TLS records; a bit flipped on the wire
+// inside one fails the receiver's call with ErrMemberLost naming the
+// sender (the frame does not open), and no altered value is delivered.
+func TestNetSealedPayloadTampered(t *testing.T) {
+	const at = 1 << 20 // well past the handshake, inside the payload
+	var wg sync.WaitGroup
+	var lns []net.Listener
+	t.Cleanup(func() {
+		for _, l := range lns {
+			l.Close()
+		}
+		wg.Wait()
+	})
+	proxy := func(target string) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, l)
+		wg.Go(func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				d, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					continue
+				}
+				// Each direction flips one bit at byte at.
+				pipe := func(dst, src net.Conn) {
+					defer dst.Close()
+					defer src.Close()
+					buf := make([]byte, 32<<10)
+					var n int
+					for {
+						k, err := src.Read(buf)
+						if n < at && n+k > at {
+							buf[at-n] ^= 0x10
+						}
+						n += k
+						if _, werr := dst.Write(buf[:k]); werr != nil || err != nil {
+							return
+						}
+					}
+				}
+				wg.Go(func() { pipe(d, c) })
+				wg.Go(func() { pipe(c, d) })
+			}
+		})
+		return l.Addr().String()
+	}
+	cfg := Config{Security: testSecurity(t), NoUnix: true}
+	gs := formVia(t, 2, cfg, collective.Config{}, func(eps []string) {
+		for i := range eps {
+			eps[i] = proxy(eps[i])
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	want := make([]float32, 1<<20) // 4 MiB from rank 0
+	for i := range want {
+		want[i] = float32(i)
+	}
+	errs := runAll(gs, func(g collective.Group) error {
+		b := make([]float32, len(want))
+		if g.Rank() == 0 {
+			copy(b, want)
+		}
+		err := g.Broadcast(ctx, b, 0)
+		if err == nil && g.Rank() == 1 {
+			for i := range b {
+				if b[i] != want[i] {
+					return fmt.Errorf("element %d arrived as %v, sent %v", i, b[i], want[i])
+				}
+			}
+		}
+		return err
+	})
+	var me *collective.MemberError
+	if err := errs[1]; !errors.Is(err, collective.ErrMemberLost) || !errors.As(err, &me) || me.Rank != 0 {
+		t.Fatalf("receiver: %v, want ErrMemberLost naming rank 0", err)
+	}
+	if !errors.Is(errs[1], transport.ErrBulkFrame) {
+		t.Fatalf("receiver: %v, want a sealed frame that did not open (transport.ErrBulkFrame)", errs[1])
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the call waited out its deadline instead of failing")
 	}
 }
