@@ -179,9 +179,22 @@ func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib
 	if initErr == nil {
 		initErr = dev.OnDevice(func() error {
 			var err error
-			comm, err = lib.CommInitRank(g.Size(), id, g.Rank())
+			if lib.NonblockingInit() {
+				comm, err = lib.CommInitRankNonblocking(g.Size(), id, g.Rank())
+			} else {
+				comm, err = lib.CommInitRank(g.Size(), id, g.Rank())
+			}
 			return err
 		})
+	}
+	if initErr == nil && lib.NonblockingInit() {
+		// This member has started joining: wait for the others under the
+		// watchdog. A member that is gone ends the wait, and the group
+		// with it: it cannot agree on anything more.
+		d.lib = lib
+		if initErr = d.waitInit(ctx, comm); errors.Is(initErr, collective.ErrMemberLost) || ctx.Err() != nil {
+			return nil, fmt.Errorf("collective group %q: forming the NCCL communicator: %w", g.Name(), initErr)
+		}
 	}
 	ok, err = agree(ctx, g, initErr == nil)
 	if err != nil || !ok {
@@ -199,6 +212,46 @@ func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib
 	}
 	d.path, d.lib, d.comm, d.why = NCCLPath, lib, comm, why
 	return d, nil
+}
+
+// waitInit waits for a communicator started without blocking to form,
+// watching what a call's watchdog watches (run): the context, the
+// Liveness and NCCL's asynchronous error, which reads ncclInProgress
+// until every rank has joined. When one fires, or the init fails, the
+// half-formed communicator is aborted.
+func (d *Group) waitInit(ctx context.Context, comm Comm) error {
+	var lost <-chan struct{}
+	if d.live != nil {
+		lost = d.live.Lost()
+	}
+	abort := func(err error) error {
+		if aerr := d.dev.OnDevice(func() error { return d.lib.Abort(comm) }); aerr != nil {
+			err = fmt.Errorf("%w (and the abort failed: %v)", err, aerr)
+		}
+		return err
+	}
+	tick := time.NewTicker(WatchInterval)
+	defer tick.Stop()
+	for {
+		res, err := d.lib.AsyncError(comm)
+		switch {
+		case err != nil:
+			return abort(err)
+		case res == 0:
+			return nil
+		case res == resultRemoteError || res == resultSystemError:
+			return abort(fmt.Errorf("%w: %w", collective.ErrMemberLost, d.lib.check("ncclCommInitRankConfig", res)))
+		case res != resultInProgress:
+			return abort(d.lib.check("ncclCommInitRankConfig", res))
+		}
+		select {
+		case <-ctx.Done():
+			return abort(ctxErr(ctx))
+		case <-lost:
+			return abort(d.lostErr())
+		case <-tick.C:
+		}
+	}
 }
 
 // agree reports whether every member of g said yes (an allreduce of the

@@ -20,7 +20,9 @@
 // ncclCommAbort and fails the call with an error matching
 // collective.ErrMemberLost, a *collective.MemberError naming the member
 // when that is known. The group is then broken (Group). Forming the
-// communicator (ncclCommInitRank, in Open) has no such watchdog.
+// communicator in Open is watched the same way where NCCL can form it
+// without blocking (2.14 and later); an older NCCL blocks in
+// ncclCommInitRank with no way out.
 //
 // troupe ships no NCCL, and none was at hand where this package was
 // written: it has never run against a real NCCL. It is tested against a
@@ -91,7 +93,29 @@ type Lib struct {
 	allGather     func(send, recv uintptr, count uintptr, dt DataType, c Comm, stream uintptr) int32
 	reduceScatter func(send, recv uintptr, count uintptr, dt DataType, op RedOp, c Comm, stream uintptr) int32
 	asyncError    func(c Comm, res *int32) int32
+	// commInitRankConfig is NCCL 2.14's ncclCommInitRankConfig, nil in an
+	// older library: the only way to form a communicator without blocking.
+	commInitRankConfig func(comm *Comm, n int32, id UniqueID, rank int32, cfg *commConfig) int32
 }
+
+// commConfig is the head of ncclConfig_t as NCCL 2.14 defined it (what
+// NCCL_CONFIG_INITIALIZER sets, then blocking). NCCL copies size bytes of
+// it over its own defaults, checks magic, and takes the fields that
+// version had (a later library resets the ones added since), so a newer
+// NCCL reads it as it is.
+type commConfig struct {
+	size           uintptr
+	magic          uint32
+	version        uint32
+	blocking       int32
+	cgaClusterSize int32 // NCCL_CONFIG_UNDEF_INT: NCCL's default
+}
+
+const (
+	configMagic   = 0xcafebeef
+	configVersion = 21400 // NCCL_VERSION(2, 14, 0)
+	configUndef   = -1 << 31
+)
 
 // Result codes of NCCL (ncclResult_t) that the watchdog tells apart.
 const (
@@ -154,6 +178,9 @@ func bind(path string) (*Lib, error) {
 		}
 		purego.RegisterFunc(s.fptr, sym)
 	}
+	if sym, err := purego.Dlsym(h, "ncclCommInitRankConfig"); err == nil {
+		purego.RegisterFunc(&l.commInitRankConfig, sym)
+	}
 	if err := l.check("ncclGetVersion", l.getVersion(&l.version)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -191,6 +218,26 @@ func (l *Lib) GetUniqueID() (UniqueID, error) {
 func (l *Lib) CommInitRank(n int, id UniqueID, rank int) (Comm, error) {
 	var c Comm
 	return c, l.check("ncclCommInitRank", l.commInitRank(&c, int32(n), id, int32(rank)))
+}
+
+// NonblockingInit reports whether the library forms communicators
+// without blocking (ncclCommInitRankConfig: NCCL 2.14 and later).
+func (l *Lib) NonblockingInit() bool { return l.commInitRankConfig != nil }
+
+// CommInitRankNonblocking starts joining the communicator of n ranks that
+// id names, as rank, on the current CUDA device, and returns at once: the
+// communicator is formed when AsyncError reports 0 rather than
+// ncclInProgress, and is aborted (Abort) if the wait is given up.
+func (l *Lib) CommInitRankNonblocking(n int, id UniqueID, rank int) (Comm, error) {
+	if l.commInitRankConfig == nil {
+		return 0, fmt.Errorf("%w: %s has no ncclCommInitRankConfig (NCCL 2.14)", ErrUnavailable, l.path)
+	}
+	cfg := commConfig{size: unsafe.Sizeof(commConfig{}), magic: configMagic, version: configVersion, blocking: 0, cgaClusterSize: configUndef}
+	var c Comm
+	if r := l.commInitRankConfig(&c, int32(n), id, int32(rank), &cfg); r != 0 && r != resultInProgress {
+		return c, l.check("ncclCommInitRankConfig", r)
+	}
+	return c, nil
 }
 
 // AllReduce reduces count elements of dt at device address send into recv

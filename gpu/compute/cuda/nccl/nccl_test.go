@@ -12,12 +12,20 @@ import (
 // fakeLib builds testdata/fake_nccl.c into a shared library.
 func fakeLib(t *testing.T) string {
 	t.Helper()
+	return buildFake(t)
+}
+
+// buildFake builds the fake libnccl with the C compiler's flags (the
+// output's name is that of a real one).
+func buildFake(t *testing.T, flags ...string) string {
+	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skip("no C compiler for the fake libnccl")
 	}
 	out := filepath.Join(t.TempDir(), "libnccl.so.2")
-	if b, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", out, "testdata/fake_nccl.c").CombinedOutput(); err != nil {
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", out}, flags...)
+	if b, err := exec.Command(cc, append(args, "testdata/fake_nccl.c")...).CombinedOutput(); err != nil {
 		t.Fatalf("building the fake libnccl: %v\n%s", err, b)
 	}
 	return out

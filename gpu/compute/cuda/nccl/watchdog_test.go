@@ -71,11 +71,14 @@ func TestNCCLCallWatchdog(t *testing.T) {
 	// and how many aborts it caused.
 	call := func(t *testing.T, ctx context.Context, dev Device, opts ...Option) (*Group, error, time.Duration, int32) {
 		t.Helper()
-		d, err := Open(ctx, collective.NewLocal("g", 1)[0], dev, load, opts...)
-		if err != nil || d.Path() != NCCLPath {
-			t.Fatalf("open: %v (%s), %v", d.Path(), d.Why(), err)
-		}
 		atomic.StoreInt32(async, 0)
+		d, err := Open(ctx, collective.NewLocal("g", 1)[0], dev, load, opts...)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		if d.Path() != NCCLPath {
+			t.Fatalf("open: %v (%s)", d.Path(), d.Why())
+		}
 		atomic.StoreInt32(hang, 1)
 		defer atomic.StoreInt32(hang, 0)
 		a0 := atomic.LoadInt32(aborts)
@@ -204,4 +207,107 @@ func TestNCCLCallWatchdog(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestNCCLInitWatchdog: forming the communicator without blocking
+// (ncclCommInitRankConfig) waits for the other members under the
+// watchdog. A member that never joins (the fake's init stays in progress)
+// ends Open at the context's deadline or when the Liveness says it is
+// gone, and NCCL's asynchronous error ends it too: the half-formed
+// communicator is aborted and Open fails, at that moment, with an error
+// matching ErrMemberLost.
+func TestNCCLInitWatchdog(t *testing.T) {
+	path := fakeLib(t)
+	lib, err := LoadFrom(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lib.NonblockingInit() {
+		t.Fatal("the fake libnccl's ncclCommInitRankConfig was not bound")
+	}
+	load := func() (*Lib, error) { return lib, nil }
+	initHang, async := fakeVar(t, path, "fake_nccl_init_hang"), fakeVar(t, path, "fake_nccl_async_error")
+	aborts := fakeVar(t, path, "fake_nccl_aborts")
+	open := func(t *testing.T, ctx context.Context, opts ...Option) (error, time.Duration, int32) {
+		t.Helper()
+		atomic.StoreInt32(async, 0)
+		atomic.StoreInt32(initHang, 1)
+		defer atomic.StoreInt32(initHang, 0)
+		a0 := atomic.LoadInt32(aborts)
+		start := time.Now()
+		d, err := Open(ctx, collective.NewLocal("g", 1)[0], &hostDevice{}, load, opts...)
+		if err == nil {
+			t.Fatalf("Open with a member that never joins: %v path (%s), want an error", d.Path(), d.Why())
+		}
+		return err, time.Since(start), atomic.LoadInt32(aborts) - a0
+	}
+	within := func(t *testing.T, took, want time.Duration) {
+		t.Helper()
+		if took < want || took > want+WatchInterval {
+			t.Fatalf("Open ended after %v, want %v (at most a watch interval later)", took, want)
+		}
+	}
+	t.Run("deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			err, took, n := open(t, ctx)
+			if !errors.Is(err, collective.ErrMemberLost) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("init past its deadline: %v, want ErrMemberLost and DeadlineExceeded", err)
+			}
+			within(t, took, 2*time.Second)
+			if n != 1 {
+				t.Fatalf("%d aborts, want the half-formed communicator aborted once", n)
+			}
+		})
+	})
+	t.Run("member lost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			m := NewMembers("g")
+			time.AfterFunc(300*time.Millisecond, func() { m.Lose(1, "worker-1", errors.New("its node was lost")) })
+			err, took, n := open(t, context.Background(), WithLiveness(m))
+			var me *collective.MemberError
+			if !errors.As(err, &me) || me.Rank != 1 || !errors.Is(err, collective.ErrMemberLost) {
+				t.Fatalf("init when a member is lost: %v, want a MemberError naming rank 1", err)
+			}
+			within(t, took, 300*time.Millisecond)
+			if n != 1 {
+				t.Fatalf("%d aborts, want 1", n)
+			}
+		})
+	})
+	t.Run("nccl async error", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			time.AfterFunc(time.Second, func() { atomic.StoreInt32(async, resultRemoteError) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a backstop
+			defer cancel()
+			err, took, n := open(t, ctx)
+			if !errors.Is(err, collective.ErrMemberLost) || !strings.Contains(err.Error(), "remote process exited") {
+				t.Fatalf("init after NCCL's remote error: %v, want ErrMemberLost with NCCL's text", err)
+			}
+			within(t, took, time.Second)
+			if n != 1 {
+				t.Fatalf("%d aborts, want 1", n)
+			}
+		})
+	})
+}
+
+// TestOpenOldNCCL: a library without ncclCommInitRankConfig (NCCL before
+// 2.14) forms the communicator with the blocking ncclCommInitRank.
+func TestOpenOldNCCL(t *testing.T) {
+	lib, err := LoadFrom(buildFake(t, "-DFAKE_NCCL_OLD"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lib.NonblockingInit() {
+		t.Fatal("a library without ncclCommInitRankConfig says it inits without blocking")
+	}
+	d, err := Open(context.Background(), collective.NewLocal("g", 1)[0], &hostDevice{}, func() (*Lib, error) { return lib, nil })
+	if err != nil || d.Path() != NCCLPath {
+		t.Fatalf("open on the old library: %v, %v", d, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

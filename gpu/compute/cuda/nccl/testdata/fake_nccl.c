@@ -7,7 +7,13 @@
  * mid-call: fake_nccl_pending stays 1 until ncclCommAbort (a test device's
  * sync waits on it, as cuCtxSynchronize waits for NCCL's kernel).
  * fake_nccl_async_error is what ncclCommGetAsyncError reports;
- * fake_nccl_aborts counts the aborts. */
+ * fake_nccl_aborts counts the aborts.
+ *
+ * ncclCommInitRankConfig (NCCL 2.14's non-blocking init) checks the
+ * config's head and returns ncclInProgress; the communicator forms at the
+ * first ncclCommGetAsyncError, or, with fake_nccl_init_hang set, never
+ * (another member did not join) until ncclCommAbort. Built with
+ * -DFAKE_NCCL_OLD it has no ncclCommInitRankConfig, as NCCL before 2.14. */
 #include <stddef.h>
 #include <string.h>
 
@@ -24,13 +30,24 @@ int ncclCommInitRank(comm_t **c, int n, ncclUniqueId id, int rank) {
 }
 int ncclCommDestroy(comm_t *c) { return c == &the_comm ? 0 : 4; }
 volatile int fake_nccl_hang, fake_nccl_pending, fake_nccl_async_error, fake_nccl_aborts;
+volatile int fake_nccl_init_hang, fake_nccl_init_pending;
+#ifndef FAKE_NCCL_OLD
+typedef struct { size_t size; unsigned magic, version; int blocking, cga_cluster_size; } config_t;
+int ncclCommInitRankConfig(comm_t **c, int n, ncclUniqueId id, int rank, config_t *cfg) {
+	if (cfg == NULL || cfg->size < 20 || cfg->magic != 0xcafebeef || cfg->version < 21400 || cfg->blocking != 0) return 4;
+	int r = ncclCommInitRank(c, n, id, rank);
+	if (r != 0) return r;
+	fake_nccl_init_pending = 1; return 7; /* ncclInProgress */
+}
+#endif
 int ncclCommAbort(comm_t *c) {
 	if (c != &the_comm) return 4;
-	fake_nccl_aborts++; fake_nccl_pending = 0; return 0;
+	fake_nccl_aborts++; fake_nccl_pending = 0; fake_nccl_init_pending = 0; return 0;
 }
 int ncclCommGetAsyncError(comm_t *c, int *res) {
 	if (c != &the_comm) return 4;
-	*res = fake_nccl_async_error; return 0;
+	if (fake_nccl_init_pending && !fake_nccl_init_hang) fake_nccl_init_pending = 0;
+	*res = fake_nccl_async_error ? fake_nccl_async_error : fake_nccl_init_pending ? 7 : 0; return 0;
 }
 /* calls counts the collectives, for tests that check which path ran */
 int fake_nccl_calls;
