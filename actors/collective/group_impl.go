@@ -45,6 +45,23 @@ type group struct {
 	scratch []float32
 }
 
+// Lost is closed once the group's links say it failed (LossNotifier);
+// it is never closed over links that do not say (the in-memory ones).
+func (g *group) Lost() <-chan struct{} {
+	if n, ok := g.links.(LossNotifier); ok {
+		return n.Lost()
+	}
+	return nil
+}
+
+// Err is the failure Lost announced, nil before.
+func (g *group) Err() error {
+	if n, ok := g.links.(LossNotifier); ok {
+		return n.Err()
+	}
+	return nil
+}
+
 func (g *group) Name() string { return g.name }
 func (g *group) Rank() int    { return g.rank }
 func (g *group) Size() int    { return g.size }

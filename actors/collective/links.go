@@ -81,6 +81,20 @@ type Links interface {
 	Close() error
 }
 
+// LossNotifier is what Links may also do: say when the group has failed
+// (a member died, was cut off or closed mid-call) as soon as it is
+// noticed, between calls too: its connections' heartbeats and ends are
+// watched all the time. A Group over such Links passes it on (see
+// Group's Lost and Err), so that work outside the group's own calls (NCCL
+// kernels on the devices) can stop waiting for a member that is gone.
+type LossNotifier interface {
+	// Lost is closed once the group has failed.
+	Lost() <-chan struct{}
+	// Err, once Lost is closed, is the failure: a *MemberError wrapping
+	// ErrMemberLost or ErrMismatch.
+	Err() error
+}
+
 // RecvWither is what Links may also do: receive a message and hand its
 // payload to fn without copying it into a buffer of the caller's first.
 // The ring reduces received chunks with it straight from the transport's

@@ -411,6 +411,13 @@ func (l *links) heartbeat(p *peer) {
 	}
 }
 
+// Lost implements collective.LossNotifier: closed when the group fails,
+// which the readers notice between calls too (a peer's end or silence).
+func (l *links) Lost() <-chan struct{} { return l.lostCh }
+
+// Err implements collective.LossNotifier.
+func (l *links) Err() error { return l.err() }
+
 func (l *links) err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

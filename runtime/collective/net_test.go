@@ -680,3 +680,54 @@ func TestNetSealedPayloadTampered(t *testing.T) {
 		t.Fatal("the call waited out its deadline instead of failing")
 	}
 }
+
+// TestNetLossBetweenCalls: a member killed while no call is in progress
+// (its connections end without a bye) is noticed by the others' readers
+// all the same: their groups' Lost closes and Err names it
+// (collective.LossNotifier, what an NCCL group watches while its kernels
+// run outside the group's calls).
+func TestNetLossBetweenCalls(t *testing.T) {
+	const n = 3
+	var killed atomic.Bool
+	reap := make(chan struct{})
+	var raw []net.Conn // rank 1's ends
+	gs := pairLinks(t, n, Config{}, func(i, j int, c net.Conn) net.Conn {
+		if i != 1 {
+			return c
+		}
+		raw = append(raw, c)
+		return &deadConn{Conn: c, killed: &killed, reap: reap}
+	})
+	defer func() {
+		close(reap)
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	noErrs(t, runAll(gs, func(g collective.Group) error { return g.Barrier(t.Context()) }))
+	ln, ok := gs[0].(collective.LossNotifier)
+	if !ok {
+		t.Fatal("a group over the network's links does not say when it fails")
+	}
+	select {
+	case <-ln.Lost():
+		t.Fatalf("lost before any member died: %v", ln.Err())
+	default:
+	}
+	killed.Store(true)
+	for _, c := range raw {
+		c.Close()
+	}
+	for _, i := range []int{0, 2} {
+		ln := gs[i].(collective.LossNotifier)
+		select {
+		case <-ln.Lost():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("member %d did not notice rank 1's death between calls", i)
+		}
+		var me *collective.MemberError
+		if err := ln.Err(); !errors.Is(err, collective.ErrMemberLost) || !errors.As(err, &me) || me.Rank != 1 {
+			t.Fatalf("member %d: %v, want ErrMemberLost naming rank 1", i, err)
+		}
+	}
+}

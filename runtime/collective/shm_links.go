@@ -415,3 +415,10 @@ func (s *shmLinks) Close() error {
 	s.mu.Unlock()
 	return err
 }
+
+// Lost implements collective.LossNotifier: the socket links beneath watch
+// every peer, those over shared memory included.
+func (s *shmLinks) Lost() <-chan struct{} { return s.l.Lost() }
+
+// Err implements collective.LossNotifier.
+func (s *shmLinks) Err() error { return s.l.Err() }

@@ -47,7 +47,8 @@ var ErrDeviceGroup = errors.New("nccl: device group")
 // collective.Group says. On the NCCL path nothing in NCCL notices a
 // member that died: the others' kernels wait for it forever. So each call
 // runs under a watchdog that, while it waits, watches the call's context,
-// the Liveness given to Open (WithLiveness), and NCCL's own asynchronous
+// the group's Liveness (WithLiveness, else the collective group's own
+// failure where it says, collective.LossNotifier), and NCCL's own asynchronous
 // error (ncclCommGetAsyncError, every WatchInterval). When one of them
 // fires, it aborts the communicator (ncclCommAbort, which ends the
 // kernels), waits up to AbortGrace for the device to return, and fails
@@ -135,7 +136,10 @@ func (m *Members) Err() error {
 type Option func(*Group)
 
 // WithLiveness makes the Group's NCCL calls end when l says a member is
-// gone (see Group).
+// gone (see Group). Without it, a Group whose collective group says when
+// it fails (collective.LossNotifier: the groups of package
+// troupe/runtime/collective, whose heartbeats run between calls) uses
+// that.
 func WithLiveness(l Liveness) Option { return func(d *Group) { d.live = l } }
 
 // Open chooses g's path for device buffers, together with every other
@@ -145,6 +149,9 @@ func WithLiveness(l Liveness) Option { return func(d *Group) { d.live = l } }
 // rendezvous; nothing else is exchanged.
 func Open(ctx context.Context, g collective.Group, dev Device, load func() (*Lib, error), opts ...Option) (*Group, error) {
 	d := &Group{g: g, dev: dev, path: HostPath}
+	if n, ok := g.(collective.LossNotifier); ok && n.Lost() != nil {
+		d.live = n
+	}
 	for _, o := range opts {
 		o(d)
 	}

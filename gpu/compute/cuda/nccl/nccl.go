@@ -14,9 +14,11 @@
 //
 // NCCL does not notice a member that dies mid-call: the others wait for
 // it forever. So every call on the NCCL path runs under a watchdog that
-// watches the call's context (its deadline), a Liveness the caller passes
-// to Open (WithLiveness; Members is one it feeds with the deaths it
-// learns of) and ncclCommGetAsyncError; when one fires it calls
+// watches the call's context (its deadline), a Liveness (by default the
+// collective group's own failure, which its heartbeats notice between
+// calls too; or one the caller passes to Open with WithLiveness, Members
+// being one it feeds with the deaths it learns of) and
+// ncclCommGetAsyncError; when one fires it calls
 // ncclCommAbort and fails the call with an error matching
 // collective.ErrMemberLost, a *collective.MemberError naming the member
 // when that is known. The group is then broken (Group). Forming the

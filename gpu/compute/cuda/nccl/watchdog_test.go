@@ -311,3 +311,54 @@ func TestOpenOldNCCL(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// notifyingGroup is a collective group that says when it fails, as the
+// network's groups do (collective.LossNotifier).
+type notifyingGroup struct {
+	collective.Group
+	lost chan struct{}
+	err  error
+}
+
+func (g *notifyingGroup) Lost() <-chan struct{} { return g.lost }
+func (g *notifyingGroup) Err() error {
+	select {
+	case <-g.lost:
+		return g.err
+	default:
+		return nil
+	}
+}
+
+// TestNCCLWatchesItsGroup: without WithLiveness, a Group whose collective
+// group says when it fails watches that: a member the group's heartbeats
+// lost ends a hung NCCL call at that moment, naming it.
+func TestNCCLWatchesItsGroup(t *testing.T) {
+	path := fakeLib(t)
+	lib, err := LoadFrom(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang, pending := fakeVar(t, path, "fake_nccl_hang"), fakeVar(t, path, "fake_nccl_pending")
+	synctest.Test(t, func(t *testing.T) {
+		g := &notifyingGroup{Group: collective.NewLocal("g", 1)[0], lost: make(chan struct{}),
+			err: &collective.MemberError{Group: "g", Rank: 3, Actor: "worker-3", Err: collective.ErrMemberLost}}
+		d, err := Open(context.Background(), g, &hangDevice{pending: pending}, func() (*Lib, error) { return lib, nil })
+		if err != nil || d.Path() != NCCLPath {
+			t.Fatalf("open: %v, %v", d, err)
+		}
+		atomic.StoreInt32(hang, 1)
+		defer atomic.StoreInt32(hang, 0)
+		time.AfterFunc(500*time.Millisecond, func() { close(g.lost) })
+		start := time.Now()
+		x := []float32{1}
+		err = d.Allreduce(context.Background(), ptrOf(x), len(x), Float32, collective.Sum)
+		var me *collective.MemberError
+		if !errors.As(err, &me) || me.Rank != 3 || !errors.Is(err, collective.ErrMemberLost) {
+			t.Fatalf("hung call when the group lost a member: %v, want the group's MemberError", err)
+		}
+		if took := time.Since(start); took < 500*time.Millisecond || took > 500*time.Millisecond+WatchInterval+2*time.Millisecond {
+			t.Fatalf("the call ended after %v, want 500ms", took)
+		}
+	})
+}
