@@ -24,6 +24,7 @@ package main
 
 import (
 	"cmp"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,7 +118,7 @@ func main() {
 	flag.StringVar(&plotsDir, "plots", plotsDir, "directory that receives a copy of every cell's plot (linked from the markdown)")
 	notes := flag.String("notes", "examples/results/notes.md", "markdown appended to the table (observations written by hand; skipped if missing)")
 	jobs := flag.Int("jobs", 1, "cells trained at the same time (a cell starting from another's warm start waits for it); wall times then overlap")
-	from := flag.String("from", "", "only rewrite the markdown from a results.json of an earlier run (no training)")
+	from := flag.String("from", "", "only rewrite the markdown from the results.json of earlier runs (no training): comma-separated files, .gz ones decompressed, a later file's run of a cell and seed replacing an earlier one's")
 	gpusPer := flag.Float64("gpus-per-policy", -1, "GPUs each policy actor asks for (fractions share a GPU; -1: 1 when the cluster has GPUs, else 0)")
 	backend := flag.String("backend", envOr("TROUPE_BACKEND", "auto"), "policies' compute backend: auto (the GPU each was placed on, else the CPU), cpu or cuda (default $TROUPE_BACKEND)")
 	seeds := flag.Int("seeds", 1, "training seeds per cell (--seed, --seed+1, ...); the table reports the mean and its standard error across seeds, and differences paired per seed and grid")
@@ -251,17 +252,57 @@ type saved struct {
 	Tiny     bool // the --tiny check, not a result
 }
 
+// rewrite writes the markdown from the results files in from
+// (comma-separated; a name ending in .gz is gzip-compressed, as the
+// committed copies are). Runs of the same cell and seed in two files are
+// taken from the later file; the total wall time is the files' sum.
 func rewrite(from, doc, out string) error {
-	data, err := os.ReadFile(from)
-	if err != nil {
-		return err
+	var all saved
+	index := map[string]int{} // cell ID and seed → position in all.Outcomes
+	for _, f := range strings.Split(from, ",") {
+		s, err := readSaved(f)
+		if err != nil {
+			return err
+		}
+		for _, o := range s.Outcomes {
+			k := fmt.Sprintf("%s/%d", o.ID, o.Seed)
+			if i, ok := index[k]; ok {
+				all.Outcomes[i] = o
+				continue
+			}
+			index[k] = len(all.Outcomes)
+			all.Outcomes = append(all.Outcomes, o)
+		}
+		all.Total += s.Total
+		all.Jobs = max(all.Jobs, s.Jobs)
+		all.Tiny = all.Tiny || s.Tiny
 	}
+	jobsUsed, tinyRun = max(1, all.Jobs), all.Tiny
+	return write(doc, out, all.Outcomes, all.Total)
+}
+
+// readSaved reads one results file, gzip-compressed if its name ends in
+// .gz.
+func readSaved(path string) (saved, error) {
 	var s saved
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("%s: %w", from, err)
+	f, err := os.Open(path)
+	if err != nil {
+		return s, err
 	}
-	jobsUsed, tinyRun = max(1, s.Jobs), s.Tiny
-	return write(doc, out, s.Outcomes, s.Total)
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	if err := json.NewDecoder(r).Decode(&s); err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
 }
 
 // order sorts outcomes in cell order.

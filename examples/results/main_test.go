@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,6 +75,39 @@ func TestWriteAndRewrite(t *testing.T) {
 	}
 	if err := rewrite(filepath.Join(dir, "missing.json"), doc, dir); err == nil {
 		t.Fatal("missing results.json accepted")
+	}
+	// Several files, one compressed: the later file's run of a cell and
+	// seed replaces the earlier one's, the others are kept.
+	first, _ := os.ReadFile(filepath.Join(dir, "results.json"))
+	gz := filepath.Join(dir, "first.json.gz")
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write(first)
+	zw.Close()
+	if err := os.WriteFile(gz, zb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := outs[0]
+	later.Result.FinalTest = &trainer.Test{Greedy: trainer.Point{Success: 0.99, StdErr: 0.01, Episodes: 100}, Sampled: trainer.Point{Success: 0.9, StdErr: 0.01, Episodes: 100}, GreedySolved: solved(99)}
+	js, _ := json.Marshal(saved{Outcomes: []outcome{later}, Total: time.Minute, Jobs: 1})
+	second := filepath.Join(dir, "second.json")
+	if err := os.WriteFile(second, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rewrite(gz+","+second, doc, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	merged, _ := os.ReadFile(doc)
+	if !strings.Contains(string(merged), "AT-GRPO, shared policy") || !strings.Contains(string(merged), "(total 4m0s)") {
+		t.Fatalf("merged markdown lacks the first file's cells or the summed time:\n%s", merged)
+	}
+	// Seed 1 of the single agent now solves 99 grids, not 49: the mean of
+	// its three seeds is (99+50+51)/3.
+	if !strings.Contains(string(merged), "| single agent + GRPO | **66.7%") {
+		t.Fatalf("the later file's run did not replace the earlier one's:\n%s", merged)
+	}
+	if err := rewrite(gz+","+filepath.Join(dir, "missing.json"), doc, dir); err == nil {
+		t.Fatal("a missing second file accepted")
 	}
 	// Fewer than 3 seeds make no claim.
 	if v := compare(outs[:2], outs[:2], false, true).verdict(); !strings.Contains(v, "no claim") {
