@@ -107,14 +107,15 @@ func TestFutureGetRemoteRetries(t *testing.T) {
 func TestInstanceHooks(t *testing.T) {
 	cfg, _ := msgpack.Marshal(AccConfig{Start: 1})
 	hooks := actors.InstanceHooks{
-		Arg: func(ctx context.Context, data []byte) ([]byte, error) {
+		Arg: func(ctx context.Context, data []byte) ([]byte, bool, error) {
 			if len(data) > 0 && data[0] == 0xc1 {
-				return msgpack.Marshal(10) // a reference stands for 10
+				b, err := msgpack.Marshal(10) // a reference stands for 10
+				return b, true, err
 			}
 			if len(data) > 0 && data[0] == 0xc0 {
-				return nil, errors.New("fetch failed")
+				return nil, false, errors.New("fetch failed")
 			}
-			return data, nil
+			return data, false, nil
 		},
 		Result: func(data []byte) ([]byte, error) { return append([]byte{0xc1}, data...), nil },
 	}
@@ -134,5 +135,53 @@ func TestInstanceHooks(t *testing.T) {
 	in.Invoke(&actors.Invocation{Method: "Add", Arg: []byte{0xc0}, Reply: p})
 	if _, err := p.Wait(context.Background()); err == nil || !strings.Contains(err.Error(), "argument: fetch failed") {
 		t.Fatalf("failed argument hook: %v", err)
+	}
+}
+
+// ByteSink's Poke writes into its []byte argument, so a test can see
+// whether the method got the caller's bytes or a copy.
+type ByteSink struct{}
+
+func NewByteSink(context.Context, struct{}) (*ByteSink, error) { return &ByteSink{}, nil }
+
+func (*ByteSink) Poke(ctx context.Context, b []byte) (int, error) {
+	for i := range b {
+		b[i] = 99
+	}
+	return len(b), nil
+}
+
+func init() { actors.MustRegister("ByteSink", NewByteSink) }
+
+// TestOwnedBytesArgument: a []byte argument in bytes the Arg hook says
+// the call owns is a slice of them (no copy); in bytes it does not own,
+// or of another type, it is decoded as before, into a copy.
+func TestOwnedBytesArgument(t *testing.T) {
+	for _, size := range []int{3, 300, 70000} { // bin 8, bin 16, bin 32
+		for _, owned := range []bool{true, false} {
+			var given []byte
+			hooks := actors.InstanceHooks{Arg: func(ctx context.Context, data []byte) ([]byte, bool, error) {
+				given = data
+				return data, owned, nil
+			}}
+			cfg, _ := msgpack.Marshal(struct{}{})
+			in, err := actors.NewInstance(context.Background(), actors.Spec{Type: "ByteSink", Config: cfg}, actors.ActorInfo{ID: "b"}, hooks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arg, _ := msgpack.Marshal(make([]byte, size))
+			p := actors.NewPromise()
+			in.Invoke(&actors.Invocation{Method: "Poke", Arg: arg, Reply: p})
+			data, err := p.Wait(context.Background())
+			var n int
+			if err != nil || msgpack.Unmarshal(data, &n) != nil || n != size {
+				t.Fatalf("size %d: Poke = %x, %v", size, data, err)
+			}
+			poked := given[len(given)-1] == 99
+			if poked != owned {
+				t.Fatalf("size %d, owned %v: the method wrote into the hook's bytes: %v", size, owned, poked)
+			}
+			in.Kill("done")
+		}
 	}
 }

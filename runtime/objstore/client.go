@@ -91,6 +91,11 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// IsLocal reports whether ref's owner is the store this client reads in
+// place: Fetch then returns the store's own slice, which is read only and
+// shared, rather than a fresh buffer.
+func (c *Client) IsLocal(ref Ref) bool { return c.local != nil && ref.Owner == c.local.Owner() }
+
 // Fetch returns the object's bytes: the owner streams them in chunks into
 // one buffer of the object's size. Errors wrap ErrFreed, ErrUnknown,
 // ErrUnreachable, ErrProtocol or ctx's error, and name the object and owner.
@@ -98,7 +103,7 @@ func (c *Client) Fetch(ctx context.Context, ref Ref) ([]byte, error) {
 	if ref.Size < 0 || ref.Size > MaxObjectSize {
 		return nil, fmt.Errorf("object %s: %w: size %d", ref.ID, ErrBadRef, ref.Size)
 	}
-	if c.local != nil && ref.Owner == c.local.Owner() {
+	if c.IsLocal(ref) {
 		data, err := c.local.Get(ref.ID, ref.Key)
 		if err == nil {
 			global.localFetches.Add(1)

@@ -44,16 +44,19 @@ func (o *objects) close() {
 	o.client.Close()
 }
 
-// arg is the actors.InstanceHooks.Arg of the worker's actors.
-func (o *objects) arg(ctx context.Context, data []byte) ([]byte, error) {
+// arg is the actors.InstanceHooks.Arg of the worker's actors. An object
+// fetched from another process comes in a fresh buffer, the call's alone
+// (owned); one this worker holds is the store's own slice, shared.
+func (o *objects) arg(ctx context.Context, data []byte) ([]byte, bool, error) {
 	if !objstore.IsRef(data) {
-		return data, nil
+		return data, false, nil
 	}
 	ref, err := objstore.DecodeRef(data)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return o.client.Fetch(ctx, ref)
+	b, err := o.client.Fetch(ctx, ref)
+	return b, err == nil && !o.client.IsLocal(ref), err
 }
 
 // result is the actors.InstanceHooks.Result of incarnation inc of the
