@@ -488,26 +488,14 @@ func (c *deadConn) Read(b []byte) (int, error) {
 // yet.
 func TestNetKilledMember(t *testing.T) {
 	const n = 4
-	var killed atomic.Bool
-	reap := make(chan struct{})
-	var raw []net.Conn // rank 2's ends
-	gs := pairLinks(t, n, Config{}, func(i, j int, c net.Conn) net.Conn {
-		if i != 2 {
-			return c
-		}
-		raw = append(raw, c)
-		return &deadConn{Conn: c, killed: &killed, reap: reap}
-	})
+	gs, kill, reap := killable(t, n, 2)
 	noErrs(t, runAll(gs, func(g collective.Group) error { return g.Barrier(t.Context()) }))
 	started := make(chan struct{})
 	var once sync.Once
 	errs := runAll(gs, func(g collective.Group) error {
 		if g.Rank() == 2 {
 			<-started
-			killed.Store(true)
-			for _, c := range raw {
-				c.Close()
-			}
+			kill()
 			return nil
 		}
 		// Rank 2's right neighbour (3) needs its frames; 0 and 1 only
@@ -516,10 +504,34 @@ func TestNetKilledMember(t *testing.T) {
 		return g.Allreduce(t.Context(), make([]float32, 1<<20), collective.Sum)
 	})
 	wantLost(t, errs, 2, 2)
-	close(reap)
+	reap()
 	for _, g := range gs {
 		g.Close()
 	}
+}
+
+// killable forms n members over socket pairs whose member victim can be
+// killed: kill makes its connections end without a bye, as when its
+// process dies; reap lets its readers return.
+func killable(t *testing.T, n, victim int) (gs []collective.Group, kill, reap func()) {
+	t.Helper()
+	var killed atomic.Bool
+	reaped := make(chan struct{})
+	var raw []net.Conn // the victim's ends
+	gs = pairLinks(t, n, Config{}, func(i, j int, c net.Conn) net.Conn {
+		if i != victim {
+			return c
+		}
+		raw = append(raw, c)
+		return &deadConn{Conn: c, killed: &killed, reap: reaped}
+	})
+	kill = func() {
+		killed.Store(true)
+		for _, c := range raw {
+			c.Close()
+		}
+	}
+	return gs, kill, sync.OnceFunc(func() { close(reaped) })
 }
 
 // TestNetAllreduceBF16: bfloat16 buffers over the network end with the
@@ -687,19 +699,9 @@ func TestNetSealedPayloadTampered(t *testing.T) {
 // (collective.LossNotifier, what an NCCL group watches while its kernels
 // run outside the group's calls).
 func TestNetLossBetweenCalls(t *testing.T) {
-	const n = 3
-	var killed atomic.Bool
-	reap := make(chan struct{})
-	var raw []net.Conn // rank 1's ends
-	gs := pairLinks(t, n, Config{}, func(i, j int, c net.Conn) net.Conn {
-		if i != 1 {
-			return c
-		}
-		raw = append(raw, c)
-		return &deadConn{Conn: c, killed: &killed, reap: reap}
-	})
+	gs, kill, reap := killable(t, 3, 1)
 	defer func() {
-		close(reap)
+		reap()
 		for _, g := range gs {
 			g.Close()
 		}
@@ -714,10 +716,7 @@ func TestNetLossBetweenCalls(t *testing.T) {
 		t.Fatalf("lost before any member died: %v", ln.Err())
 	default:
 	}
-	killed.Store(true)
-	for _, c := range raw {
-		c.Close()
-	}
+	kill()
 	for _, i := range []int{0, 2} {
 		ln := gs[i].(collective.LossNotifier)
 		select {
