@@ -102,7 +102,7 @@ func newLinks(cfg Config, m collective.Member, conns []net.Conn) *links {
 			continue
 		}
 		// The handshake is done (the hello and the token went through
-		// it), so the session's keys can be exported. Both ends make a
+		// it), so the TLS session's keys can be exported. Both ends make a
 		// Bulk, or neither: a TLS connection of package transport has one.
 		b, err := transport.NewBulk(p.conn)
 		if err != nil && bulkErr == nil {
