@@ -119,6 +119,9 @@ func Init(ctx context.Context, opts ...Option) (Runtime, error) {
 	noWireUnix, noObjectsUnix := os.Getenv(wire.UnixEnv) == "0", os.Getenv(objstore.LocalEnv) == "0"
 	if env, ok := os.LookupEnv(worker.EnvVar); ok {
 		wo := worker.Options{Spin: spin, NoObjectsUnix: noObjectsUnix, NoCollectiveUnix: os.Getenv(rcollective.UnixEnv) == "0"}
+		if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+			wo.HeapFloor = -1 // the user tunes the collector
+		}
 		if err := worker.ServeProcess(ctx, env, os.Getenv(worker.HostEnvVar), wo); err != nil {
 			return nil, fmt.Errorf("troupe worker: %w", err)
 		}

@@ -32,6 +32,10 @@ type Options struct {
 	// TCP (with TLS when configured) to members on this host too, as to
 	// members on other hosts (rcollective.UnixEnv set to "0").
 	NoCollectiveUnix bool
+	// HeapFloor is the heap a worker process reserves so that its garbage
+	// collector does not run every few calls on a small heap (heap.go):
+	// 0 is DefaultHeapFloor, negative none. ServeProcess reserves it.
+	HeapFloor int64
 }
 
 // Serve runs this process as a worker: it serves calls on a wire.Server
@@ -319,5 +323,6 @@ func ServeProcess(ctx context.Context, env, host string, opt Options) error {
 	if host == "" {
 		host = "127.0.0.1"
 	}
+	reserveHeapFloor(opt.HeapFloor)
 	return Serve(ctx, f, host, opt)
 }
