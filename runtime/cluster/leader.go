@@ -47,7 +47,7 @@ func (n *Node) leaderLoop() {
 // the reconcile loop.
 func (n *Node) lead(ctx context.Context) {
 	for {
-		err := n.raft.Barrier(5 * time.Second).Error()
+		err := n.await(n.raft.Barrier(5 * time.Second))
 		if err == nil {
 			break
 		}
@@ -110,7 +110,7 @@ func (n *Node) reconcile(ctx context.Context) {
 			if known && (have == raft.ServerAddress(m.meta.Raft) || id == n.cfg.NodeID) {
 				continue
 			}
-			err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
+			err := n.await(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second))
 			switch {
 			case err != nil:
 				n.log.Warn("add raft voter failed", "server", id, "err", err)

@@ -86,6 +86,7 @@ type Node struct {
 	stopReq      chan struct{} // closed when a Stop RPC asked the node to stop
 	shutdownOnce sync.Once
 	shutdownErr  error
+	raftDown     chan struct{} // closed as Shutdown stops raft: await gives up
 }
 
 // Start starts a node: listeners, raft (servers), gossip, joining the
@@ -96,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, r: r, log: cfg.Logger.With("node", cfg.NodeID), trigger: make(chan struct{}, 1),
-		placeCh: make(chan *placeReq), stopReq: make(chan struct{}), startedAt: time.Now()}
+		placeCh: make(chan *placeReq), stopReq: make(chan struct{}), raftDown: make(chan struct{}), startedAt: time.Now()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.workers = newWorkerSet(n)
 	n.newServices()
@@ -499,7 +500,7 @@ func retriableLocal(err error) bool {
 // applyLocal commits cmd on the leader.
 func (n *Node) applyLocal(cmd []byte) (*ApplyResponse, error) {
 	f := n.raft.Apply(cmd, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	if err := n.await(f); err != nil {
 		return nil, err
 	}
 	out := &ApplyResponse{Index: f.Index()}
@@ -578,7 +579,7 @@ func (n *Node) Drain(ctx context.Context, reason string) error {
 	if n.isLeader() {
 		cfg := n.raft.GetConfiguration()
 		if cfg.Error() == nil && len(cfg.Configuration().Servers) > 1 {
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 				errs = append(errs, fmt.Errorf("leadership transfer: %w", err))
 			}
 		}
@@ -619,6 +620,7 @@ func (n *Node) Shutdown() error {
 				errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
 			}
 		}
+		close(n.raftDown)
 		if n.raft != nil {
 			if err := n.raft.Shutdown().Error(); err != nil {
 				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
