@@ -108,8 +108,12 @@ func bulkNonce(n *[12]byte, seq uint64) []byte {
 
 // bulkFrame is the payload of one frame: small enough that a frame the
 // kernel has just copied is still in cache when it is opened (1 MiB
-// frames cost the cipher twice the CPU of 64 KiB ones).
-var bulkFrame = 64 << 10
+// frames cost the cipher twice the CPU of 64 KiB ones on the Xeon), large
+// enough that a batch of them fills a write that keeps the kernel busy.
+// On a 2-core Zen 4, 128 KiB frames fetched 64 MiB over TLS at 0.85-1.01x
+// the plaintext rate, against 0.67-0.91x with 64 KiB frames (batches of
+// 4 both), with the same allreduce over TLS.
+var bulkFrame = 128 << 10
 
 // MaxBulkWrite bounds one Write.
 const MaxBulkWrite = 1 << 30
