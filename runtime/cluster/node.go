@@ -359,7 +359,7 @@ func (n *Node) bootstrapExpect() {
 			continue
 		}
 		sortServers(servers)
-		err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+		err := n.await(n.raft.BootstrapCluster(raft.Configuration{Servers: servers}))
 		if errors.Is(err, raft.ErrCantBootstrap) {
 			return // state already exists: this server is part of a cluster
 		}
