@@ -222,33 +222,39 @@ type blackhole struct {
 	wg     sync.WaitGroup
 }
 
+// acceptDial accepts on ln until it is closed, dials target for each
+// connection and hands the pair to serve (the test proxies).
+func acceptDial(ln net.Listener, target string, serve func(c, d net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		d, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		serve(c, d)
+	}
+}
+
 func newBlackhole(t *testing.T, target string) *blackhole {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &blackhole{ln: ln, target: target}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
+	b.wg.Go(func() {
+		acceptDial(ln, target, func(c, d net.Conn) {
 			b.mu.Lock()
 			b.conns = append(b.conns, c, d)
 			b.mu.Unlock()
 			b.wg.Add(2)
 			go b.pipe(c, d)
 			go b.pipe(d, c)
-		}
-	}()
+		})
+	})
 	t.Cleanup(func() {
 		ln.Close()
 		b.mu.Lock()
@@ -621,16 +627,7 @@ func TestNetSealedPayloadTampered(t *testing.T) {
 		}
 		lns = append(lns, l)
 		wg.Go(func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				d, err := net.Dial("tcp", target)
-				if err != nil {
-					c.Close()
-					continue
-				}
+			acceptDial(l, target, func(c, d net.Conn) {
 				// Each direction flips one bit at byte at.
 				pipe := func(dst, src net.Conn) {
 					defer dst.Close()
@@ -650,7 +647,7 @@ func TestNetSealedPayloadTampered(t *testing.T) {
 				}
 				wg.Go(func() { pipe(d, c) })
 				wg.Go(func() { pipe(c, d) })
-			}
+			})
 		})
 		return l.Addr().String()
 	}

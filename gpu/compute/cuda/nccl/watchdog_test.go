@@ -48,6 +48,18 @@ func (d *hangDevice) Sync() error {
 	return nil
 }
 
+// loadFake builds the fake libnccl and loads it: its path (for fakeVar)
+// and the library.
+func loadFake(t *testing.T) (string, *Lib) {
+	t.Helper()
+	path := fakeLib(t)
+	lib, err := LoadFrom(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, lib
+}
+
 // TestNCCLCallWatchdog: a call on the NCCL path that never completes (a
 // member died mid-allreduce: the fake libnccl leaves it pending) ends when
 // the watchdog sees the context's deadline, a member lost (Liveness) or
@@ -56,11 +68,7 @@ func (d *hangDevice) Sync() error {
 // group is broken, and a device that does not return after the abort
 // holds the call for AbortGrace at most.
 func TestNCCLCallWatchdog(t *testing.T) {
-	path := fakeLib(t)
-	lib, err := LoadFrom(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, lib := loadFake(t)
 	load := func() (*Lib, error) { return lib, nil }
 	hang, pending := fakeVar(t, path, "fake_nccl_hang"), fakeVar(t, path, "fake_nccl_pending")
 	async, aborts := fakeVar(t, path, "fake_nccl_async_error"), fakeVar(t, path, "fake_nccl_aborts")
@@ -217,11 +225,7 @@ func TestNCCLCallWatchdog(t *testing.T) {
 // communicator is aborted and Open fails, at that moment, with an error
 // matching ErrMemberLost.
 func TestNCCLInitWatchdog(t *testing.T) {
-	path := fakeLib(t)
-	lib, err := LoadFrom(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, lib := loadFake(t)
 	if !lib.NonblockingInit() {
 		t.Fatal("the fake libnccl's ncclCommInitRankConfig was not bound")
 	}
@@ -334,11 +338,7 @@ func (g *notifyingGroup) Err() error {
 // group says when it fails watches that: a member the group's heartbeats
 // lost ends a hung NCCL call at that moment, naming it.
 func TestNCCLWatchesItsGroup(t *testing.T) {
-	path := fakeLib(t)
-	lib, err := LoadFrom(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, lib := loadFake(t)
 	hang, pending := fakeVar(t, path, "fake_nccl_hang"), fakeVar(t, path, "fake_nccl_pending")
 	synctest.Test(t, func(t *testing.T) {
 		g := &notifyingGroup{Group: collective.NewLocal("g", 1)[0], lost: make(chan struct{}),
